@@ -1,0 +1,24 @@
+# CUDA is optional. AUTO turns it on when nvcc is found; ON requires it; OFF skips every CUDA source.
+# Architectures default to sm_80 and sm_90a, written as explicit -gencode pairs: the Hopper stage needs the "a"
+# feature set (wgmma, setmaxnreg), and a generic compute_90 PTX would be rejected by ptxas for those instructions.
+set(FLASHLAB_HAVE_CUDA OFF)
+set(FLASHLAB_CUDA_GENCODE "-gencode=arch=compute_80,code=sm_80;-gencode=arch=compute_90a,code=sm_90a"
+    CACHE STRING "nvcc -gencode flags for the CUDA stages")
+if(NOT FLASHLAB_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(CMAKE_CUDA_ARCHITECTURES OFF)
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    set(FLASHLAB_HAVE_CUDA ON)
+  elseif(FLASHLAB_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "FLASHLAB_CUDA=ON but no CUDA compiler (nvcc) was found")
+  endif()
+endif()
+message(STATUS "flashlab: CUDA stages ${FLASHLAB_HAVE_CUDA} (FLASHLAB_CUDA=${FLASHLAB_CUDA})")

@@ -1,0 +1,25 @@
+// flashlab::Error: the one exception type for invalid or unsupported input. Its message names the offending
+// field and the rule it breaks, e.g. "heads_q (12) must be a multiple of heads_kv (5)".
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace flashlab {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// Builds a message from streamable parts: fail("heads_q (", h, ") must be ...").
+template <typename... Parts>
+[[noreturn]] void fail(Parts&&... parts) {
+  std::ostringstream message;
+  (message << ... << std::forward<Parts>(parts));
+  throw Error(message.str());
+}
+
+}  // namespace flashlab

@@ -1,0 +1,84 @@
+// Masks, implemented once for every stage: which keys a query row may see.
+//
+// Three rules combine (SPEC "Masks"); a key is visible only when all of them allow it:
+//  1. the band from causal and the sliding window, aligned bottom-right: with off = sk_b - sq_b, row i sees
+//  key j iff
+//     i + off - left <= j <= i + off + right (left/right -1 = unbounded; causal is right = 0);
+//  2. padding: keys j >= seqlens_k[b] are hidden, rows i >= seqlens_q[b] see nothing;
+//  3. the explicit boolean mask [seqlen_q, seqlen_k].
+// Rules 1 and 2 give every row one contiguous key range, which is what lets tiled stages skip whole tiles.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/problem.hpp"
+
+namespace flashlab {
+
+struct KeyRange {
+  int64_t begin = 0;  // first visible key
+  int64_t end = 0;    // one past the last visible key
+  bool empty() const { return end <= begin; }
+  int64_t size() const { return empty() ? 0 : end - begin; }
+};
+
+// How a (rows x keys) tile meets the mask: tiled stages skip hidden tiles and mask only partial ones.
+enum class TileCover { hidden, partial, full };
+
+class Visibility {
+ public:
+  explicit Visibility(const Problem& problem) : p_(problem) {}
+
+  // The contiguous range that causal, window and padding leave to row i of batch b (the explicit mask aside).
+  KeyRange key_range(int64_t b, int64_t i) const {
+    const int64_t sq = p_.rows_q(b), sk = p_.rows_k(b);
+    if (i >= sq) return {0, 0};  // padded query row: fully masked
+    const int64_t diagonal = i + sk - sq;
+    int64_t right = p_.window_right;
+    if (p_.causal) right = right < 0 ? 0 : std::min<int64_t>(right, 0);
+    KeyRange range{0, sk};
+    if (p_.window_left >= 0) range.begin = std::max<int64_t>(range.begin, diagonal - p_.window_left);
+    if (right >= 0) range.end = std::min<int64_t>(range.end, diagonal + right + 1);
+    return range;
+  }
+
+  bool has_explicit_mask() const { return p_.mask != nullptr; }
+
+  // The explicit mask alone (true when there is none).
+  bool mask_allows(int64_t i, int64_t j) const { return !p_.mask || (*p_.mask)[i * p_.seqlen_k + j] != 0; }
+
+  bool visible(int64_t b, int64_t i, int64_t j) const {
+    const KeyRange range = key_range(b, i);
+    return j >= range.begin && j < range.end && mask_allows(i, j);
+  }
+
+  // Tile of rows [i0, i1) and keys [j0, j1): hidden when no row sees any of its keys, full when every row
+  // sees all of them (and there is no explicit mask), else partial. O(rows) work, negligible beside the
+  // tile's O(rows*keys*d).
+  TileCover tile(int64_t b, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    bool any = false, all = !has_explicit_mask();
+    for (int64_t i = i0; i < i1; ++i) {
+      const KeyRange range = key_range(b, i);
+      const int64_t lo = std::max(range.begin, j0), hi = std::min(range.end, j1);
+      if (hi > lo) any = true;
+      if (lo != j0 || hi != j1) all = false;
+    }
+    if (!any) return TileCover::hidden;
+    return all ? TileCover::full : TileCover::partial;
+  }
+
+  // Visible keys of a row, all three rules applied.
+  int64_t visible_count(int64_t b, int64_t i) const {
+    const KeyRange range = key_range(b, i);
+    if (!has_explicit_mask()) return range.size();
+    int64_t count = 0;
+    for (int64_t j = range.begin; j < range.end; ++j) count += mask_allows(i, j);
+    return count;
+  }
+
+ private:
+  const Problem& p_;
+};
+
+}  // namespace flashlab

@@ -1,0 +1,103 @@
+#include "common/problem.hpp"
+
+#include <cmath>
+#include <sstream>
+
+#include "common/error.hpp"
+
+namespace flashlab {
+
+std::string_view to_string(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return "f32";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::e4m3:
+      return "e4m3";
+  }
+  return "?";
+}
+
+DType parse_dtype(std::string_view text) {
+  if (text == "f32" || text == "fp32" || text == "float32") return DType::f32;
+  if (text == "f16" || text == "fp16" || text == "float16") return DType::f16;
+  if (text == "bf16" || text == "bfloat16") return DType::bf16;
+  if (text == "e4m3" || text == "fp8" || text == "fp8_e4m3") return DType::e4m3;
+  fail("dtype '", text, "' is not one of f32, f16, bf16, e4m3");
+}
+
+void Problem::validate() const {
+  auto positive = [](const char* field, int64_t value) {
+    if (value < 1) fail(field, " (", value, ") must be >= 1");
+  };
+  positive("batch", batch);
+  positive("heads_q", heads_q);
+  positive("heads_kv", heads_kv);
+  positive("seqlen_q", seqlen_q);
+  positive("head_dim", head_dim);
+  if (seqlen_k < 0) fail("seqlen_k (", seqlen_k, ") must be >= 0");
+  if (heads_q % heads_kv != 0)
+    fail("heads_q (", heads_q, ") must be a multiple of heads_kv (", heads_kv, ")");
+  if (scale && !std::isfinite(*scale)) fail("scale (", *scale, ") must be finite");
+  if (window_left < -1) fail("window_left (", window_left, ") must be >= 0, or -1 for unbounded");
+  if (window_right < -1) fail("window_right (", window_right, ") must be >= 0, or -1 for unbounded");
+  auto check_lengths = [&](const char* field, const std::vector<int64_t>& lengths, int64_t max,
+                           const char* bound) {
+    if (lengths.empty()) return;
+    if (static_cast<int64_t>(lengths.size()) != batch)
+      fail(field, " has ", lengths.size(), " entries but batch is ", batch);
+    for (size_t b = 0; b < lengths.size(); ++b)
+      if (lengths[b] < 0 || lengths[b] > max)
+        fail(field, "[", b, "] (", lengths[b], ") must be in [0, ", bound, " = ", max, "]");
+  };
+  check_lengths("seqlens_q", seqlens_q, seqlen_q, "seqlen_q");
+  check_lengths("seqlens_k", seqlens_k, seqlen_k, "seqlen_k");
+  if (mask && static_cast<int64_t>(mask->size()) != seqlen_q * seqlen_k)
+    fail("mask has ", mask->size(), " entries but must be [seqlen_q, seqlen_k] = [", seqlen_q, ", ", seqlen_k,
+         "]");
+  if (page_size < 0) fail("page_size (", page_size, ") must be >= 1, or 0 for contiguous K/V");
+}
+
+double Problem::softmax_scale() const {
+  return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
+std::string Problem::describe() const {
+  std::ostringstream out;
+  out << "b=" << batch << " h=" << heads_q << "/" << heads_kv << " sq=" << seqlen_q << " sk=" << seqlen_k
+      << " d=" << head_dim;
+  if (causal) out << " causal";
+  if (window_left >= 0 || window_right >= 0) out << " window=(" << window_left << "," << window_right << ")";
+  if (!seqlens_q.empty()) out << " ragged-q";
+  if (!seqlens_k.empty()) out << " ragged-k";
+  if (mask) out << " mask";
+  if (page_size > 0) out << " page=" << page_size;
+  out << " " << to_string(dtype);
+  return out.str();
+}
+
+std::vector<int64_t> parse_lengths(std::string_view text, std::string_view field) {
+  std::vector<int64_t> lengths;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    std::string item(text.substr(start, comma - start));
+    size_t used = 0;
+    int64_t value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size()) fail(field, " entry '", item, "' is not an integer");
+    lengths.push_back(value);
+    start = comma + 1;
+  }
+  return lengths;
+}
+
+}  // namespace flashlab

@@ -1,0 +1,62 @@
+// The attention problem: shapes, scale, masks and dtype, with validate() that names the field and rule
+// broken.
+//
+// Layout (SPEC): row-major BSHD. Q and O are [batch, seqlen_q, heads_q, head_dim], K and V are
+// [batch, seqlen_k, heads_kv, head_dim], LSE is [batch, heads_q, seqlen_q] (natural log).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flashlab {
+
+// Number formats an implementation computes in. Host tensors are always float32; an implementation running in
+// a narrower format rounds its inputs (see number_format.hpp) and its outputs hold values of that format.
+enum class DType { f32, f16, bf16, e4m3 };
+
+std::string_view to_string(DType dtype);
+DType parse_dtype(std::string_view text);  // throws Error naming "dtype"
+
+struct Problem {
+  int64_t batch = 1;
+  int64_t heads_q = 1;
+  int64_t heads_kv = 1;
+  int64_t seqlen_q = 1;
+  int64_t seqlen_k = 1;
+  int64_t head_dim = 64;
+  std::optional<double> scale;  // softmax scale; 1/sqrt(head_dim) when unset
+  bool causal = false;          // bottom-right aligned: row i sees key j iff j <= i + (sk - sq)
+  int64_t window_left = -1;     // sliding window; -1 = unbounded on that side
+  int64_t window_right = -1;
+  std::vector<int64_t> seqlens_q;  // per-batch valid lengths (padding); empty = all seqlen_q
+  std::vector<int64_t> seqlens_k;  // empty = all seqlen_k
+  // Explicit boolean mask [seqlen_q, seqlen_k], 1 = visible, shared by every batch element and head.
+  std::shared_ptr<const std::vector<uint8_t>> mask;
+  int64_t page_size = 0;  // > 0: K/V are stored in pages of this many tokens (decoding stages)
+  DType dtype = DType::f32;
+
+  // Throws Error naming the first field that breaks a rule.
+  void validate() const;
+
+  double softmax_scale() const;
+  int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head (GQA)
+  int64_t kv_head(int64_t head_q) const { return head_q / group_size(); }
+  int64_t rows_q(int64_t b) const { return seqlens_q.empty() ? seqlen_q : seqlens_q[b]; }
+  int64_t rows_k(int64_t b) const { return seqlens_k.empty() ? seqlen_k : seqlens_k[b]; }
+
+  int64_t q_elements() const { return batch * seqlen_q * heads_q * head_dim; }
+  int64_t kv_elements() const { return batch * seqlen_k * heads_kv * head_dim; }
+  int64_t lse_elements() const { return batch * heads_q * seqlen_q; }
+
+  // One line, e.g. "b=1 h=8/8 sq=1024 sk=1024 d=64 causal f32".
+  std::string describe() const;
+};
+
+// Parses "3,5,0" into lengths; throws Error naming `field`.
+std::vector<int64_t> parse_lengths(std::string_view text, std::string_view field);
+
+}  // namespace flashlab

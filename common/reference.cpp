@@ -1,0 +1,60 @@
+#include "common/reference.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "common/mask.hpp"
+
+namespace flashlab {
+
+ReferenceResult reference_attention(const Problem& p, const AttentionInputs& in) {
+  p.validate();
+  const Visibility visibility(p);
+  const int64_t d = p.head_dim;
+  const double scale = p.softmax_scale();
+  ReferenceResult result;
+  result.o.assign(static_cast<size_t>(p.q_elements()), 0.0);
+  result.lse.assign(static_cast<size_t>(p.lse_elements()), -std::numeric_limits<double>::infinity());
+
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      const int64_t hk = p.kv_head(h);
+      std::vector<double> scores(static_cast<size_t>(p.seqlen_k));
+      std::vector<uint8_t> seen(static_cast<size_t>(p.seqlen_k));
+      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        const float* q = in.q_row(p, b, i, h);
+        double row_max = -std::numeric_limits<double>::infinity();
+        bool any = false, has_nan = false;
+        for (int64_t j = 0; j < p.seqlen_k; ++j) {
+          seen[j] = visibility.visible(b, i, j);
+          if (!seen[j]) continue;
+          const float* k = in.k_row(p, b, j, hk);
+          double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * static_cast<double>(k[c]);
+          scores[j] = dot * scale;
+          has_nan |= std::isnan(scores[j]);
+          row_max = std::max(row_max, scores[j]);
+          any = true;
+        }
+        if (!any) continue;  // fully masked: O = 0, LSE = -inf (already set)
+        if (has_nan) row_max = std::numeric_limits<double>::quiet_NaN();
+        double row_sum = 0.0;
+        double* out = &result.o[bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d)];
+        for (int64_t j = 0; j < p.seqlen_k; ++j) {
+          if (!seen[j]) continue;
+          const double weight = std::exp(scores[j] - row_max);
+          row_sum += weight;
+          const float* v = in.v_row(p, b, j, hk);
+          for (int64_t c = 0; c < d; ++c) out[c] += weight * static_cast<double>(v[c]);
+        }
+        for (int64_t c = 0; c < d; ++c) out[c] /= row_sum;
+        result.lse[(b * p.heads_q + h) * p.seqlen_q + i] = row_max + std::log(row_sum);
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace flashlab

@@ -1,0 +1,68 @@
+#include "common/registry.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/error.hpp"
+
+namespace flashlab {
+
+std::string_view to_string(Device device) {
+  return device == Device::cpu ? "cpu" : "cuda";
+}
+
+namespace {
+std::vector<Implementation>& mutable_registry() {
+  static std::vector<Implementation> registry;  // constructed on first use: safe from any static initializer
+  return registry;
+}
+}  // namespace
+
+Registration::Registration(Implementation implementation) {
+  auto& registry = mutable_registry();
+  if (find_implementation(implementation.name) != nullptr) {
+    std::fprintf(stderr, "flashlab: implementation '%s' registered twice\n", implementation.name.c_str());
+    std::abort();
+  }
+  const auto position = std::lower_bound(
+      registry.begin(), registry.end(), implementation.name,
+      [](const Implementation& existing, const std::string& name) { return existing.name < name; });
+  registry.insert(position, std::move(implementation));
+}
+
+const std::vector<Implementation>& implementations() {
+  return mutable_registry();
+}
+
+const Implementation* find_implementation(std::string_view name) {
+  for (const Implementation& impl : mutable_registry())
+    if (impl.name == name) return &impl;
+  return nullptr;
+}
+
+std::string why_cannot_run(const Implementation& impl, const Problem& problem) {
+  if (impl.availability) {
+    std::string reason = impl.availability();
+    if (!reason.empty()) return reason;
+  }
+  if (std::find(impl.dtypes.begin(), impl.dtypes.end(), problem.dtype) == impl.dtypes.end()) {
+    std::string offered;
+    for (DType dtype : impl.dtypes) offered += (offered.empty() ? "" : ", ") + std::string(to_string(dtype));
+    return "dtype " + std::string(to_string(problem.dtype)) + " is not offered (" + offered + ")";
+  }
+  if (impl.supports) return impl.supports(problem);
+  return "";
+}
+
+AttentionOutputs run_forward(const Implementation& impl, const Problem& problem,
+                             const AttentionInputs& inputs) {
+  problem.validate();
+  const std::string reason = why_cannot_run(impl, problem);
+  if (!reason.empty()) fail(impl.name, " cannot run this problem: ", reason);
+  AttentionOutputs outputs = AttentionOutputs::poisoned(problem);
+  impl.forward(problem, inputs, outputs);
+  return outputs;
+}
+
+}  // namespace flashlab

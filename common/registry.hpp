@@ -1,0 +1,62 @@
+// The implementation registry. Every implementation registers once, in its own stage directory, under a
+// stable name "stage/variant"; the harness, the tool and the benchmarks iterate the registry, so adding a
+// stage needs no change to any of them.
+//
+//   static const flashlab::Registration one_pass{{
+//       .name = "naive/one_pass", .summary = "...", .forward = run_one_pass}};
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/problem.hpp"
+#include "common/tensor.hpp"
+
+namespace flashlab {
+
+enum class Device { cpu, cuda };
+std::string_view to_string(Device device);
+
+struct Implementation {
+  std::string name;     // "stage/variant", e.g. "naive/three_pass"
+  std::string summary;  // the one idea, in one line
+  Device device = Device::cpu;
+  std::vector<DType> dtypes{DType::f32};
+  std::string constraints = "any shape, every mask";  // what it accepts, for `flashlab list`
+  // True when the kernel rounds P to its dtype before the P V product (tensor cores): the tolerance baseline
+  // then rounds P the same way.
+  bool rounds_p = false;
+
+  // "" when the implementation can run on this machine, else why not (no GPU, built without CUDA, ...).
+  std::function<std::string()> availability;
+  // "" when it supports the (valid) problem, else the reason, naming the field: "head_dim (80) must be 64 or
+  // 128".
+  std::function<std::string(const Problem&)> supports;
+  // Computes O and LSE. Inputs are host float32 BSHD tensors; outputs arrive poisoned (NaN) and must be
+  // written entirely. GPU implementations copy to and from the device here (benchmarks time device pointers
+  // separately).
+  std::function<void(const Problem&, const AttentionInputs&, AttentionOutputs&)> forward;
+};
+
+// Adds an implementation at static-initialization time; a duplicate name aborts the program with a message.
+struct Registration {
+  explicit Registration(Implementation implementation);
+};
+
+// Every registered implementation, sorted by name.
+const std::vector<Implementation>& implementations();
+// nullptr when no implementation has that name.
+const Implementation* find_implementation(std::string_view name);
+
+// "" when `impl` can run `problem` here; else the first reason it cannot: unavailable, dtype not offered,
+// or refused by supports(). The problem must already be valid.
+std::string why_cannot_run(const Implementation& impl, const Problem& problem);
+
+// Validates, poisons the outputs, runs. Throws Error when the implementation cannot run the problem.
+AttentionOutputs run_forward(const Implementation& impl, const Problem& problem,
+                             const AttentionInputs& inputs);
+
+}  // namespace flashlab

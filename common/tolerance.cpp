@@ -1,0 +1,152 @@
+#include "common/tolerance.hpp"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "common/mask.hpp"
+#include "common/number_format.hpp"
+
+namespace flashlab {
+
+double tolerance_floor(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return 2e-5;
+    case DType::f16:
+      return 1e-4;
+    case DType::bf16:
+      return 1e-3;
+    case DType::e4m3:
+      return 1e-2;
+  }
+  return 0.0;
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// |x - ref| / max(1, |ref|), with the special values handled exactly: NaN must match NaN, -inf must match
+// -inf.
+double element_error(double x, double ref) {
+  if (std::isnan(ref) || std::isnan(x)) return std::isnan(ref) && std::isnan(x) ? 0.0 : kInf;
+  if (std::isinf(ref) || std::isinf(x)) return x == ref ? 0.0 : kInf;
+  return std::fabs(x - ref) / std::max(1.0, std::fabs(ref));
+}
+
+std::string describe_element(const char* tensor, const std::string& where, double x, double ref) {
+  std::ostringstream out;
+  out.precision(7);
+  out << tensor << "[" << where << "] = " << x << " but the reference is " << ref;
+  return out.str();
+}
+
+}  // namespace
+
+Deviation deviation(const Problem& p, const AttentionOutputs& out, const ReferenceResult& ref) {
+  Deviation result;
+  const int64_t d = p.head_dim;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t i = 0; i < p.seqlen_q; ++i)
+      for (int64_t h = 0; h < p.heads_q; ++h) {
+        const int64_t base = bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
+        for (int64_t c = 0; c < d; ++c) {
+          const double err = element_error(out.o.data[base + c], ref.o[base + c]);
+          if (err > result.max_err_o || (std::isinf(err) && result.worst_o.empty())) {
+            result.max_err_o = err;
+            result.worst_o = describe_element("O",
+                                              "b=" + std::to_string(b) + ", i=" + std::to_string(i) +
+                                                  ", h=" + std::to_string(h) + ", c=" + std::to_string(c),
+                                              out.o.data[base + c], ref.o[base + c]);
+          }
+        }
+      }
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        const int64_t index = (b * p.heads_q + h) * p.seqlen_q + i;
+        const double err = element_error(out.lse.data[index], ref.lse[index]);
+        if (err > result.max_err_lse || (std::isinf(err) && result.worst_lse.empty())) {
+          result.max_err_lse = err;
+          result.worst_lse = describe_element(
+              "LSE", "b=" + std::to_string(b) + ", h=" + std::to_string(h) + ", i=" + std::to_string(i),
+              out.lse.data[index], ref.lse[index]);
+        }
+      }
+  return result;
+}
+
+AttentionOutputs baseline_attention(const Problem& p, const AttentionInputs& in, DType dtype, bool rounds_p) {
+  if (dtype == DType::e4m3) fail("dtype e4m3 has no naive baseline yet");
+  const Visibility visibility(p);
+  const int64_t d = p.head_dim;
+  const float scale = static_cast<float>(p.softmax_scale());
+  AttentionOutputs out = AttentionOutputs::poisoned(p);
+  auto rounded = [dtype](float x) { return round_to(dtype, x); };
+
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      const int64_t hk = p.kv_head(h);
+      std::vector<float> s(static_cast<size_t>(p.seqlen_k));
+      std::vector<float> acc(static_cast<size_t>(d));
+      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        const float* q = in.q_row(p, b, i, h);
+        float row_max = -INFINITY;
+        for (int64_t j = 0; j < p.seqlen_k; ++j) {
+          if (!visibility.visible(b, i, j)) {
+            s[j] = -INFINITY;
+            continue;
+          }
+          const float* k = in.k_row(p, b, j, hk);
+          float dot = 0.0f;
+          for (int64_t c = 0; c < d; ++c) dot += rounded(q[c]) * rounded(k[c]);
+          s[j] = dot * scale;
+          row_max = std::isnan(s[j]) ? s[j] : std::max(row_max, s[j]);
+        }
+        float* o = out.o_row(p, b, i, h);
+        if (row_max == -INFINITY) {  // fully masked row
+          for (int64_t c = 0; c < d; ++c) o[c] = 0.0f;
+          out.lse_at(p, b, h, i) = -INFINITY;
+          continue;
+        }
+        float row_sum = 0.0f;
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t j = 0; j < p.seqlen_k; ++j) {
+          if (s[j] == -INFINITY) continue;
+          const float weight = std::exp(s[j] - row_max);
+          row_sum += weight;
+          const float p_used = rounds_p ? rounded(weight) : weight;
+          const float* v = in.v_row(p, b, j, hk);
+          for (int64_t c = 0; c < d; ++c) acc[c] += p_used * rounded(v[c]);
+        }
+        for (int64_t c = 0; c < d; ++c) o[c] = rounded(acc[c] / row_sum);
+        out.lse_at(p, b, h, i) = row_max + std::log(row_sum);
+      }
+    }
+  return out;
+}
+
+Tolerance tolerance_from_baseline(DType dtype, const Deviation& baseline) {
+  const double floor = tolerance_floor(dtype);
+  return {2.0 * baseline.max_err_o + floor, 2.0 * baseline.max_err_lse + floor};
+}
+
+Verdict judge(const Problem& p, const AttentionOutputs& out, const ReferenceResult& ref,
+              const Tolerance& tol) {
+  return {deviation(p, out, ref), tol};
+}
+
+std::string Verdict::explain() const {
+  std::ostringstream text;
+  text.precision(3);
+  text << "max error O " << deviation.max_err_o << " (tolerance " << tolerance.o << "), LSE "
+       << deviation.max_err_lse << " (tolerance " << tolerance.lse << ")";
+  if (deviation.max_err_o > tolerance.o) text << "\n  worst: " << deviation.worst_o;
+  if (deviation.max_err_lse > tolerance.lse) text << "\n  worst: " << deviation.worst_lse;
+  return text.str();
+}
+
+}  // namespace flashlab

@@ -1,0 +1,170 @@
+// The naive stage: attention as it is written before FlashAttention (docs/01-softmax.md).
+//
+//   naive/three_pass      S = scale QK^T and P = softmax(S) materialized, three-pass safe softmax, then O =
+//   PV naive/online_softmax  the same, with the online normalizer (two passes over S instead of three)
+//   naive/one_pass        no S at all: one pass over the keys per query row with a running max, sum and
+//   output naive/standard_gemm   what a practitioner writes first: Eigen GEMMs for QK^T and PV, S
+//   materialized
+#include <omp.h>
+#include <unistd.h>
+
+#include <Eigen/Dense>
+#include <span>
+#include <vector>
+
+#include "common/mask.hpp"
+#include "common/registry.hpp"
+#include "common/softmax_state.hpp"
+#include "naive/softmax.hpp"
+
+namespace flashlab::naive {
+
+namespace {
+
+using RowSoftmax = float (*)(std::span<const float>, std::span<float>);
+
+// Standard attention (FA1 paper, Algorithm 0): S and P are full seqlen_q x seqlen_k matrices per (batch,
+// head).
+template <RowSoftmax row_softmax>
+void materialized_attention(const Problem& p, const AttentionInputs& in, AttentionOutputs& out) {
+  const Visibility visibility(p);
+  const int64_t sq = p.seqlen_q, sk = p.seqlen_k, d = p.head_dim;
+  const float scale = static_cast<float>(p.softmax_scale());
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      const int64_t hk = p.kv_head(h);
+      std::vector<float> S(static_cast<size_t>(sq * sk)), P(static_cast<size_t>(sq * sk));
+      for (int64_t i = 0; i < sq; ++i) {  // S = scale * Q K^T, -inf where masked
+        const float* q = in.q_row(p, b, i, h);
+        for (int64_t j = 0; j < sk; ++j) {
+          float dot = 0.0f;
+          const float* k = in.k_row(p, b, j, hk);
+#pragma omp simd reduction(+ : dot)
+          for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
+          S[i * sk + j] = visibility.visible(b, i, j) ? dot * scale : -INFINITY;
+        }
+      }
+      for (int64_t i = 0; i < sq; ++i)  // P = softmax(S), row by row
+        out.lse_at(p, b, h, i) = row_softmax({&S[i * sk], size_t(sk)}, {&P[i * sk], size_t(sk)});
+      for (int64_t i = 0; i < sq; ++i) {  // O = P V
+        float* o = out.o_row(p, b, i, h);
+        std::fill(o, o + d, 0.0f);
+        for (int64_t j = 0; j < sk; ++j) {
+          const float weight = P[i * sk + j];
+          if (weight == 0.0f) continue;  // masked key: it takes no part (a NaN in its V must not leak in)
+          const float* v = in.v_row(p, b, j, hk);
+          for (int64_t c = 0; c < d; ++c) o[c] += weight * v[c];
+        }
+      }
+    }
+  }
+}
+
+// One pass per query row (the recurrence FlashAttention tiles): for each visible key j,
+//   m' = max(m, s_j),  l' = l exp(m - m') + exp(s_j - m'),  acc' = acc exp(m - m') + exp(s_j - m') v_j,
+// then O = acc / l and LSE = m + log l. State: O(head_dim) per row, no S.
+void one_pass_attention(const Problem& p, const AttentionInputs& in, AttentionOutputs& out) {
+  const Visibility visibility(p);
+  const int64_t d = p.head_dim;
+  const float scale = static_cast<float>(p.softmax_scale());
+#pragma omp parallel for collapse(3) schedule(dynamic, 16)
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        const int64_t hk = p.kv_head(h);
+        const float* q = in.q_row(p, b, i, h);
+        std::vector<float> acc(static_cast<size_t>(d), 0.0f);
+        SoftmaxState<float> state;
+        const KeyRange keys = visibility.key_range(b, i);
+        for (int64_t j = keys.begin; j < keys.end; ++j) {
+          if (!visibility.mask_allows(i, j)) continue;
+          const float* k = in.k_row(p, b, j, hk);
+          float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
+          state.push(dot * scale, in.v_row(p, b, j, hk), acc.data(), d);
+        }
+        state.finalize(acc.data(), out.o_row(p, b, i, h), d);
+        out.lse_at(p, b, h, i) = state.lse();
+      }
+    }
+  }
+}
+
+// Eigen GEMMs over strided views of the BSHD tensors: S = scale Q K^T, mask, row softmax, O = P V.
+void standard_gemm_attention(const Problem& p, const AttentionInputs& in, AttentionOutputs& out) {
+  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using ConstView = Eigen::Map<const Matrix, 0, Eigen::OuterStride<>>;
+  using View = Eigen::Map<Matrix, 0, Eigen::OuterStride<>>;
+  const Visibility visibility(p);
+  const int64_t sq = p.seqlen_q, sk = p.seqlen_k, d = p.head_dim;
+  const float scale = static_cast<float>(p.softmax_scale());
+  // Parallel over (batch, head) when there are enough of them; otherwise Eigen parallelizes each GEMM itself.
+  const bool outer_parallel = p.batch * p.heads_q >= omp_get_max_threads();
+#pragma omp parallel for collapse(2) schedule(dynamic) if (outer_parallel)
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      const int64_t hk = p.kv_head(h);
+      const ConstView Q(in.q_row(p, b, 0, h), sq, d, Eigen::OuterStride<>(p.heads_q * d));
+      const ConstView K(in.k_row(p, b, 0, hk), sk, d, Eigen::OuterStride<>(p.heads_kv * d));
+      const ConstView V(in.v_row(p, b, 0, hk), sk, d, Eigen::OuterStride<>(p.heads_kv * d));
+      View O(out.o_row(p, b, 0, h), sq, d, Eigen::OuterStride<>(p.heads_q * d));
+      Matrix S = scale * (Q * K.transpose());
+      for (int64_t i = 0; i < sq; ++i) {
+        for (int64_t j = 0; j < sk; ++j)
+          if (!visibility.visible(b, i, j)) S(i, j) = -INFINITY;
+        out.lse_at(p, b, h, i) = softmax_three_pass({&S(i, 0), size_t(sk)}, {&S(i, 0), size_t(sk)});
+      }
+      O.noalias() = S * V;
+    }
+  }
+}
+
+// The materialized stages hold S (and P) for one (batch, head) per thread: refuse sizes that would not fit in
+// memory.
+std::string fits_in_memory(const Problem& p, int matrices) {
+  const double bytes = 4.0 * matrices * static_cast<double>(p.seqlen_q) * static_cast<double>(p.seqlen_k) *
+                       std::min<int64_t>(omp_get_max_threads(), p.batch * p.heads_q);
+  const double physical =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (bytes <= 0.5 * physical) return "";
+  return "seqlen_q x seqlen_k (" + std::to_string(p.seqlen_q) + " x " + std::to_string(p.seqlen_k) +
+         ") materialized per thread needs " + std::to_string(static_cast<int64_t>(bytes / (1 << 20))) +
+         " MiB, more than half this machine's memory";
+}
+
+const Registration three_pass{{
+    .name = "naive/three_pass",
+    .summary = "standard attention: S and P materialized, three-pass safe softmax",
+    .constraints = "any shape, every mask; O(seqlen_q x seqlen_k) memory per head",
+    .supports = [](const Problem& p) { return fits_in_memory(p, 2); },
+    .forward = materialized_attention<softmax_three_pass>,
+}};
+
+const Registration online_softmax{{
+    .name = "naive/online_softmax",
+    .summary = "S materialized, online-normalizer softmax (two passes instead of three)",
+    .constraints = "any shape, every mask; O(seqlen_q x seqlen_k) memory per head",
+    .supports = [](const Problem& p) { return fits_in_memory(p, 2); },
+    .forward = materialized_attention<softmax_online>,
+}};
+
+const Registration one_pass{{
+    .name = "naive/one_pass",
+    .summary = "no S: one pass over the keys per row with running max, sum and output",
+    .constraints = "any shape, every mask; O(head_dim) state per row",
+    .forward = one_pass_attention,
+}};
+
+const Registration standard_gemm{{
+    .name = "naive/standard_gemm",
+    .summary = "Eigen GEMMs for QK^T and PV around a row softmax: the practitioner's baseline",
+    .constraints = "any shape, every mask; O(seqlen_q x seqlen_k) memory per head",
+    .supports = [](const Problem& p) { return fits_in_memory(p, 1); },
+    .forward = standard_gemm_attention,
+}};
+
+}  // namespace
+
+}  // namespace flashlab::naive

@@ -1,0 +1,44 @@
+// Softmax on a vector, two ways (docs/01-softmax.md). Both return the log-sum-exp log(sum_j exp(x_j)) and
+// write y = softmax(x); an all -inf input (every key masked) gives y = 0 and returns -inf.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+
+#include "common/softmax_state.hpp"
+
+namespace flashlab::naive {
+
+// Three-pass safe softmax: (1) m = max_j x_j, (2) l = sum_j exp(x_j - m), (3) y_j = exp(x_j - m) / l.
+// Subtracting m keeps every exponent <= 0, so exp never overflows (docs/01-softmax.md, "Why the max").
+inline float softmax_three_pass(std::span<const float> x, std::span<float> y) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (float value : x) m = std::isnan(value) ? value : std::max(m, value);  // pass 1: a NaN poisons the row
+  if (m == -std::numeric_limits<float>::infinity()) {  // every entry masked: an empty sum, not 0/0
+    for (float& out : y) out = 0.0f;
+    return m;
+  }
+  float l = 0.0f;
+  for (float value : x) l += std::exp(value - m);  // pass 2
+  const float inverse = 1.0f / l;
+  for (size_t j = 0; j < x.size(); ++j) y[j] = std::exp(x[j] - m) * inverse;  // pass 3
+  return m + std::log(l);
+}
+
+// Online normalizer (Milakov & Gimelshein 2018): one pass keeps the running max m and the running sum l,
+// rescaling l by exp(m_old - m_new) whenever the max grows (the shared SoftmaxState), then one pass
+// normalizes.
+inline float softmax_online(std::span<const float> x, std::span<float> y) {
+  SoftmaxState<float> state;
+  for (float value : x) {  // pass 1: m and l together
+    state.raise_max(value);
+    state.add(state.weight(value));
+  }
+  const float inverse = state.row_sum == 0.0f ? 0.0f : 1.0f / state.row_sum;
+  for (size_t j = 0; j < x.size(); ++j) y[j] = state.weight(x[j]) * inverse;  // pass 2
+  return state.lse();
+}
+
+}  // namespace flashlab::naive

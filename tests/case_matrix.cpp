@@ -1,0 +1,123 @@
+#include "tests/case_matrix.hpp"
+
+#include <memory>
+
+namespace flashlab::testing {
+
+std::vector<uint8_t> tree_mask(int64_t seqlen_q, int64_t prefix, uint64_t seed) {
+  Random random(seed);
+  const int64_t seqlen_k = prefix + seqlen_q;
+  std::vector<int64_t> parent(static_cast<size_t>(seqlen_q), -1);
+  for (int64_t t = 1; t < seqlen_q; ++t)
+    parent[t] = static_cast<int64_t>(random.next() % t);  // a random tree
+  std::vector<uint8_t> mask(static_cast<size_t>(seqlen_q * seqlen_k), 0);
+  for (int64_t i = 0; i < seqlen_q; ++i) {
+    for (int64_t j = 0; j < prefix; ++j) mask[i * seqlen_k + j] = 1;
+    for (int64_t node = i; node >= 0; node = parent[node]) mask[i * seqlen_k + prefix + node] = 1;
+  }
+  return mask;
+}
+
+namespace {
+
+Problem shape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_k,
+              int64_t head_dim) {
+  Problem p;
+  p.batch = batch;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.head_dim = head_dim;
+  return p;
+}
+
+Problem causal(Problem p) {
+  p.causal = true;
+  return p;
+}
+
+Problem window(Problem p, int64_t left, int64_t right) {
+  p.window_left = left;
+  p.window_right = right;
+  return p;
+}
+
+Problem padded(Problem p, std::vector<int64_t> seqlens_q, std::vector<int64_t> seqlens_k) {
+  p.seqlens_q = std::move(seqlens_q);
+  p.seqlens_k = std::move(seqlens_k);
+  return p;
+}
+
+std::vector<Case> build_matrix() {
+  std::vector<Case> cases;
+  auto add = [&](std::string name, Problem p, Distribution distribution = Distribution::normal) {
+    cases.push_back({std::move(name), std::move(p), distribution, 1000 + cases.size()});
+  };
+  // Sizes
+  add("seqlen 1", shape(1, 1, 1, 1, 1, 64));
+  add("seqlen_k 0: every row fully masked", shape(1, 2, 2, 5, 0, 64));
+  add("awkward lengths 97 x 113", shape(2, 3, 3, 97, 113, 64));
+  add("awkward lengths 203 x 203", shape(1, 2, 2, 203, 203, 128));
+  add("awkward lengths 1023 x 1025", shape(1, 1, 1, 1023, 1025, 64));
+  add("awkward lengths 1025 x 1023, causal", causal(shape(1, 1, 1, 1025, 1023, 64)));
+  add("single query row, long keys", shape(2, 4, 4, 1, 1025, 128));
+  add("decode rows 4 x 333, causal", causal(shape(2, 4, 4, 4, 333, 64)));
+  // Head dims
+  for (int64_t d : {1, 32, 59, 80, 111, 256}) add("head_dim " + std::to_string(d), shape(1, 2, 2, 67, 75, d));
+  add("head_dim 128 causal", causal(shape(1, 2, 2, 130, 130, 128)));
+  add("head_dim 256 causal", causal(shape(1, 2, 2, 96, 160, 256)));
+  // Causal with unequal lengths (bottom-right alignment)
+  add("causal, seqlen_q < seqlen_k", causal(shape(2, 2, 2, 97, 203, 64)));
+  add("causal, seqlen_q > seqlen_k: first rows fully masked", causal(shape(2, 2, 2, 203, 97, 64)));
+  add("causal, square", causal(shape(1, 2, 2, 113, 113, 32)));
+  // GQA / MQA
+  add("GQA 6 query heads / 2 kv heads", shape(2, 6, 2, 77, 91, 64));
+  add("MQA 4 query heads / 1 kv head, causal", causal(shape(1, 4, 1, 129, 129, 128)));
+  add("GQA 8/2 decode, causal", causal(shape(1, 8, 2, 3, 517, 128)));
+  // Sliding windows
+  add("window (16, 0)", window(shape(1, 2, 2, 150, 150, 64), 16, 0));
+  add("window (32, 8), seqlen_q < seqlen_k", window(shape(1, 2, 2, 100, 170, 64), 32, 8));
+  add("window (-1, 5)", window(shape(1, 2, 2, 90, 90, 32), -1, 5));
+  add("window (0, 0): diagonal only", window(shape(1, 1, 1, 40, 40, 64), 0, 0));
+  add("window (10, 10) + causal", causal(window(shape(1, 2, 2, 120, 120, 64), 10, 10)));
+  add("window (3, 2), seqlen_q > seqlen_k: rows outside the band", window(shape(1, 2, 2, 80, 20, 64), 3, 2));
+  // Padding (per-batch lengths), including 0
+  add("padding: ragged lengths including 0", padded(shape(3, 2, 2, 97, 113, 64), {97, 0, 50}, {60, 113, 0}));
+  add("padding + causal", causal(padded(shape(3, 2, 1, 64, 96, 64), {64, 31, 5}, {96, 17, 40})));
+  add("padding + window + GQA", window(padded(shape(2, 4, 2, 70, 70, 32), {70, 41}, {33, 70}), 8, 4));
+  // Explicit masks
+  {
+    Problem p = shape(2, 2, 2, 16, 48, 64);
+    p.mask = std::make_shared<const std::vector<uint8_t>>(tree_mask(16, 32, 7));
+    add("tree mask (speculative decoding): 32 prefix + 16 draft tokens", p);
+  }
+  {
+    Problem p = causal(shape(1, 2, 2, 37, 53, 64));
+    Random random(11);
+    auto mask = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(37 * 53));
+    for (auto& entry : *mask) entry = random.uniform() < 0.6;
+    for (int64_t j = 0; j < 53; ++j) (*mask)[5 * 53 + j] = 0;  // row 5: fully masked by the mask alone
+    p.mask = std::move(mask);
+    add("random mask + causal, one row fully masked", p);
+  }
+  // Value distributions
+  add("large magnitude: scores ~ 1e4", shape(1, 2, 2, 97, 97, 64), Distribution::large);
+  add("large magnitude, causal", causal(shape(1, 2, 2, 64, 128, 128)), Distribution::large);
+  add("0.1% outliers", shape(1, 2, 2, 256, 256, 128), Distribution::outliers);
+  {
+    Problem p = shape(1, 2, 2, 32, 40, 64);
+    p.scale = 0.5;
+    add("explicit scale 0.5", p);
+  }
+  return cases;
+}
+
+}  // namespace
+
+const std::vector<Case>& case_matrix() {
+  static const std::vector<Case> cases = build_matrix();
+  return cases;
+}
+
+}  // namespace flashlab::testing

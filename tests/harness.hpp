@@ -1,0 +1,31 @@
+// Helpers the harness's test files share: which implementations to test, and cached references per case.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/reference.hpp"
+#include "common/registry.hpp"
+#include "common/tolerance.hpp"
+#include "tests/case_matrix.hpp"
+
+namespace flashlab::testing {
+
+// The implementations selected by the FLASHLAB_IMPL environment variable (a regular expression searched in
+// the name; unset = all of them).
+std::vector<const Implementation*> selected_implementations();
+
+// A case's inputs (rounded to `dtype`), its fp64 reference and its baseline tolerances, computed once.
+struct PreparedCase {
+  Problem problem;
+  AttentionInputs inputs;
+  ReferenceResult reference;
+  Tolerance tolerance(bool rounds_p);  // from baseline_attention at problem.dtype, cached
+
+ private:
+  std::map<bool, Tolerance> tolerances_;
+};
+PreparedCase prepare(const Case& test_case, DType dtype);
+
+}  // namespace flashlab::testing

@@ -1,0 +1,180 @@
+// Properties every implementation must have beyond matching the reference: shift invariance, joint key/value
+// permutation invariance, agreement between stages; and the harness's own guards (poisoned outputs are
+// caught, unsupported problems are refused with a reason).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <numeric>
+#include <optional>
+
+#include "common/error.hpp"
+#include "tests/harness.hpp"
+
+namespace flashlab::testing {
+
+namespace {
+
+// Inputs on a coarse grid (multiples of 1/8 in [-4, 4]) so that adding small integers to them stays exact in
+// every dtype down to bf16: the shifted problem then differs from the original by the shift alone.
+PreparedCase grid_case(Problem problem, DType dtype, uint64_t seed) {
+  problem.dtype = dtype;
+  PreparedCase prepared;
+  prepared.problem = problem;
+  prepared.inputs = random_inputs(problem, Distribution::normal, seed);
+  for (HostTensor* tensor : {&prepared.inputs.q, &prepared.inputs.k, &prepared.inputs.v})
+    for (float& x : tensor->data) x = std::clamp(std::round(x * 8.0f) / 8.0f, -4.0f, 4.0f);
+  prepared.reference = reference_attention(problem, prepared.inputs);
+  return prepared;
+}
+
+// The first dtype the implementation offers when it can run `problem` here, else nothing.
+std::optional<DType> runnable_dtype(const Implementation& impl, Problem problem) {
+  for (DType dtype : impl.dtypes) {
+    problem.dtype = dtype;
+    if (dtype != DType::e4m3 && why_cannot_run(impl, problem).empty()) return dtype;
+  }
+  return std::nullopt;
+}
+
+Problem property_problem(bool causal) {
+  Problem p;
+  p.batch = 2;
+  p.heads_q = 4;
+  p.heads_kv = 2;
+  p.seqlen_q = 45;
+  p.seqlen_k = 77;
+  p.head_dim = 32;
+  p.causal = causal;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("adding a constant to every score of a row leaves O unchanged and shifts LSE by it") {
+  // Adding one vector u to every key adds c_i = scale * (q_i . u) to every score of row i: softmax does not
+  // change, and log-sum-exp grows by c_i.
+  for (const Implementation* impl : selected_implementations()) {
+    const Problem p = property_problem(true);
+    const auto dtype = runnable_dtype(*impl, p);
+    if (!dtype) continue;
+    PreparedCase original = grid_case(p, *dtype, 21);
+    const Tolerance tol = original.tolerance(impl->rounds_p);
+    AttentionInputs shifted = original.inputs;
+    Random random(5);
+    std::vector<float> u(static_cast<size_t>(p.head_dim));
+    for (float& x : u) x = static_cast<float>(static_cast<int>(random.next() % 7) - 3);
+    for (int64_t row = 0; row < p.batch * p.seqlen_k * p.heads_kv; ++row)
+      for (int64_t c = 0; c < p.head_dim; ++c) shifted.k.data[row * p.head_dim + c] += u[c];
+
+    AttentionOutputs out = run_forward(*impl, original.problem, shifted);
+    for (int64_t b = 0; b < p.batch;
+         ++b)  // undo the known shift of LSE, then compare with the unshifted truth
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t i = 0; i < p.seqlen_q; ++i) {
+          double shift = 0.0;
+          const float* q = original.inputs.q_row(p, b, i, h);
+          for (int64_t c = 0; c < p.head_dim; ++c) shift += static_cast<double>(q[c]) * u[c];
+          out.lse_at(p, b, h, i) -= static_cast<float>(shift * p.softmax_scale());
+        }
+    const Verdict verdict = judge(original.problem, out, original.reference, tol);
+    INFO(impl->name, ": ", verdict.explain());
+    CHECK(verdict.passed());
+  }
+}
+
+TEST_CASE("permuting keys and values together leaves the output unchanged") {
+  for (const Implementation* impl : selected_implementations()) {
+    const Problem p = property_problem(false);  // no positional mask: key order must not matter
+    const auto dtype = runnable_dtype(*impl, p);
+    if (!dtype) continue;
+    PreparedCase original = grid_case(p, *dtype, 22);
+    const Tolerance tol = original.tolerance(impl->rounds_p);
+    std::vector<int64_t> order(static_cast<size_t>(p.seqlen_k));
+    std::iota(order.begin(), order.end(), 0);
+    Random random(9);
+    for (int64_t j = p.seqlen_k - 1; j > 0; --j) std::swap(order[j], order[random.next() % (j + 1)]);
+    AttentionInputs permuted = original.inputs;
+    const int64_t row = p.heads_kv * p.head_dim;  // one token's K (or V) across kv heads
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t j = 0; j < p.seqlen_k; ++j)
+        for (int64_t e = 0; e < row; ++e) {
+          const int64_t to = (b * p.seqlen_k + j) * row + e, from = (b * p.seqlen_k + order[j]) * row + e;
+          permuted.k.data[to] = original.inputs.k.data[from];
+          permuted.v.data[to] = original.inputs.v.data[from];
+        }
+    const AttentionOutputs out = run_forward(*impl, original.problem, permuted);
+    const Verdict verdict = judge(original.problem, out, original.reference, tol);
+    INFO(impl->name, ": ", verdict.explain());
+    CHECK(verdict.passed());
+  }
+}
+
+TEST_CASE("every stage agrees with every other on the same inputs") {
+  // Two implementations at the same dtype may each be off by their tolerance, so together by the sum.
+  for (bool causal : {false, true}) {
+    Problem p = property_problem(causal);
+    p.seqlens_k = {77, 30};
+    std::map<DType, std::vector<std::pair<const Implementation*, AttentionOutputs>>> by_dtype;
+    std::map<DType, PreparedCase> prepared;
+    for (const Implementation* impl : selected_implementations()) {
+      const auto dtype = runnable_dtype(*impl, p);
+      if (!dtype) continue;
+      if (!prepared.count(*dtype)) prepared.emplace(*dtype, grid_case(p, *dtype, 23));
+      PreparedCase& c = prepared.at(*dtype);
+      by_dtype[*dtype].emplace_back(impl, run_forward(*impl, c.problem, c.inputs));
+    }
+    for (auto& [dtype, runs] : by_dtype) {
+      PreparedCase& c = prepared.at(dtype);
+      for (size_t a = 0; a < runs.size(); ++a)
+        for (size_t b = a + 1; b < runs.size(); ++b) {
+          // Compare b against a's output as if it were the reference.
+          ReferenceResult as_reference{{runs[a].second.o.data.begin(), runs[a].second.o.data.end()},
+                                       {runs[a].second.lse.data.begin(), runs[a].second.lse.data.end()}};
+          const Tolerance ta = c.tolerance(runs[a].first->rounds_p),
+                          tb = c.tolerance(runs[b].first->rounds_p);
+          const Verdict verdict =
+              judge(c.problem, runs[b].second, as_reference, {ta.o + tb.o, ta.lse + tb.lse});
+          INFO(runs[a].first->name, " vs ", runs[b].first->name, " [", to_string(dtype),
+               "]: ", verdict.explain());
+          CHECK(verdict.passed());
+        }
+    }
+  }
+}
+
+TEST_CASE("an output element left unwritten fails the check (outputs are poisoned)") {
+  Implementation lazy{.name = "test/lazy", .summary = "writes everything but one element"};
+  const Implementation* honest = find_implementation("naive/one_pass");
+  REQUIRE(honest != nullptr);
+  lazy.forward = [honest](const Problem& p, const AttentionInputs& in, AttentionOutputs& out) {
+    AttentionOutputs full = AttentionOutputs::poisoned(p);
+    honest->forward(p, in, full);
+    const float skipped_o = out.o.data[7], skipped_lse = out.lse.data[3];
+    out = full;
+    out.o.data[7] = skipped_o;  // the poison (NaN) stays in these two places
+    out.lse.data[3] = skipped_lse;
+  };
+  const Problem p = property_problem(false);
+  PreparedCase c = grid_case(p, DType::f32, 24);
+  const AttentionOutputs out = run_forward(lazy, c.problem, c.inputs);
+  CHECK(std::isnan(out.o.data[7]));
+  CHECK_FALSE(judge(c.problem, out, c.reference, c.tolerance(false)).passed());
+}
+
+TEST_CASE("an implementation refuses what it does not support, with a reason") {
+  Implementation picky{.name = "test/picky", .summary = "head_dim 64 only"};
+  picky.supports = [](const Problem& p) {
+    return p.head_dim == 64 ? std::string() : "head_dim (" + std::to_string(p.head_dim) + ") must be 64";
+  };
+  picky.forward = [](const Problem&, const AttentionInputs&, AttentionOutputs&) {};
+  Problem p = property_problem(false);
+  CHECK(why_cannot_run(picky, p) == "head_dim (32) must be 64");
+  const AttentionInputs in = random_inputs(p, Distribution::normal, 1);
+  CHECK_THROWS_WITH_AS(run_forward(picky, p, in),
+                       "test/picky cannot run this problem: head_dim (32) must be 64", Error);
+  p.dtype = DType::bf16;
+  p.head_dim = 64;
+  CHECK(why_cannot_run(picky, p) == "dtype bf16 is not offered (f32)");
+}
+
+}  // namespace flashlab::testing

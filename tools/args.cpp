@@ -1,0 +1,184 @@
+#include "tools/args.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+
+#include "common/error.hpp"
+#include "common/npy.hpp"
+
+namespace flashlab::cli {
+
+Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& valued,
+           const std::set<std::string>& switches) {
+  for (size_t a = 0; a < argv.size(); ++a) {
+    const std::string& word = argv[a];
+    if (word.rfind("--", 0) != 0 || word == "--") {
+      positional_.push_back(word);
+      continue;
+    }
+    std::string name = word, value;
+    bool inline_value = false;
+    if (const size_t eq = word.find('='); eq != std::string::npos) {
+      name = word.substr(0, eq);
+      value = word.substr(eq + 1);
+      inline_value = true;
+    }
+    if (switches.count(name)) {
+      if (inline_value) fail(name, " takes no value");
+      values_[name] = "1";
+    } else if (valued.count(name)) {
+      if (!inline_value) {
+        if (a + 1 >= argv.size()) fail(name, " needs a value");
+        value = argv[++a];
+      }
+      values_[name] = value;
+    } else {
+      fail("unknown flag ", name, " (see flashlab help)");
+    }
+  }
+}
+
+std::optional<std::string> Args::get(const std::string& flag) const {
+  const auto found = values_.find(flag);
+  if (found == values_.end()) return std::nullopt;
+  return found->second;
+}
+
+int64_t Args::get_int(const std::string& flag, int64_t fallback) const {
+  const auto text = get(flag);
+  if (!text) return fallback;
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(*text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text->empty() || used != text->size()) fail(flag, " '", *text, "' is not an integer");
+  return value;
+}
+
+double Args::get_double(const std::string& flag, double fallback) const {
+  const auto text = get(flag);
+  if (!text) return fallback;
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(*text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text->empty() || used != text->size() || !std::isfinite(value))
+    fail(flag, " '", *text, "' is not a finite number");
+  return value;
+}
+
+std::set<std::string> problem_flags() {
+  return {"--batch",     "--heads",       "--kv-heads",     "--seqlen-q",     "--seqlen-k",  "--head-dim",
+          "--scale",     "--window-left", "--window-right", "--seqlens-q",    "--seqlens-k", "--mask",
+          "--page-size", "--dtype",       "--seed",         "--distribution", "--q",         "--k",
+          "--v"};
+}
+
+std::set<std::string> problem_switches() {
+  return {"--causal"};
+}
+
+namespace {
+
+// Copies a .npy array into `tensor`, whose shape the problem fixed: refuses any other shape.
+void load_tensor(const NpyArray& array, const std::string& flag, const std::string& path, HostTensor& tensor,
+                 const char* layout) {
+  if (array.dtype == "|b1") fail(flag, ": ", path, ": dtype bool is not supported here (float32 or float64)");
+  if (array.shape != tensor.shape) {
+    auto text = [](const std::vector<int64_t>& shape) {
+      std::string out = "[";
+      for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+      return out + "]";
+    };
+    fail(flag, ": ", path, ": shape ", text(array.shape), " does not match ", layout, " = ",
+         text(tensor.shape));
+  }
+  for (size_t i = 0; i < array.values.size(); ++i) tensor.data[i] = static_cast<float>(array.values[i]);
+}
+
+}  // namespace
+
+ProblemSetup problem_from_args(const Args& args) {
+  ProblemSetup setup;
+  Problem& p = setup.problem;
+  const int files = args.has("--q") + args.has("--k") + args.has("--v");
+  if (files != 0 && files != 3) fail("--q, --k and --v must be given together");
+  std::optional<NpyArray> q, k, v;
+  if (files == 3) {
+    q = read_npy(*args.get("--q"), "--q");
+    k = read_npy(*args.get("--k"), "--k");
+    v = read_npy(*args.get("--v"), "--v");
+    if (q->shape.size() != 4)
+      fail("--q: ", *args.get("--q"), ": must be 4-D [batch, seqlen_q, heads, head_dim]");
+    if (k->shape.size() != 4)
+      fail("--k: ", *args.get("--k"), ": must be 4-D [batch, seqlen_k, kv_heads, head_dim]");
+    // The files define the sizes; a size flag given as well must agree.
+    auto agree = [&](const char* flag, int64_t from_file) {
+      if (args.has(flag) && args.get_int(flag, 0) != from_file)
+        fail(flag, " (", args.get_int(flag, 0), ") does not match the input files (", from_file, ")");
+      return from_file;
+    };
+    p.batch = agree("--batch", q->shape[0]);
+    p.seqlen_q = agree("--seqlen-q", q->shape[1]);
+    p.heads_q = agree("--heads", q->shape[2]);
+    p.head_dim = agree("--head-dim", q->shape[3]);
+    p.seqlen_k = agree("--seqlen-k", k->shape[1]);
+    p.heads_kv = agree("--kv-heads", k->shape[2]);
+  } else {
+    p.batch = args.get_int("--batch", 1);
+    p.heads_q = args.get_int("--heads", 8);
+    p.heads_kv = args.get_int("--kv-heads", p.heads_q);
+    p.seqlen_q = args.get_int("--seqlen-q", 1024);
+    p.seqlen_k = args.get_int("--seqlen-k", p.seqlen_q);
+    p.head_dim = args.get_int("--head-dim", 64);
+  }
+  if (args.has("--scale")) p.scale = args.get_double("--scale", 0.0);
+  p.causal = args.has("--causal");
+  p.window_left = args.get_int("--window-left", -1);
+  p.window_right = args.get_int("--window-right", -1);
+  if (auto text = args.get("--seqlens-q")) p.seqlens_q = parse_lengths(*text, "--seqlens-q");
+  if (auto text = args.get("--seqlens-k")) p.seqlens_k = parse_lengths(*text, "--seqlens-k");
+  p.page_size = args.get_int("--page-size", 0);
+  if (auto text = args.get("--dtype")) p.dtype = parse_dtype(*text);
+  // Sizes are checked before anything is allocated from them.
+  p.validate();
+  if (auto path = args.get("--mask")) {
+    const NpyArray mask = read_npy(*path, "--mask");
+    if (mask.shape != std::vector<int64_t>{p.seqlen_q, p.seqlen_k})
+      fail("--mask: ", *path, ": shape must be [seqlen_q, seqlen_k] = [", p.seqlen_q, ", ", p.seqlen_k, "]");
+    auto entries = std::make_shared<std::vector<uint8_t>>(mask.values.size());
+    for (size_t i = 0; i < entries->size(); ++i) (*entries)[i] = mask.values[i] != 0.0;
+    p.mask = std::move(entries);
+  }
+  p.validate();
+  // Refuse, rather than be killed by the kernel's OOM killer, when inputs and outputs alone exceed the memory
+  // here.
+  const double bytes = 4.0 * (2.0 * p.q_elements() + 2.0 * p.kv_elements() + p.lse_elements());
+  const double physical =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (bytes > 0.8 * physical)
+    fail("the problem's inputs and outputs need ", bytes / (1 << 30), " GiB but this machine has ",
+         physical / (1 << 30), " GiB (reduce --batch, --heads, --seqlen-q, --seqlen-k or --head-dim)");
+  if (files == 3) {
+    setup.inputs = empty_inputs(p);
+    load_tensor(*q, "--q", *args.get("--q"), setup.inputs.q, "[batch, seqlen_q, heads, head_dim]");
+    load_tensor(*k, "--k", *args.get("--k"), setup.inputs.k, "[batch, seqlen_k, kv_heads, head_dim]");
+    load_tensor(*v, "--v", *args.get("--v"), setup.inputs.v, "[batch, seqlen_k, kv_heads, head_dim]");
+    setup.input_source = *args.get("--q") + ", " + *args.get("--k") + ", " + *args.get("--v");
+  } else {
+    const Distribution distribution = parse_distribution(args.get("--distribution").value_or("normal"));
+    const int64_t seed = args.get_int("--seed", 0);
+    setup.inputs = random_inputs(p, distribution, static_cast<uint64_t>(seed));
+    setup.input_source = "random " + std::string(to_string(distribution)) + ", seed " + std::to_string(seed);
+  }
+  return setup;
+}
+
+}  // namespace flashlab::cli

@@ -1,0 +1,53 @@
+// Command-line parsing for the flashlab tool: flags, the shared problem flags, inputs from .npy or random.
+// Every mistake throws flashlab::Error with a one-line message naming the flag; main() turns it into exit
+// code 2.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/inputs.hpp"
+#include "common/problem.hpp"
+#include "common/tensor.hpp"
+
+namespace flashlab::cli {
+
+class Args {
+ public:
+  // `valued` flags take a value (--name V or --name=V); `switches` take none. Anything else is an error.
+  Args(const std::vector<std::string>& argv, const std::set<std::string>& valued,
+       const std::set<std::string>& switches);
+
+  bool has(const std::string& flag) const { return values_.count(flag) > 0; }
+  std::optional<std::string> get(const std::string& flag) const;
+  int64_t get_int(const std::string& flag, int64_t fallback) const;
+  double get_double(const std::string& flag, double fallback) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+// The problem flags of SPEC's tool contract (--batch --heads --kv-heads --seqlen-q --seqlen-k --head-dim
+// --scale
+// --causal --window-left --window-right --seqlens-q --seqlens-k --mask --page-size --dtype --seed) plus
+// --distribution; and --q/--k/--v for inputs.
+std::set<std::string> problem_flags();
+std::set<std::string> problem_switches();
+
+struct ProblemSetup {
+  Problem problem;
+  AttentionInputs inputs;
+  std::string input_source;  // "random normal, seed 0" or the .npy paths
+};
+
+// Builds and validates the problem; reads --q/--k/--v when given (their shapes then define the problem, and
+// any size flag given as well must agree), else draws seeded random inputs.
+ProblemSetup problem_from_args(const Args& args);
+
+}  // namespace flashlab::cli
