@@ -39,6 +39,18 @@ struct Implementation {
   // written entirely. GPU implementations copy to and from the device here (benchmarks time device pointers
   // separately).
   std::function<void(const Problem&, const AttentionInputs&, AttentionOutputs&)> forward;
+
+  // The memory-traffic model: bytes this implementation moves to and from main memory (HBM on a GPU) for a
+  // problem, e.g. materialized stages write and read S and P, tiled stages re-read K/V once per Q tile. Empty
+  // = unknown.
+  std::function<double(const Problem&)> bytes_moved;
+
+  // Optional backward pass: dQ, dK, dV from the inputs, the forward's O and LSE, and dO. Outputs arrive
+  // poisoned.
+  std::function<std::string(const Problem&)> supports_backward;  // "" when supported
+  std::function<void(const Problem&, const AttentionInputs&, const AttentionOutputs& forward,
+                     const HostTensor& d_out, AttentionGradients& gradients)>
+      backward;
 };
 
 // Adds an implementation at static-initialization time; a duplicate name aborts the program with a message.

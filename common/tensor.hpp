@@ -66,6 +66,20 @@ struct AttentionOutputs {
   }
 };
 
+// Gradients of a loss with respect to Q, K and V, in their layouts.
+struct AttentionGradients {
+  HostTensor dq;  // [batch, seqlen_q, heads_q, head_dim]
+  HostTensor dk;  // [batch, seqlen_k, heads_kv, head_dim]
+  HostTensor dv;  // [batch, seqlen_k, heads_kv, head_dim]
+
+  static AttentionGradients poisoned(const Problem& p) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    return {HostTensor({p.batch, p.seqlen_q, p.heads_q, p.head_dim}, nan),
+            HostTensor({p.batch, p.seqlen_k, p.heads_kv, p.head_dim}, nan),
+            HostTensor({p.batch, p.seqlen_k, p.heads_kv, p.head_dim}, nan)};
+  }
+};
+
 // Allocates zeroed inputs of the problem's shapes.
 inline AttentionInputs empty_inputs(const Problem& p) {
   return {HostTensor({p.batch, p.seqlen_q, p.heads_q, p.head_dim}),

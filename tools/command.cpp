@@ -1,0 +1,74 @@
+#include "tools/command.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "common/flops.hpp"
+#include "common/memory_meter.hpp"
+#include "common/timing.hpp"
+#include "tools/json.hpp"
+
+namespace flashlab::cli {
+
+namespace {
+std::vector<Command>& mutable_commands() {
+  static std::vector<Command> registry;
+  return registry;
+}
+}  // namespace
+
+CommandRegistration::CommandRegistration(Command command) {
+  auto& registry = mutable_commands();
+  const auto position =
+      std::lower_bound(registry.begin(), registry.end(), command.name,
+                       [](const Command& c, const std::string& name) { return c.name < name; });
+  registry.insert(position, std::move(command));
+}
+
+const std::vector<Command>& commands() {
+  return mutable_commands();
+}
+
+Measurement measure(const Implementation& impl, const Problem& p, const AttentionInputs& in, int repeats) {
+  Measurement m;
+  m.outputs = AttentionOutputs::poisoned(p);
+  memory_meter::reset_peak();
+  const int64_t before = memory_meter::in_use();
+  impl.forward(p, in, m.outputs);  // the checked run, which also warms up
+  if (memory_meter::active()) m.extra_bytes = memory_meter::peak() - before;
+  m.median_ms = 1e3 * median_seconds(repeats - 1, [&] {
+                  AttentionOutputs scratch = AttentionOutputs::poisoned(p);
+                  impl.forward(p, in, scratch);
+                });
+  return m;
+}
+
+// Writes progress to stderr when it is a terminal; erased by the next line.
+void progress(const std::string& text) {
+  static const bool terminal = isatty(STDERR_FILENO);
+  if (terminal) std::fprintf(stderr, "\r\033[K%s", text.c_str());
+}
+
+void problem_json(Json& json, const Problem& p, const std::string& source) {
+  json.key("problem").begin_object();
+  json.field("batch", p.batch).field("heads", p.heads_q).field("kv_heads", p.heads_kv);
+  json.field("seqlen_q", p.seqlen_q).field("seqlen_k", p.seqlen_k).field("head_dim", p.head_dim);
+  json.field("scale", p.softmax_scale()).field("causal", p.causal);
+  json.field("window_left", p.window_left).field("window_right", p.window_right);
+  json.field("padded", !p.seqlens_q.empty() || !p.seqlens_k.empty()).field("mask", p.mask != nullptr);
+  json.field("page_size", p.page_size).field("dtype", to_string(p.dtype)).field("inputs", source);
+  json.field("gflop", forward_flops(p) / 1e9);
+  json.end_object();
+}
+
+void machine_json(Json& json, const MachineCeilings& m) {
+  json.key("machine").begin_object();
+  json.field("cpu", m.cpu).field("threads", m.threads).field("vector_bits", m.vector_bits);
+  json.field("fma_gflops_1core", m.fma_gflops_1core).field("fma_gflops_all", m.fma_gflops_all);
+  json.field("copy_gbps", m.copy_gbps);
+  json.end_object();
+}
+
+}  // namespace flashlab::cli

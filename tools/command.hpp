@@ -1,0 +1,44 @@
+// The tool's commands. Each command registers itself from its own file (like implementations do), so adding
+// one needs no change to main(): `flashlab help` lists them all.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/machine.hpp"
+#include "common/problem.hpp"
+#include "common/registry.hpp"
+#include "common/tensor.hpp"
+
+namespace flashlab::cli {
+
+struct Command {
+  std::string name;   // the word after `flashlab`
+  std::string usage;  // one or more lines for `flashlab help`, e.g. "flashlab list [--json]"
+  std::function<int(const std::vector<std::string>& args)> run;  // returns the exit code
+};
+
+struct CommandRegistration {
+  explicit CommandRegistration(Command command);
+};
+
+const std::vector<Command>& commands();  // in registration order, by name
+
+// A timed, checked run of one implementation: the first run is checked and measured for extra memory, the
+// time is the median of `repeats` further runs.
+struct Measurement {
+  AttentionOutputs outputs;
+  double median_ms = 0;
+  int64_t extra_bytes = -1;  // peak heap above inputs and outputs; -1 when not measured
+};
+Measurement measure(const Implementation& impl, const Problem& p, const AttentionInputs& in, int repeats);
+
+// Writes a progress line to stderr when it is a terminal (erased by the next one; "" clears it).
+void progress(const std::string& text);
+
+class Json;
+void problem_json(Json& json, const Problem& p, const std::string& source);
+void machine_json(Json& json, const MachineCeilings& m);
+
+}  // namespace flashlab::cli

@@ -1,0 +1,245 @@
+// flashlab list, run and compare (SPEC "The tool": these names and flags are a contract).
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <optional>
+
+#include "common/error.hpp"
+#include "common/flops.hpp"
+#include "common/machine.hpp"
+#include "common/npy.hpp"
+#include "common/reference.hpp"
+#include "common/registry.hpp"
+#include "common/tolerance.hpp"
+#include "tools/args.hpp"
+#include "tools/command.hpp"
+#include "tools/json.hpp"
+
+namespace flashlab::cli {
+
+namespace {
+
+// ---- list
+// --------------------------------------------------------------------------------------------------------
+int list_command(const std::vector<std::string>& argv) {
+  const Args args(argv, {}, {"--json"});
+  if (!args.positional().empty()) fail("list takes no arguments (got '", args.positional()[0], "')");
+  auto dtypes = [](const Implementation& impl) {
+    std::string text;
+    for (DType dtype : impl.dtypes) text += (text.empty() ? "" : ",") + std::string(to_string(dtype));
+    return text;
+  };
+  auto availability = [](const Implementation& impl) { return impl.availability ? impl.availability() : ""; };
+  if (args.has("--json")) {
+    Json json;
+    json.begin_array();
+    for (const Implementation& impl : implementations()) {
+      const std::string reason = availability(impl);
+      json.begin_object().field("name", impl.name).field("device", to_string(impl.device));
+      json.key("dtypes").begin_array();
+      for (DType dtype : impl.dtypes) json.value(to_string(dtype));
+      json.end_array();
+      json.field("summary", impl.summary).field("constraints", impl.constraints);
+      json.field("available", reason.empty()).field("reason", reason).end_object();
+    }
+    json.end_array();
+    std::cout << json.str();
+    return 0;
+  }
+  std::printf("%-26s %-6s %-14s %-11s %s\n", "implementation", "device", "dtypes", "available",
+              "idea / constraints");
+  for (const Implementation& impl : implementations()) {
+    const std::string reason = availability(impl);
+    std::printf("%-26s %-6s %-14s %-11s %s\n", impl.name.c_str(), std::string(to_string(impl.device)).c_str(),
+                dtypes(impl).c_str(), reason.empty() ? "yes" : "no", impl.summary.c_str());
+    std::printf("%-60s %s\n", "", impl.constraints.c_str());
+    if (!reason.empty()) std::printf("%-60s unavailable: %s\n", "", reason.c_str());
+  }
+  return 0;
+}
+
+// ---- run
+// ---------------------------------------------------------------------------------------------------------
+int run_command(const std::vector<std::string>& argv) {
+  auto valued = problem_flags();
+  valued.insert({"--out", "--lse", "--repeat"});
+  auto switches = problem_switches();
+  switches.insert({"--no-check", "--json"});
+  const Args args(argv, valued, switches);
+  if (args.positional().size() != 1) fail("run needs exactly one implementation name (see flashlab list)");
+  const std::string& name = args.positional()[0];
+  const Implementation* impl = find_implementation(name);
+  if (impl == nullptr) fail("unknown implementation '", name, "' (see flashlab list)");
+  const int64_t repeats = args.get_int("--repeat", 5);
+  if (repeats < 1) fail("--repeat (", repeats, ") must be >= 1");
+  const ProblemSetup setup = problem_from_args(args);
+  const Problem& p = setup.problem;
+  if (const std::string reason = why_cannot_run(*impl, p); !reason.empty())
+    fail(name, " cannot run this problem: ", reason);
+
+  progress("running " + name + " ...");
+  const Measurement m = measure(*impl, p, setup.inputs, static_cast<int>(repeats));
+  if (auto path = args.get("--out")) write_npy(*path, m.outputs.o.shape, m.outputs.o.data);
+  if (auto path = args.get("--lse")) write_npy(*path, m.outputs.lse.shape, m.outputs.lse.data);
+  const double gflops = forward_flops(p) / (m.median_ms * 1e-3) / 1e9;
+
+  std::optional<Verdict> verdict;
+  if (!args.has("--no-check")) {
+    progress("checking against the fp64 reference ...");
+    const ReferenceResult ref = reference_attention(p, setup.inputs);
+    const AttentionOutputs baseline = baseline_attention(p, setup.inputs, p.dtype, impl->rounds_p);
+    verdict = judge(p, m.outputs, ref, tolerance_from_baseline(p.dtype, deviation(p, baseline, ref)));
+  }
+  progress("");
+  if (args.has("--json")) {
+    Json json;
+    json.begin_object().field("impl", name).field("device", to_string(impl->device));
+    problem_json(json, p, setup.input_source);
+    json.field("time_ms", m.median_ms).field("gflops", gflops).field("repeat", repeats);
+    json.field("peak_extra_bytes", m.extra_bytes);
+    if (verdict) {
+      json.field("max_err_o", verdict->deviation.max_err_o)
+          .field("max_err_lse", verdict->deviation.max_err_lse);
+      json.field("tol_o", verdict->tolerance.o).field("tol_lse", verdict->tolerance.lse);
+      json.field("passed", verdict->passed());
+    }
+    std::cout << json.end_object().str();
+  } else {
+    std::printf("%s on %s\n  inputs: %s\n", name.c_str(), p.describe().c_str(), setup.input_source.c_str());
+    std::printf("  time %.3f ms (median of %lld), %.2f GFLOP/s\n", m.median_ms,
+                static_cast<long long>(repeats), gflops);
+    if (verdict) std::printf("  %s: %s\n", verdict->passed() ? "PASS" : "FAIL", verdict->explain().c_str());
+  }
+  return verdict && !verdict->passed() ? 1 : 0;
+}
+
+// ---- compare
+// -----------------------------------------------------------------------------------------------------
+int compare_command(const std::vector<std::string>& argv) {
+  auto valued = problem_flags();
+  valued.insert("--repeat");
+  auto switches = problem_switches();
+  switches.insert("--json");
+  const Args args(argv, valued, switches);
+  std::vector<const Implementation*> chosen;
+  for (const std::string& name : args.positional()) {
+    const Implementation* impl = find_implementation(name);
+    if (impl == nullptr) fail("unknown implementation '", name, "' (see flashlab list)");
+    chosen.push_back(impl);
+  }
+  if (chosen.empty())
+    for (const Implementation& impl : implementations()) chosen.push_back(&impl);
+  const int64_t repeats = args.get_int("--repeat", 5);
+  if (repeats < 1) fail("--repeat (", repeats, ") must be >= 1");
+  const ProblemSetup setup = problem_from_args(args);
+  const Problem& p = setup.problem;
+
+  progress("measuring the machine's FMA peak ...");
+  const MachineCeilings& machine = machine_ceilings();
+  std::optional<ReferenceResult> ref;  // computed once, when the first implementation has run
+  auto reference = [&]() -> const ReferenceResult& {
+    if (!ref) {
+      progress("computing the fp64 reference ...");
+      ref = reference_attention(p, setup.inputs);
+    }
+    return *ref;
+  };
+  std::map<bool, Tolerance> tolerances;  // by rounds_p
+  auto tolerance = [&](bool rounds_p) {
+    if (!tolerances.count(rounds_p)) {
+      const AttentionOutputs baseline = baseline_attention(p, setup.inputs, p.dtype, rounds_p);
+      tolerances[rounds_p] = tolerance_from_baseline(p.dtype, deviation(p, baseline, reference()));
+    }
+    return tolerances[rounds_p];
+  };
+
+  struct Row {
+    const Implementation* impl;
+    std::string reason;
+    Measurement m;
+    std::optional<Verdict> verdict;
+    double rate = 0;  // GFLOP/s
+  };
+  std::vector<Row> rows;
+  bool all_passed = true;
+  const double flops = forward_flops(p);
+  for (size_t n = 0; n < chosen.size(); ++n) {
+    Row row{chosen[n], why_cannot_run(*chosen[n], p), {}, {}, 0};
+    if (row.reason.empty()) {
+      progress("[" + std::to_string(n + 1) + "/" + std::to_string(chosen.size()) + "] " + row.impl->name +
+               " ...");
+      row.m = measure(*row.impl, p, setup.inputs, static_cast<int>(repeats));
+      row.verdict = judge(p, row.m.outputs, reference(), tolerance(row.impl->rounds_p));
+      row.rate = flops / (row.m.median_ms * 1e-3) / 1e9;
+      all_passed &= row.verdict->passed();
+      row.m.outputs = {};  // release the outputs before the next implementation
+    }
+    rows.push_back(std::move(row));
+  }
+  progress("");
+
+  if (args.has("--json")) {
+    Json json;
+    json.begin_object();
+    problem_json(json, p, setup.input_source);
+    machine_json(json, machine);
+    json.key("results").begin_array();
+    for (const Row& row : rows) {
+      json.begin_object().field("impl", row.impl->name).field("device", to_string(row.impl->device));
+      json.field("available", row.reason.empty()).field("reason", row.reason);
+      if (row.verdict) {
+        json.field("time_ms", row.m.median_ms).field("gflops", row.rate);
+        json.field("max_err_o", row.verdict->deviation.max_err_o);
+        json.field("max_err_lse", row.verdict->deviation.max_err_lse);
+        json.field("passed", row.verdict->passed());
+        if (row.m.extra_bytes >= 0)
+          json.field("peak_extra_bytes", row.m.extra_bytes);
+        else
+          json.key("peak_extra_bytes").null();
+      } else {
+        json.key("time_ms").null().key("gflops").null().key("max_err_o").null().key("max_err_lse").null();
+        json.key("peak_extra_bytes").null();
+      }
+      json.end_object();
+    }
+    std::cout << json.end_array().end_object().str();
+    return all_passed ? 0 : 1;
+  }
+
+  std::printf("%s, %.2f GFLOP, inputs %s\n", p.describe().c_str(), flops / 1e9, setup.input_source.c_str());
+  std::printf("machine: %s, %d threads, FP32 FMA peak %.0f GFLOP/s (measured), copy %.1f GB/s\n\n",
+              machine.cpu.c_str(), machine.threads, machine.fma_gflops_all, machine.copy_gbps);
+  std::printf("%-26s %-5s %10s %10s %5s %11s %9s %7s %11s\n", "implementation", "dev", "err O", "err LSE",
+              "ok", "time ms", "GFLOP/s", "% peak", "extra MiB");
+  for (const Row& row : rows) {
+    if (!row.verdict) {
+      std::printf("%-26s %-5s   skipped: %s\n", row.impl->name.c_str(),
+                  std::string(to_string(row.impl->device)).c_str(), row.reason.c_str());
+      continue;
+    }
+    char extra[32] = "n/a";
+    if (row.m.extra_bytes >= 0) std::snprintf(extra, sizeof extra, "%.1f", row.m.extra_bytes / 1048576.0);
+    std::printf("%-26s %-5s %10.2e %10.2e %5s %11.3f %9.1f %6.1f%% %11s\n", row.impl->name.c_str(),
+                std::string(to_string(row.impl->device)).c_str(), row.verdict->deviation.max_err_o,
+                row.verdict->deviation.max_err_lse, row.verdict->passed() ? "yes" : "NO", row.m.median_ms,
+                row.rate, row.impl->device == Device::cpu ? 100.0 * row.rate / machine.fma_gflops_all : 0.0,
+                extra);
+  }
+  std::printf(
+      "\nerrors: max |out - ref64| / max(1, |ref64|); ok: within 2x the same-precision baseline's error + "
+      "floor.\ntime: median of %lld runs after a warm-up; extra: peak heap above inputs and outputs.\n",
+      static_cast<long long>(repeats));
+  return all_passed ? 0 : 1;
+}
+
+const CommandRegistration list{{"list", "flashlab list [--json]", list_command}};
+const CommandRegistration run{{"run",
+                               "flashlab run IMPL [problem flags] [--q F --k F --v F] [--out F] [--lse F] "
+                               "[--repeat N] [--no-check] [--json]",
+                               run_command}};
+const CommandRegistration compare{
+    {"compare", "flashlab compare [IMPL...] [problem flags] [--repeat N] [--json]", compare_command}};
+
+}  // namespace
+
+}  // namespace flashlab::cli
