@@ -79,7 +79,6 @@ struct WsArgs {
   int heads_q, heads_kv;
   int causal, window_left, window_right;
   int num_m_blocks;
-  float scale;       // softmax scale
   float scale_log2;  // scale * log2(e): the softmax runs on exp2
 };
 
@@ -476,7 +475,10 @@ __device__ inline void consumer_epilogue(Consumer<Config>& c, const SharedTiles<
     inverse_sum[half] = seen ? 1.0f / sum : 0.0f;
     const int row = first_row + 16 * c.warp + c.lane / 4 + 8 * half;
     if (c.lane % 4 == 0 && row < args.seqlen_q) {
-      const float lse = seen ? c.row_max[half] * args.scale + logf(sum) : -INFINITY;
+      // LSE = ln(l) + m * scale, from the same m * scale_log2 the exponents subtracted (so the rounding of
+      // that product cancels): (m * scale_log2 + log2(l)) * ln(2).
+      const float lse =
+          seen ? (c.row_max[half] * args.scale_log2 + log2f(sum)) * 0.6931471805599453f : -INFINITY;
       args.lse[(static_cast<int64_t>(work.batch) * args.heads_q + work.head) * args.seqlen_q + row] = lse;
     }
   }

@@ -87,12 +87,16 @@ void launch(const HopperParams& params, cudaStream_t stream) {
   args.window_left = params.window_left;
   args.window_right = params.window_right;
   args.num_m_blocks = num_m_blocks;
-  args.scale = params.scale;
   args.scale_log2 = params.scale * 1.4426950408889634f;  // log2(e)
 
   auto kernel = ws_attention_kernel<Config>;
-  FLASHLAB_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSharedBytes));
+  // More than 48 KB of dynamic shared memory must be asked for, once per kernel.
+  static const bool configured = [kernel] {
+    FLASHLAB_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSharedBytes));
+    return true;
+  }();
+  (void)configured;
   const dim3 grid(num_m_blocks, params.heads_q, params.batch);
   kernel<<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(q_map, k_map, v_map, o_map, args);
   FLASHLAB_CUDA_CHECK_LAUNCH();
