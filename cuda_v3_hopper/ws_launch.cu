@@ -57,20 +57,26 @@ CUtensorMap bshd_tensor_map(const void* base, HopperDType dtype, int head_dim, i
 template <class Config>
 void launch(const HopperParams& params, cudaStream_t stream) {
   const int num_m_blocks = (params.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
-  // With no keys at all the K and V maps are never read; they still need a valid address and extent.
-  const bool no_keys = params.seqlen_k == 0;
-  const void* k = no_keys ? params.q : params.k;
-  const void* v = no_keys ? params.q : params.v;
-  const int kv_rows = no_keys ? 1 : params.seqlen_k;
+  // With no keys at all the K and V maps are never read; they still need a valid address, extent and strides,
+  // so they borrow Q's.
+  HopperParams kv = params;
+  if (params.seqlen_k == 0) {
+    kv.k = kv.v = params.q;
+    kv.seqlen_k = 1;
+    kv.heads_kv = params.heads_q;
+    kv.k_stride_batch = kv.v_stride_batch = params.q_stride_batch;
+    kv.k_stride_seq = kv.v_stride_seq = params.q_stride_seq;
+    kv.k_stride_head = kv.v_stride_head = params.q_stride_head;
+  }
   const CUtensorMap q_map =
       bshd_tensor_map(params.q, params.dtype, params.head_dim, params.seqlen_q, params.heads_q, params.batch,
                       params.q_stride_seq, params.q_stride_head, params.q_stride_batch, Config::kBlockM, "q");
   const CUtensorMap k_map =
-      bshd_tensor_map(k, params.dtype, params.head_dim, kv_rows, params.heads_kv, params.batch,
-                      params.k_stride_seq, params.k_stride_head, params.k_stride_batch, Config::kBlockN, "k");
+      bshd_tensor_map(kv.k, params.dtype, params.head_dim, kv.seqlen_k, kv.heads_kv, params.batch,
+                      kv.k_stride_seq, kv.k_stride_head, kv.k_stride_batch, Config::kBlockN, "k");
   const CUtensorMap v_map =
-      bshd_tensor_map(v, params.dtype, params.head_dim, kv_rows, params.heads_kv, params.batch,
-                      params.v_stride_seq, params.v_stride_head, params.v_stride_batch, Config::kBlockN, "v");
+      bshd_tensor_map(kv.v, params.dtype, params.head_dim, kv.seqlen_k, kv.heads_kv, params.batch,
+                      kv.v_stride_seq, kv.v_stride_head, kv.v_stride_batch, Config::kBlockN, "v");
   // Each consumer warpgroup stores its own 64 rows.
   const CUtensorMap o_map =
       bshd_tensor_map(params.o, params.dtype, params.head_dim, params.seqlen_q, params.heads_q, params.batch,
@@ -152,9 +158,13 @@ const char* hopper_ws_unsupported(const HopperParams& p) {
     if (pointer != nullptr && reinterpret_cast<uintptr_t>(pointer) % 16 != 0)
       return "q, k, v and o must be 16-byte aligned";
   for (int64_t stride :
-       {p.q_stride_batch, p.q_stride_seq, p.q_stride_head, p.k_stride_batch, p.k_stride_seq, p.k_stride_head,
-        p.v_stride_batch, p.v_stride_seq, p.v_stride_head, p.o_stride_batch, p.o_stride_seq, p.o_stride_head})
+       {p.q_stride_batch, p.q_stride_seq, p.q_stride_head, p.o_stride_batch, p.o_stride_seq, p.o_stride_head})
     if (stride <= 0 || stride % 8 != 0) return "strides must be positive multiples of 8 elements (16 bytes)";
+  if (p.seqlen_k > 0)  // with no keys K and V are never read
+    for (int64_t stride : {p.k_stride_batch, p.k_stride_seq, p.k_stride_head, p.v_stride_batch,
+                           p.v_stride_seq, p.v_stride_head})
+      if (stride <= 0 || stride % 8 != 0)
+        return "strides must be positive multiples of 8 elements (16 bytes)";
   const HopperAblation& a = p.ablation;
   if (a.ping_pong && !a.warp_specialization) return "ablation: ping_pong needs warp_specialization";
   if (a.intra_warpgroup_overlap && !a.warp_specialization)
