@@ -11,10 +11,10 @@ __device__ inline uint32_t smem_address(const void* pointer) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
 }
 
-// --- mbarrier: a 64-bit shared-memory barrier with a phase bit
-// ------------------------------------------------ A phase completes when `count` arrivals have happened and
-// every expected transaction byte has landed; then the phase bit flips. Waiting names the parity of the phase
-// waited for, so a stage reused every kStages iterations waits with parity (iteration / kStages) & 1.
+// --- mbarrier: a 64-bit shared-memory barrier with a phase bit ---
+// A phase completes when `count` arrivals have happened and every expected transaction byte has landed; then
+// the phase bit flips. Waiting names the parity of the phase waited for, so a stage reused every kStages
+// iterations waits with parity (iteration / kStages) & 1.
 
 __device__ inline void mbarrier_init(uint64_t* barrier, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(barrier)), "r"(count) : "memory");
@@ -51,8 +51,7 @@ __device__ inline void mbarrier_wait(uint64_t* barrier, uint32_t parity) {
   } while (done == 0);
 }
 
-// --- Named barriers (bar.sync / bar.arrive with an id): barrier 0 is __syncthreads
-// ---------------------------
+// --- Named barriers (bar.sync / bar.arrive with an id): barrier 0 is __syncthreads ---
 
 __device__ inline void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
@@ -63,10 +62,9 @@ __device__ inline void named_barrier_arrive(uint32_t id, uint32_t threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// --- Register reallocation between warpgroups
-// ---------------------------------------------------------------- The producer warpgroup gives registers
-// back (it only issues copies) and the consumer warpgroups take them (their accumulators live in registers).
-// Needs __launch_bounds__(threads, 1), or ptxas ignores it (C7508).
+// --- Register reallocation between warpgroups ---
+// The producer warpgroup gives registers back (it only issues copies) and the consumer warpgroups take them
+// (their accumulators live in registers). Needs __launch_bounds__(threads, 1), or ptxas ignores it (C7508).
 
 template <uint32_t kRegisters>
 __device__ inline void setmaxnreg_dec() {

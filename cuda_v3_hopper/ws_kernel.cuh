@@ -136,8 +136,7 @@ __device__ inline BlockWork block_work(const WsArgs& args) {
   return work;
 }
 
-// --- Producer: TMA loads into the circular buffer
-// ---------------------------------------------------------------
+// --- Producer: TMA loads into the circular buffer ---
 template <class Config>
 struct Producer {
   // Q of the CTA's rows, once: kPanels boxes of 64 columns x kBlockM rows. Rows past seqlen_q read as zero.
@@ -182,11 +181,10 @@ struct Producer {
   }
 };
 
-// --- Ping-pong scheduling between the two consumer warpgroups (FA3 section 3.1)
-// --------------------------------- Named barrier 1 + w is "warpgroup w may issue its matrix products". A
-// warpgroup waits for its own barrier, issues, then arrives on the other's. Warpgroup 1 arrives once at the
-// start (warpgroup 0 goes first) and warpgroup 0 waits once at the end, so every barrier sees as many
-// arrivals as waits.
+// --- Ping-pong scheduling between the two consumer warpgroups (FA3 section 3.1) ---
+// Named barrier 1 + w is "warpgroup w may issue its matrix products". A warpgroup waits for its own barrier,
+// issues, then arrives on the other's. Warpgroup 1 arrives once at the start (warpgroup 0 goes first) and
+// warpgroup 0 waits once at the end, so every barrier sees as many arrivals as waits.
 template <class Config>
 struct PingPong {
   static constexpr uint32_t kThreads = 256;  // both consumer warpgroups take part in each barrier
@@ -227,10 +225,9 @@ __device__ inline uint32_t pack_pair<__half>(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&pair);
 }
 
-// --- Consumer: one warpgroup, 64 query rows
-// ---------------------------------------------------------------------- Thread layout of a 64 x N
-// accumulator (wgmma.cuh): warp w of the warpgroup holds rows 16w + lane/4 ("half" 0) and 16w + lane/4 + 8
-// (half 1); register 4*i + 2*half + e is column 8*i + 2*(lane%4) + e.
+// --- Consumer: one warpgroup, 64 query rows ---
+// Thread layout of a 64 x N accumulator (wgmma.cuh): warp w of the warpgroup holds rows 16w + lane/4 ("half"
+// 0) and 16w + lane/4 + 8 (half 1); register 4*i + 2*half + e is column 8*i + 2*(lane%4) + e.
 template <class Config>
 struct Consumer {
   using Element = typename Config::Element;

@@ -1,11 +1,10 @@
 // Self-test of cuda_v3_hopper/ws on an H100/H200, before the kernel joins the registry.
 //
-//   hopper_ws_selftest              correctness: awkward shapes, masks, GQA, padding, every ablation rung,
-//                                   against the fp64 reference under the tolerance policy; PASS/FAIL per
-//                                   case, exit 1 on any failure
+//   hopper_ws_selftest [--only TEXT]
+//       correctness: awkward shapes, masks, GQA, padding, every ablation rung, against the fp64 reference
+//       under the tolerance policy; PASS/FAIL per case, exit 1 on any failure (--only: cases named with TEXT)
 //   hopper_ws_selftest --time [--head-dim D] [--causal] [--repeat R]
-//                                   the ablation ladder in TFLOP/s over FA3's setup (16k tokens, hidden 2048,
-//                                   bf16), seqlens 512 to 16k
+//       the ablation ladder in TFLOP/s over FA3's setup (16k tokens, hidden 2048, bf16), seqlens 512 to 16k
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -216,12 +215,14 @@ std::vector<Case> correctness_cases() {
   return cases;
 }
 
-int run_correctness() {
+int run_correctness(const std::string& only) {
   int failures = 0;
   uint64_t seed = 2024;
   for (const Case& c : correctness_cases()) {
+    ++seed;  // each case keeps its inputs whether or not others are filtered out
+    if (!only.empty() && c.name.find(only) == std::string::npos) continue;
     c.problem.validate();
-    const AttentionInputs inputs = flashlab::random_inputs(c.problem, c.distribution, ++seed);
+    const AttentionInputs inputs = flashlab::random_inputs(c.problem, c.distribution, seed);
     DeviceProblem device(c.problem, inputs, c.ablation);
     flashlab::hopper::hopper_ws_forward(device.params, nullptr);
     FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
@@ -291,6 +292,7 @@ int run_timing(int head_dim, bool causal, int repeats) {
 int main(int argc, char** argv) {
   bool timing = false, causal = false;
   int head_dim = 128, repeats = 10;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--time") {
@@ -299,10 +301,14 @@ int main(int argc, char** argv) {
       causal = true;
     } else if (arg == "--head-dim" && i + 1 < argc) {
       head_dim = std::atoi(argv[++i]);
+    } else if (arg == "--only" && i + 1 < argc) {
+      only = argv[++i];
     } else if (arg == "--repeat" && i + 1 < argc) {
       repeats = std::max(1, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: %s [--time [--head-dim 64|128|256] [--causal] [--repeat N]]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--only TEXT] | [--time [--head-dim 64|128|256] [--causal] [--repeat N]]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -319,7 +325,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cuda_v3_hopper/ws needs an sm_90 GPU (H100/H200)\n");
       return 2;
     }
-    return timing ? run_timing(head_dim, causal, repeats) : run_correctness();
+    return timing ? run_timing(head_dim, causal, repeats) : run_correctness(only);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "error: %s\n", error.what());
     return 1;
