@@ -7,15 +7,6 @@ endif()
 option(FLASHLAB_HOPPER_ABLATION "Build the lower rungs of the FA3 ablation ladder (extra kernels)" ON)
 set(FLASHLAB_HOPPER_GENCODE "-gencode=arch=compute_90a,code=sm_90a")
 
-# CMake 3.25 does not know nvcc's C++20 flag, so CMAKE_CUDA_STANDARD 20 (cmake/cuda.cmake) fails at generation
-# time. Teach it here, for this directory's targets (nvcc 12+ accepts -std=c++20).
-if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
-  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
-  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
-  set(CMAKE_CUDA20_COMPILE_FEATURES cuda_std_20)
-  list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
-endif()
-
 function(flashlab_hopper_cuda_target target)
   set_property(TARGET ${target} PROPERTY CUDA_ARCHITECTURES OFF)
 endfunction()
@@ -23,7 +14,7 @@ endfunction()
 add_library(flashlab_hopper_ws STATIC ${CMAKE_CURRENT_LIST_DIR}/ws_launch.cu)
 target_link_libraries(flashlab_hopper_ws PUBLIC flashlab_common CUDA::cudart)
 target_compile_definitions(flashlab_hopper_ws PRIVATE FLASHLAB_HOPPER_ABLATION=$<BOOL:${FLASHLAB_HOPPER_ABLATION}>)
-target_compile_options(flashlab_hopper_ws PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${FLASHLAB_HOPPER_GENCODE} -Xptxas=-v>)
+target_compile_options(flashlab_hopper_ws PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${FLASHLAB_HOPPER_GENCODE}>)
 flashlab_hopper_cuda_target(flashlab_hopper_ws)
 
 # The self-test: correctness against the fp64 reference on awkward shapes, and the ablation ladder's timings.
