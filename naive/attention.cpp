@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "common/flops.hpp"
 #include "common/mask.hpp"
 #include "common/registry.hpp"
 #include "common/softmax_state.hpp"
@@ -134,12 +135,29 @@ std::string fits_in_memory(const Problem& p, int matrices) {
          " MiB, more than half this machine's memory";
 }
 
+// The memory-traffic model of the materialized stages: the inputs read once and the outputs written once
+// (K and V of one head are assumed to stay in cache across query rows), plus every full pass over an
+// seqlen_q x seqlen_k float32 matrix (S or P) per (batch, head). Masked entries are still written and read.
+double materialized_bytes(const Problem& p, int matrix_passes) {
+  const double matrix = 4.0 * static_cast<double>(p.seqlen_q) * static_cast<double>(p.seqlen_k);
+  return forward_min_bytes(p, 4) + matrix_passes * matrix * static_cast<double>(p.batch * p.heads_q);
+}
+
+// S written, softmax passes 1-3 read S and pass 3 writes P, O = PV reads P: 6 passes.
+constexpr int kThreePassMatrixPasses = 6;
+// S written, pass 1 (m and l together) and pass 2 read S, pass 2 writes P, O = PV reads P: 5 passes.
+constexpr int kOnlineMatrixPasses = 5;
+// The GEMM writes S, the in-place three-pass softmax reads it three times and writes P over it once, the
+// second GEMM reads P: 6 passes.
+constexpr int kGemmMatrixPasses = 6;
+
 const Registration three_pass{{
     .name = "naive/three_pass",
     .summary = "standard attention: S and P materialized, three-pass safe softmax",
     .constraints = "any shape, every mask; O(seqlen_q x seqlen_k) memory per head",
     .supports = [](const Problem& p) { return fits_in_memory(p, 2); },
     .forward = materialized_attention<softmax_three_pass>,
+    .bytes_moved = [](const Problem& p) { return materialized_bytes(p, kThreePassMatrixPasses); },
 }};
 
 const Registration online_softmax{{
@@ -148,6 +166,7 @@ const Registration online_softmax{{
     .constraints = "any shape, every mask; O(seqlen_q x seqlen_k) memory per head",
     .supports = [](const Problem& p) { return fits_in_memory(p, 2); },
     .forward = materialized_attention<softmax_online>,
+    .bytes_moved = [](const Problem& p) { return materialized_bytes(p, kOnlineMatrixPasses); },
 }};
 
 const Registration one_pass{{
@@ -155,6 +174,9 @@ const Registration one_pass{{
     .summary = "no S: one pass over the keys per row with running max, sum and output",
     .constraints = "any shape, every mask; O(head_dim) state per row",
     .forward = one_pass_attention,
+    // No S: the inputs read once and the outputs written once, K and V of one head staying in cache across
+    // query rows (when they do not fit, every row re-reads them: the traffic tiling removes).
+    .bytes_moved = [](const Problem& p) { return forward_min_bytes(p, 4); },
 }};
 
 const Registration standard_gemm{{
@@ -163,6 +185,7 @@ const Registration standard_gemm{{
     .constraints = "any shape, every mask; O(seqlen_q x seqlen_k) memory per head",
     .supports = [](const Problem& p) { return fits_in_memory(p, 1); },
     .forward = standard_gemm_attention,
+    .bytes_moved = [](const Problem& p) { return materialized_bytes(p, kGemmMatrixPasses); },
 }};
 
 }  // namespace
