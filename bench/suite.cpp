@@ -365,6 +365,12 @@ int run(int argc, char** argv) {
     if (!reason.empty() && std::regex_search(impl.name, filter))
       std::printf("%-44s unavailable here, not benchmarked: %s\n", impl.name.c_str(), reason.c_str());
   }
+  for (const Implementation& impl : implementations())
+    if (!impl.bytes_moved && std::regex_search(impl.name, filter))
+      std::printf(
+          "%-44s declares no traffic model: its bytes/s and bw%% count the minimum bytes (inputs read "
+          "once, outputs written once)\n",
+          impl.name.c_str());
   for (const Shape& shape : grid()) {
     for (const Implementation& impl : implementations()) {
       if (impl.availability && !impl.availability().empty()) continue;
