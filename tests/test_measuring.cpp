@@ -2,7 +2,6 @@
 // JSON back for `flashlab plot`.
 #include <doctest/doctest.h>
 
-#include <regex>
 #include <string>
 #include <vector>
 
