@@ -64,8 +64,8 @@ std::vector<Shape> grid() {
   return shapes;
 }
 
-// A GPU implementation runs in bf16 (else fp16) when it offers it; any other in its first dtype (f32 on a
-// CPU).
+// A GPU implementation runs in bf16 (else fp16) when it offers it; any other in its first dtype (f32 on
+// a CPU).
 DType bench_dtype(const Implementation& impl) {
   for (DType preferred : {DType::bf16, DType::f16})
     for (DType offered : impl.dtypes)
