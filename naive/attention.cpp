@@ -46,8 +46,11 @@ void materialized_attention(const Problem& p, const AttentionInputs& in, Attenti
           S[i * sk + j] = visibility.visible(b, i, j) ? dot * scale : -INFINITY;
         }
       }
-      for (int64_t i = 0; i < sq; ++i)  // P = softmax(S), row by row
-        out.lse_at(p, b, h, i) = row_softmax({&S[i * sk], size_t(sk)}, {&P[i * sk], size_t(sk)});
+      for (int64_t i = 0; i < sq; ++i) {  // P = softmax(S), row by row
+        // Pointer arithmetic, not &S[i * sk]: with seqlen_k == 0 the rows are empty and S has no element.
+        out.lse_at(p, b, h, i) =
+            row_softmax({S.data() + i * sk, size_t(sk)}, {P.data() + i * sk, size_t(sk)});
+      }
       for (int64_t i = 0; i < sq; ++i) {  // O = P V
         float* o = out.o_row(p, b, i, h);
         std::fill(o, o + d, 0.0f);
@@ -115,7 +118,8 @@ void standard_gemm_attention(const Problem& p, const AttentionInputs& in, Attent
       for (int64_t i = 0; i < sq; ++i) {
         for (int64_t j = 0; j < sk; ++j)
           if (!visibility.visible(b, i, j)) S(i, j) = -INFINITY;
-        out.lse_at(p, b, h, i) = softmax_three_pass({&S(i, 0), size_t(sk)}, {&S(i, 0), size_t(sk)});
+        float* row = S.data() + i * sk;  // not &S(i, 0): with seqlen_k == 0 there is no element (i, 0)
+        out.lse_at(p, b, h, i) = softmax_three_pass({row, size_t(sk)}, {row, size_t(sk)});
       }
       O.noalias() = S * V;
     }
