@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "common/flops.hpp"
 #include "common/mask.hpp"
 #include "common/registry.hpp"
 #include "common/softmax_state.hpp"
@@ -45,9 +46,11 @@ void materialized_attention(const Problem& p, const AttentionInputs& in, Attenti
           S[i * sk + j] = visibility.visible(b, i, j) ? dot * scale : -INFINITY;
         }
       }
-      for (int64_t i = 0; i < sq; ++i)  // P = softmax(S), row by row
+      for (int64_t i = 0; i < sq; ++i) {  // P = softmax(S), row by row
+        // Pointer arithmetic, not &S[i * sk]: with seqlen_k == 0 the rows are empty and S has no element.
         out.lse_at(p, b, h, i) =
             row_softmax({S.data() + i * sk, size_t(sk)}, {P.data() + i * sk, size_t(sk)});
+      }
       for (int64_t i = 0; i < sq; ++i) {  // O = P V
         float* o = out.o_row(p, b, i, h);
         std::fill(o, o + d, 0.0f);
@@ -128,8 +131,8 @@ void standard_gemm_attention(const Problem& p, const AttentionInputs& in, Attent
       for (int64_t i = 0; i < sq; ++i) {
         for (int64_t j = 0; j < sk; ++j)
           if (!visibility.visible(b, i, j)) S(i, j) = -INFINITY;
-        out.lse_at(p, b, h, i) =
-            softmax_three_pass({S.data() + i * sk, size_t(sk)}, {S.data() + i * sk, size_t(sk)});
+        float* row = S.data() + i * sk;  // not &S(i, 0): with seqlen_k == 0 there is no element (i, 0)
+        out.lse_at(p, b, h, i) = softmax_three_pass({row, size_t(sk)}, {row, size_t(sk)});
       }
       O.noalias() = S * V;
     }
@@ -149,12 +152,29 @@ std::string fits_in_memory(const Problem& p, int matrices) {
          " MiB, more than half this machine's memory";
 }
 
+// The memory-traffic model of the materialized stages: the inputs read once and the outputs written once
+// (K and V of one head are assumed to stay in cache across query rows), plus every full pass over an
+// seqlen_q x seqlen_k float32 matrix (S or P) per (batch, head). Masked entries are still written and read.
+double materialized_bytes(const Problem& p, int matrix_passes) {
+  const double matrix = 4.0 * static_cast<double>(p.seqlen_q) * static_cast<double>(p.seqlen_k);
+  return forward_min_bytes(p, 4) + matrix_passes * matrix * static_cast<double>(p.batch * p.heads_q);
+}
+
+// S written, softmax passes 1-3 read S and pass 3 writes P, O = PV reads P: 6 passes.
+constexpr int kThreePassMatrixPasses = 6;
+// S written, pass 1 (m and l together) and pass 2 read S, pass 2 writes P, O = PV reads P: 5 passes.
+constexpr int kOnlineMatrixPasses = 5;
+// The GEMM writes S, the in-place three-pass softmax reads it three times and writes P over it once, the
+// second GEMM reads P: 6 passes.
+constexpr int kGemmMatrixPasses = 6;
+
 const Registration three_pass{{
     .name = "naive/three_pass",
     .summary = "standard attention: S and P materialized, three-pass safe softmax",
     .constraints = "any shape, every mask; O(seqlen_q x seqlen_k) memory per head",
     .supports = [](const Problem& p) { return fits_in_memory(p, 2); },
     .forward = materialized_attention<softmax_three_pass>,
+    .bytes_moved = [](const Problem& p) { return materialized_bytes(p, kThreePassMatrixPasses); },
 }};
 
 const Registration online_softmax{{
@@ -163,6 +183,7 @@ const Registration online_softmax{{
     .constraints = "any shape, every mask; O(seqlen_q x seqlen_k) memory per head",
     .supports = [](const Problem& p) { return fits_in_memory(p, 2); },
     .forward = materialized_attention<softmax_online>,
+    .bytes_moved = [](const Problem& p) { return materialized_bytes(p, kOnlineMatrixPasses); },
 }};
 
 const Registration one_pass{{
@@ -170,6 +191,9 @@ const Registration one_pass{{
     .summary = "no S: one pass over the keys per row with running max, sum and output",
     .constraints = "any shape, every mask; O(head_dim) state per row",
     .forward = one_pass_attention,
+    // No S: the inputs read once and the outputs written once, K and V of one head staying in cache across
+    // query rows (when they do not fit, every row re-reads them: the traffic tiling removes).
+    .bytes_moved = [](const Problem& p) { return forward_min_bytes(p, 4); },
 }};
 
 const Registration standard_gemm{{
@@ -178,6 +202,7 @@ const Registration standard_gemm{{
     .constraints = "any shape, every mask; O(seqlen_q x seqlen_k) memory per head",
     .supports = [](const Problem& p) { return fits_in_memory(p, 1); },
     .forward = standard_gemm_attention,
+    .bytes_moved = [](const Problem& p) { return materialized_bytes(p, kGemmMatrixPasses); },
 }};
 
 }  // namespace

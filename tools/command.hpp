@@ -40,5 +40,6 @@ void progress(const std::string& text);
 class Json;
 void problem_json(Json& json, const Problem& p, const std::string& source);
 void machine_json(Json& json, const MachineCeilings& m);
+void gpu_json(Json& json, const GpuReport& gpus);  // "gpus": [...], and why there are none
 
 }  // namespace flashlab::cli
