@@ -16,12 +16,33 @@
 
 namespace flashlab {
 
+// Host and device share the band rule below; outside nvcc the qualifier is empty.
+#if defined(__CUDACC__)
+#define FLASHLAB_HOST_DEVICE __host__ __device__
+#else
+#define FLASHLAB_HOST_DEVICE
+#endif
+
 struct KeyRange {
   int64_t begin = 0;  // first visible key
   int64_t end = 0;    // one past the last visible key
-  bool empty() const { return end <= begin; }
-  int64_t size() const { return empty() ? 0 : end - begin; }
+  FLASHLAB_HOST_DEVICE bool empty() const { return end <= begin; }
+  FLASHLAB_HOST_DEVICE int64_t size() const { return empty() ? 0 : end - begin; }
 };
+
+// Rules 1 and 2 for row i of a batch element with sq query rows and sk keys: the one definition of the band,
+// called by Visibility on the host and by the CUDA kernels on the device (hence no std::min/max here).
+FLASHLAB_HOST_DEVICE inline KeyRange band_key_range(int64_t i, int64_t sq, int64_t sk, bool causal,
+                                                    int64_t window_left, int64_t window_right) {
+  if (i >= sq) return {0, 0};  // padded query row: fully masked
+  const int64_t diagonal = i + sk - sq;
+  int64_t right = window_right;
+  if (causal) right = 0;  // causal == window (-1, 0), and any right side >= 0 is capped at the diagonal
+  KeyRange range{0, sk};
+  if (window_left >= 0 && diagonal - window_left > range.begin) range.begin = diagonal - window_left;
+  if (right >= 0 && diagonal + right + 1 < range.end) range.end = diagonal + right + 1;
+  return range;
+}
 
 // How a (rows x keys) tile meets the mask: tiled stages skip hidden tiles and mask only partial ones.
 enum class TileCover { hidden, partial, full };
@@ -32,15 +53,7 @@ class Visibility {
 
   // The contiguous range that causal, window and padding leave to row i of batch b (the explicit mask aside).
   KeyRange key_range(int64_t b, int64_t i) const {
-    const int64_t sq = p_.rows_q(b), sk = p_.rows_k(b);
-    if (i >= sq) return {0, 0};  // padded query row: fully masked
-    const int64_t diagonal = i + sk - sq;
-    int64_t right = p_.window_right;
-    if (p_.causal) right = right < 0 ? 0 : std::min<int64_t>(right, 0);
-    KeyRange range{0, sk};
-    if (p_.window_left >= 0) range.begin = std::max<int64_t>(range.begin, diagonal - p_.window_left);
-    if (right >= 0) range.end = std::min<int64_t>(range.end, diagonal + right + 1);
-    return range;
+    return band_key_range(i, p_.rows_q(b), p_.rows_k(b), p_.causal, p_.window_left, p_.window_right);
   }
 
   bool has_explicit_mask() const { return p_.mask != nullptr; }
