@@ -1,0 +1,321 @@
+// cuda_v2/split_q: FlashAttention-2 forward on tensor cores (Dao 2023, Algorithm 1), fp16/bf16 in and out,
+// fp32 accumulation.
+//
+// One thread block per (q-block, head, batch): the grid covers the query blocks, so a long sequence fills the
+// GPU even at batch 1 (FA2 change 1). Each of its warps owns 16 query rows for the whole kernel and walks all
+// key tiles itself (split-Q, FA2 change 2): a row's statistics and output never leave the warp, so there is
+// no inter-warp reduction. The output stays unnormalized until the last tile (FA2 change 3: one division per
+// row, at the end).
+//
+// Per key tile j (Algorithm 1 lines 6-11), for a warp's rows:
+//   S = Q K_j^T                  mma.sync m16n8k16, Q and K_j read from swizzled shared memory with ldmatrix
+//   m_new = max(m, rowmax(S))    reduced across the lane quad that holds a row (see tensor_core.cuh)
+//   P = exp2(S * scale * log2(e) - m_new)  (scores kept in the log2 domain: one FFMA + EX2 per element)
+//   l = l * exp2(m - m_new) + rowsum(P);  O = O * exp2(m - m_new) + P V_j   (P rounded to fp16/bf16 for the
+//   mma)
+// and at the end O / l and LSE = (m + log2 l) * ln 2. K/V tile j+1 is copied with cp.async while tile j is
+// used.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "common/cuda/check.hpp"
+#include "cuda_v2/block_mask.cuh"
+#include "cuda_v2/split_q.hpp"
+#include "cuda_v2/tensor_core.cuh"
+
+namespace flashlab::cuda_v2 {
+namespace {
+
+// Tile sizes per head dim. kBlockM = 16 * kWarps query rows (16 per warp, one mma row tile); kBlockN keys per
+// tile. Registers bound them: a thread holds kHeadDim / 2 fp32 of O and kBlockN / 2 of S, so d = 256 takes a
+// narrower key tile. Shared memory: Q once, K and V twice (double buffer), all in b16.
+template <int kHeadDim>
+struct SplitQConfig;
+template <>
+struct SplitQConfig<64> {
+  static constexpr int kWarps = 8, kBlockN = 64;
+};
+template <>
+struct SplitQConfig<128> {
+  static constexpr int kWarps = 8, kBlockN = 64;
+};
+template <>
+struct SplitQConfig<256> {
+  static constexpr int kWarps = 4, kBlockN = 32;
+};
+
+template <int kHeadDim>
+struct SplitQShape {
+  static constexpr int kWarps = SplitQConfig<kHeadDim>::kWarps;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBlockM = 16 * kWarps;
+  static constexpr int kBlockN = SplitQConfig<kHeadDim>::kBlockN;
+  static constexpr int kStages = 2;  // K/V double buffer
+  static constexpr int kSmemElements = kBlockM * kHeadDim + 2 * kStages * kBlockN * kHeadDim;
+  static constexpr int kSmemBytes = kSmemElements * 2;
+};
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// 2^x in one MUFU.EX2 instruction (relative error ~2^-22, far below fp16/bf16 rounding); 2^-inf = +0.
+__device__ inline float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Max and sum across the four threads of a quad (lanes 4g..4g+3), which together hold one accumulator row.
+__device__ inline float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ inline float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Copies rows [row0, row0 + kRows) of a (row_stride-strided) tile into swizzled shared memory with cp.async.
+// Rows at or past `rows_valid` are zero-filled and never read: ragged tails stay in bounds, and a padded
+// key's V row is exactly 0, so even a NaN stored there cannot reach an output.
+template <int kRows, int kHeadDim, int kThreads, typename Element>
+__device__ inline void load_tile_async(Element* smem, const Element* gmem, int64_t row_stride, int row0,
+                                       int rows_valid) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
+    const int r = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+    const bool in_range = row0 + r < rows_valid;
+    const Element* src = in_range ? gmem + (row0 + r) * row_stride + col : gmem;
+    cp_async_16(smem + SwizzledTile<kHeadDim>::offset(r, col), src, in_range);
+  }
+}
+
+template <typename Element, int kHeadDim>
+__global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_kernel(const SplitQParams p) {
+  using Shape = SplitQShape<kHeadDim>;
+  using Tile = SwizzledTile<kHeadDim>;
+  constexpr int kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN, kThreads = Shape::kThreads;
+  constexpr int kNTilesS = kBlockN / 8;   // 8-wide mma n-tiles of S
+  constexpr int kNTilesO = kHeadDim / 8;  // 8-wide mma n-tiles of O
+
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  Element* const sQ = reinterpret_cast<Element*>(smem_bytes);    // [kBlockM][kHeadDim]
+  Element* const sK = sQ + kBlockM * kHeadDim;                   // [kStages][kBlockN][kHeadDim]
+  Element* const sV = sK + Shape::kStages * kBlockN * kHeadDim;  // [kStages][kBlockN][kHeadDim]
+
+  // FA2 change 1: the grid is (q-block, head, batch).
+  const int q_block = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
+  const int head_kv = head / (p.heads_q / p.heads_kv);  // GQA/MQA by indexing: no K/V copies
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = lane / 4, quad_lane = lane % 4;  // mma fragment coordinates (tensor_core.cuh)
+  const int row_begin = q_block * kBlockM;
+  const BlockMask block = BlockMask::make<kBlockN>(p, b, row_begin, row_begin + kBlockM);
+
+  const Element* const q = static_cast<const Element*>(p.q) + b * p.q_batch_stride + head * p.q_head_stride;
+  const Element* const k =
+      static_cast<const Element*>(p.k) + b * p.k_batch_stride + head_kv * p.k_head_stride;
+  const Element* const v =
+      static_cast<const Element*>(p.v) + b * p.v_batch_stride + head_kv * p.v_head_stride;
+
+  // Prologue: Q once (Algorithm 1 line 4), then the first K/V tile; each is its own cp.async group.
+  load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, p.q_row_stride, row_begin, p.seqlen_q);
+  cp_async_commit();
+  if (block.tile_begin < block.tile_end) {
+    load_tile_async<kBlockN, kHeadDim, kThreads>(sK, k, p.k_row_stride, block.tile_begin * kBlockN,
+                                                 block.rows_k);
+    load_tile_async<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, block.tile_begin * kBlockN,
+                                                 block.rows_k);
+  }
+  cp_async_commit();
+
+  // This thread's two rows (fragment rows g and g + 8 of its warp's 16) and their visible key ranges.
+  const int warp_row = warp * 16;
+  const int rows[2] = {row_begin + warp_row + group, row_begin + warp_row + group + 8};
+  const KeyRange row_keys[2] = {BlockMask::band(p, block, rows[0]), BlockMask::band(p, block, rows[1])};
+
+  const float scale_log2 = p.softmax_scale * kLog2e;  // exp(scale * s) = exp2(scale * log2(e) * s)
+  float o_acc[kNTilesO][4] = {};                      // O~: unnormalized output (Algorithm 1 line 10)
+  float row_max[2] = {-INFINITY, -INFINITY};          // m, in the log2 domain: max of s * scale_log2
+  float row_sum[2] = {0.0f, 0.0f};  // l, this thread's columns only; the quad sum is deferred to the end
+
+  for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
+    const int stage = (tile - block.tile_begin) & 1;
+    const Element* const sKj = sK + stage * kBlockN * kHeadDim;
+    const Element* const sVj = sV + stage * kBlockN * kHeadDim;
+    // Prefetch tile + 1 into the other stage (freed by the barrier that ended the previous iteration).
+    if (tile + 1 < block.tile_end) {
+      Element* const next_k = sK + (stage ^ 1) * kBlockN * kHeadDim;
+      Element* const next_v = sV + (stage ^ 1) * kBlockN * kHeadDim;
+      load_tile_async<kBlockN, kHeadDim, kThreads>(next_k, k, p.k_row_stride, (tile + 1) * kBlockN,
+                                                   block.rows_k);
+      load_tile_async<kBlockN, kHeadDim, kThreads>(next_v, v, p.v_row_stride, (tile + 1) * kBlockN,
+                                                   block.rows_k);
+    }
+    cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "tile `tile` has landed"
+    cp_async_wait<1>();
+    __syncthreads();
+
+    // S = Q K_j^T (Algorithm 1 line 8). A = this warp's 16 Q rows; B = K_j rows as columns (no transpose
+    // needed).
+    float s[kNTilesS][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      uint32_t a[4];
+      ldmatrix_x4(a, sQ + Tile::offset(warp_row + lane % 16, kk * 16 + (lane / 16) * 8));
+#pragma unroll
+      for (int np = 0; np < kNTilesS / 2; ++np) {
+        uint32_t bk[4];  // b0, b1 of n-tiles 2np and 2np + 1
+        ldmatrix_x4(bk,
+                    sKj + Tile::offset(np * 16 + lane % 8 + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8));
+        mma_m16n8k16<Element>(s[2 * np], a, bk[0], bk[1]);
+        mma_m16n8k16<Element>(s[2 * np + 1], a, bk[2], bk[3]);
+      }
+    }
+
+    // Masks only where the tile is cut by one (the diagonal, a window edge, the ragged end, an explicit
+    // mask).
+    const int key0 = tile * kBlockN;
+    if (!block.tile_is_full<kBlockN>(key0)) {
+#pragma unroll
+      for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2, key = key0 + nt * 8 + 2 * quad_lane + e % 2;
+          if (!element_visible(p, row_keys[r], rows[r], key)) s[nt][e] = -INFINITY;
+        }
+    }
+
+    // Online softmax (Algorithm 1 lines 9-10), each row's max reduced over its quad.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kNTilesS; ++nt) tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      const float new_max = fmaxf(row_max[r], quad_max(tile_max) * scale_log2);
+      // Every key so far masked (new_max = -inf): subtract 0 instead, since -inf - (-inf) would be NaN; the
+      // masked scores then give exp2(-inf) = 0 and the row stays empty.
+      const float max_used = new_max == -INFINITY ? 0.0f : new_max;
+      const float rescale = fast_exp2(row_max[r] - max_used);  // 0 when row_max was -inf: nothing to keep
+      row_max[r] = new_max;
+      row_sum[r] *= rescale;
+#pragma unroll
+      for (int nt = 0; nt < kNTilesO; ++nt) {
+        o_acc[nt][2 * r] *= rescale;
+        o_acc[nt][2 * r + 1] *= rescale;
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float weight = fast_exp2(fmaf(s[nt][2 * r + c], scale_log2, -max_used));
+          s[nt][2 * r + c] = weight;  // S becomes P in place
+          row_sum[r] += weight;       // l sums P in fp32, before P is rounded for the mma
+        }
+    }
+
+    // O += P V_j (Algorithm 1 line 10). The S accumulators of n-tiles 2kk and 2kk + 1 are exactly the A
+    // fragment of k-step kk, so P goes from registers to the tensor cores without touching shared memory.
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint32_t a[4] = {pack2<Element>(s[2 * kk][0], s[2 * kk][1]),
+                             pack2<Element>(s[2 * kk][2], s[2 * kk][3]),
+                             pack2<Element>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack2<Element>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int np = 0; np < kNTilesO / 2; ++np) {
+        uint32_t bv[4];  // V_j is [key][dim] = B row-major: ldmatrix.trans gives the column-major fragment
+        ldmatrix_x4_trans(
+            bv, sVj + Tile::offset(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, np * 16 + (lane / 16) * 8));
+        mma_m16n8k16<Element>(o_acc[2 * np], a, bv[0], bv[1]);
+        mma_m16n8k16<Element>(o_acc[2 * np + 1], a, bv[2], bv[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before the next iteration prefetches into it
+  }
+  // With no tile at all, Q's copies (made by every thread) may still be in flight into the buffer reused
+  // below.
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Epilogue (Algorithm 1 lines 12-13): one division per row, LSE = m + log l, back to natural log.
+  float lse[2];
+  bool empty[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = quad_sum(row_sum[r]);
+    // A padded row, or one whose every key is masked, is fully masked: O = 0 and LSE = -inf by definition.
+    // Its accumulator is not used at all (a padded row may have accumulated anything), so no 0/0 and no NaN.
+    empty[r] = rows[r] >= block.rows_q || l == 0.0f;
+    const float inv_l = empty[r] ? 0.0f : 1.0f / l;
+    lse[r] = empty[r] ? -INFINITY : (row_max[r] + log2f(l)) * kLn2;
+#pragma unroll
+    for (int nt = 0; nt < kNTilesO; ++nt) {
+      o_acc[nt][2 * r] = empty[r] ? 0.0f : o_acc[nt][2 * r] * inv_l;
+      o_acc[nt][2 * r + 1] = empty[r] ? 0.0f : o_acc[nt][2 * r + 1] * inv_l;
+    }
+  }
+
+  // O goes through this warp's own 16 rows of sQ (no other warp reads them any more) so that global stores
+  // are whole 16-byte chunks of a row, coalesced, instead of 4-byte fragments.
+#pragma unroll
+  for (int nt = 0; nt < kNTilesO; ++nt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      *reinterpret_cast<uint32_t*>(sQ + Tile::offset(warp_row + group + 8 * r, nt * 8) + 2 * quad_lane) =
+          pack2<Element>(o_acc[nt][2 * r], o_acc[nt][2 * r + 1]);
+  __syncwarp();
+  Element* const o = static_cast<Element*>(p.o) + b * p.o_batch_stride + head * p.o_head_stride;
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  for (int chunk = lane; chunk < 16 * kChunksPerRow; chunk += 32) {
+    const int r = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+    const int row = row_begin + warp_row + r;
+    if (row < p.seqlen_q)  // the last q-block's rows past seqlen_q do not exist
+      *reinterpret_cast<uint4*>(o + row * p.o_row_stride + col) =
+          *reinterpret_cast<const uint4*>(sQ + Tile::offset(warp_row + r, col));
+  }
+  if (quad_lane == 0) {
+    float* const lse_row = p.lse + (static_cast<int64_t>(b) * p.heads_q + head) * p.seqlen_q;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (rows[r] < p.seqlen_q) lse_row[rows[r]] = lse[r];
+  }
+}
+
+template <typename Element, int kHeadDim>
+void launch(const SplitQParams& p, cudaStream_t stream) {
+  using Shape = SplitQShape<kHeadDim>;
+  const auto kernel = split_q_kernel<Element, kHeadDim>;
+  // Above 48 KiB a kernel must opt in to dynamic shared memory (per device, so on every launch; it is cheap).
+  FLASHLAB_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
+  const dim3 grid((p.seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM, p.heads_q, p.batch);
+  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+  FLASHLAB_CUDA_CHECK_LAUNCH();
+}
+
+template <typename Element>
+void dispatch_head_dim(const SplitQParams& p, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64:
+      return launch<Element, 64>(p, stream);
+    case 128:
+      return launch<Element, 128>(p, stream);
+    case 256:
+      return launch<Element, 256>(p, stream);
+  }
+}
+
+}  // namespace
+
+void split_q_forward(const SplitQParams& params, cudaStream_t stream) {
+  check_split_q(params);
+  if (params.dtype == DType::f16)
+    dispatch_head_dim<__half>(params, stream);
+  else
+    dispatch_head_dim<__nv_bfloat16>(params, stream);
+}
+
+}  // namespace flashlab::cuda_v2
