@@ -1,6 +1,7 @@
 // The mask as one thread block of cuda_v2 sees it: which key tiles it visits, which of those need an element
 // mask, and whether one (row, key) pair is visible. Every rule comes from common/mask.hpp (band_key_range);
-// this file only turns it into tile decisions.
+// this file only turns it into tile decisions. Host and device: the self-test checks every decision on the
+// host against common/mask.hpp's Visibility (with host pointers in the lengths and mask fields).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,7 @@ struct BlockMask {
   int full_begin = 0, full_end = 0;
 
   template <int kBlockN>
-  __device__ static BlockMask make(const SplitQParams& p, int b, int row_begin, int row_end) {
+  FLASHLAB_HOST_DEVICE static BlockMask make(const SplitQParams& p, int b, int row_begin, int row_end) {
     BlockMask m;
     m.rows_q = p.seqlens_q ? p.seqlens_q[b] : p.seqlen_q;
     m.rows_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;
@@ -48,18 +49,19 @@ struct BlockMask {
 
   // True when the tile of keys [key0, key0 + kBlockN) needs no element mask: every row sees every key of it.
   template <int kBlockN>
-  __device__ bool tile_is_full(int key0) const {
+  FLASHLAB_HOST_DEVICE bool tile_is_full(int key0) const {
     return key0 >= full_begin && key0 + kBlockN <= full_end;
   }
 
-  __device__ static KeyRange band(const SplitQParams& p, const BlockMask& m, int row) {
+  FLASHLAB_HOST_DEVICE static KeyRange band(const SplitQParams& p, const BlockMask& m, int row) {
     return band_key_range(row, m.rows_q, m.rows_k, p.causal, p.window_left, p.window_right);
   }
 };
 
 // Visibility of one element of a partial tile: the row's band (precomputed by the caller with
 // BlockMask::band) and the explicit mask. Out-of-range keys (>= rows_k) fall outside every band.
-__device__ inline bool element_visible(const SplitQParams& p, const KeyRange& row_keys, int row, int key) {
+FLASHLAB_HOST_DEVICE inline bool element_visible(const SplitQParams& p, const KeyRange& row_keys, int row,
+                                                 int key) {
   if (key < row_keys.begin || key >= row_keys.end) return false;
   return p.mask == nullptr || p.mask[static_cast<int64_t>(row) * p.seqlen_k + key] != 0;
 }

@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -19,9 +20,11 @@
 #include "common/cuda/device_buffer.hpp"
 #include "common/error.hpp"
 #include "common/inputs.hpp"
+#include "common/mask.hpp"
 #include "common/problem.hpp"
 #include "common/reference.hpp"
 #include "common/tolerance.hpp"
+#include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/split_q.hpp"
 
 namespace {
@@ -246,19 +249,106 @@ bool check_refusals() {
   return ok;
 }
 
+// The tile decisions of BlockMask for one problem and one (Br, Bc), against Visibility; prints what breaks.
+template <int kBlockN>
+bool check_block_mask(const Problem& p, int block_m, const std::string& name) {
+  const Visibility visibility(p);
+  std::vector<int> seqlens_q(p.seqlens_q.begin(), p.seqlens_q.end());
+  std::vector<int> seqlens_k(p.seqlens_k.begin(), p.seqlens_k.end());
+  cuda_v2::SplitQParams params;  // host pointers: BlockMask only reads lengths and the mask
+  params.seqlen_q = static_cast<int>(p.seqlen_q);
+  params.seqlen_k = static_cast<int>(p.seqlen_k);
+  params.causal = p.causal;
+  params.window_left = static_cast<int>(p.window_left);
+  params.window_right = static_cast<int>(p.window_right);
+  params.seqlens_q = seqlens_q.empty() ? nullptr : seqlens_q.data();
+  params.seqlens_k = seqlens_k.empty() ? nullptr : seqlens_k.data();
+  params.mask = p.mask ? p.mask->data() : nullptr;
+  const int tiles = static_cast<int>((p.seqlen_k + kBlockN - 1) / kBlockN);
+  for (int b = 0; b < p.batch; ++b)
+    for (int row_begin = 0; row_begin < p.seqlen_q; row_begin += block_m) {
+      const cuda_v2::BlockMask block =
+          cuda_v2::BlockMask::make<kBlockN>(params, b, row_begin, row_begin + block_m);
+      const int64_t valid_end = std::min<int64_t>(row_begin + block_m, p.rows_q(b));
+      for (int tile = 0; tile < tiles; ++tile) {
+        const int64_t key0 = int64_t{tile} * kBlockN, key1 = std::min<int64_t>(key0 + kBlockN, p.seqlen_k);
+        const TileCover cover =
+            row_begin < valid_end ? visibility.tile(b, row_begin, valid_end, key0, key1) : TileCover::hidden;
+        const bool visited = tile >= block.tile_begin && tile < block.tile_end;
+        std::string wrong;
+        if (!visited && cover != TileCover::hidden) wrong = "a tile with visible keys is skipped";
+        if (visited && block.tile_is_full<kBlockN>(static_cast<int>(key0)) && cover != TileCover::full)
+          wrong = "a tile that needs a mask is treated as full";
+        for (int row = row_begin; wrong.empty() && visited && row < row_begin + block_m && row < p.seqlen_q;
+             ++row) {
+          const KeyRange keys = cuda_v2::BlockMask::band(params, block, row);
+          for (int64_t key = key0; key < key1; ++key)
+            if (cuda_v2::element_visible(params, keys, row, static_cast<int>(key)) !=
+                visibility.visible(b, row, key))
+              wrong = "the element mask differs from Visibility at row " + std::to_string(row) + ", key " +
+                      std::to_string(key);
+        }
+        if (!wrong.empty()) {
+          std::printf("FAIL host block mask | %s | Br %d Bc %d b %d rows %d.. tile %d: %s\n", name.c_str(),
+                      block_m, kBlockN, b, row_begin, tile, wrong.c_str());
+          return false;
+        }
+      }
+    }
+  return true;
+}
+
+bool check_block_masks_on_host(const std::vector<Case>& all) {
+  // The self-test's cases, plus random small problems that hit every alignment of diagonals and window edges
+  // against the tile boundaries.
+  std::vector<Case> problems;
+  for (const Case& c : all)
+    if (c.problem.head_dim == 64) problems.push_back(c);  // the mask does not depend on the head dim
+  Random random(2024);
+  const auto pick = [&random](int64_t lo, int64_t hi) {  // uniform in [lo, hi]
+    return lo + static_cast<int64_t>(random.uniform() * static_cast<double>(hi - lo + 1));
+  };
+  for (int n = 0; n < 400; ++n) {
+    Problem p = shape(pick(1, 3), 1, 1, pick(1, 300), pick(0, 300), 64);
+    p.causal = pick(0, 1) == 1;
+    if (pick(0, 2) == 0) p.window_left = pick(0, 80);
+    if (pick(0, 2) == 0) p.window_right = pick(0, 80);
+    if (pick(0, 1) == 1) {
+      for (int64_t b = 0; b < p.batch; ++b) {
+        p.seqlens_q.push_back(pick(0, p.seqlen_q));
+        p.seqlens_k.push_back(pick(0, p.seqlen_k));
+      }
+    }
+    problems.push_back({"random " + std::to_string(n) + " " + p.describe(), p});
+  }
+  bool ok = true;
+  int checked = 0;
+  for (const Case& c : problems) {
+    for (int block_m : {32, 64, 128}) {
+      ok = check_block_mask<32>(c.problem, block_m, c.name) && ok;
+      ok = check_block_mask<64>(c.problem, block_m, c.name) && ok;
+      checked += 2;
+    }
+  }
+  std::printf("%s host block mask: %d (problem, Br, Bc) combinations against Visibility\n",
+              ok ? "PASS" : "FAIL", checked);
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::string filter = argc > 1 ? argv[1] : "";
+  if (!check_block_masks_on_host(cases())) return 1;
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("SKIP cuda_v2 self-test: no CUDA device here; nothing was checked\n");
+    std::printf("SKIP cuda_v2 kernels: no CUDA device here; only the host checks ran\n");
     return 77;
   }
   cudaDeviceProp properties{};
   FLASHLAB_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
   std::printf("cuda_v2 self-test on %s (sm_%d%d)\n", properties.name, properties.major, properties.minor);
 
-  const std::string filter = argc > 1 ? argv[1] : "";
   const std::vector<Kernel> kernels = {
       {"cuda_v2/split_q_simt", DType::f32,
        [](const Problem& p, const AttentionInputs& in) {
