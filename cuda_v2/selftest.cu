@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -26,6 +28,7 @@
 #include "common/tolerance.hpp"
 #include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/split_q.hpp"
+#include "cuda_v2/tensor_core.cuh"
 
 namespace {
 
@@ -335,11 +338,157 @@ bool check_block_masks_on_host(const std::vector<Case>& all) {
   return ok;
 }
 
+// ---- Host emulation of one warp's tile products: the ldmatrix addresses, the swizzle and the fragment order
+// ----
+//
+// PTX semantics, emulated: ldmatrix.x4 gives lane L, for matrix m, row L / 4 (columns 2 (L % 4), +1) of the
+// 8x8 matrix whose rows lanes 8m..8m+7 addressed; .trans gives column L / 4 (rows 2 (L % 4), +1). mma
+// m16n8k16 takes and returns the fragments of tensor_core.cuh. The loops below index exactly as split_q.cu
+// does.
+constexpr int kEmuDim = 64, kEmuKeys = 64;
+using Fragments = std::vector<std::array<float, 8>>;  // per lane: four registers of two b16 values
+
+// ldmatrix phases whose 8 rows (one 8x8 matrix, 8 x 16 bytes of b16) do not cover all 32 banks.
+int ldmatrix_bank_conflicts = 0;
+
+template <int kCols>
+Fragments emulate_ldmatrix_x4(const std::vector<float>& smem, const int (&row_offset)[32], bool trans) {
+  for (int m = 0; m < 4; ++m) {
+    unsigned bank_groups = 0;  // 16-byte bank group (4 banks) of each row: b16 element offset * 2 / 16, mod 8
+    for (int i = 0; i < 8; ++i) bank_groups |= 1u << ((row_offset[8 * m + i] * 2 / 16) % 8);
+    ldmatrix_bank_conflicts += bank_groups != 0xffu;
+  }
+  Fragments out(32);
+  for (int lane = 0; lane < 32; ++lane)
+    for (int m = 0; m < 4; ++m)
+      for (int half = 0; half < 2; ++half) {
+        const int source_lane = trans ? 8 * m + 2 * (lane % 4) + half : 8 * m + lane / 4;
+        const int element = trans ? lane / 4 : 2 * (lane % 4) + half;
+        out[lane][2 * m + half] = smem[row_offset[source_lane] + element];
+      }
+  return out;
+}
+
+// d[lane][0..3] += A B for the fragments a (registers 0-3) and b (registers b0, b1 given by index).
+void emulate_mma(float (*d)[4], const Fragments& a, const Fragments& b, int b0, int b1) {
+  float A[16][16], B[16][8];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int j = 0; j < 2; ++j) {
+      A[g][2 * t + j] = a[lane][0 + j];
+      A[g + 8][2 * t + j] = a[lane][2 + j];
+      A[g][2 * t + 8 + j] = a[lane][4 + j];
+      A[g + 8][2 * t + 8 + j] = a[lane][6 + j];
+      B[2 * t + j][g] = b[lane][2 * b0 + j];
+      B[2 * t + 8 + j][g] = b[lane][2 * b1 + j];
+    }
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+      for (int k = 0; k < 16; ++k) d[lane][e] += A[row][k] * B[k][col];
+    }
+  }
+}
+
+// Stores a [rows][kCols] matrix into swizzled shared memory, as cp.async does, chunk by chunk.
+template <int kCols>
+std::vector<float> swizzled(const std::vector<float>& matrix, int rows) {
+  std::vector<float> smem(matrix.size(), NAN);
+  for (int r = 0; r < rows; ++r)
+    for (int col = 0; col < kCols; col += 8)
+      for (int e = 0; e < 8; ++e)
+        smem[cuda_v2::SwizzledTile<kCols>::offset(r, col) + e] = matrix[r * kCols + col + e];
+  return smem;
+}
+
+bool check_fragments_on_host() {
+  using Tile = cuda_v2::SwizzledTile<kEmuDim>;
+  Random random(99);
+  std::vector<float> q(16 * kEmuDim), k(kEmuKeys * kEmuDim), v(kEmuKeys * kEmuDim);
+  for (float& x : q)
+    x = static_cast<float>(static_cast<int>(random.uniform() * 9) - 4);  // small integers: exact
+  for (float& x : k) x = static_cast<float>(static_cast<int>(random.uniform() * 9) - 4);
+  for (float& x : v) x = static_cast<float>(static_cast<int>(random.uniform() * 9) - 4);
+  const std::vector<float> sQ = swizzled<kEmuDim>(q, 16), sK = swizzled<kEmuDim>(k, kEmuKeys),
+                           sV = swizzled<kEmuDim>(v, kEmuKeys);
+
+  // S = Q K^T, as the kernel's first loop.
+  float s[kEmuKeys / 8][32][4] = {};
+  for (int kk = 0; kk < kEmuDim / 16; ++kk) {
+    int q_rows[32], k_rows[32];
+    for (int lane = 0; lane < 32; ++lane) {
+      const auto q_at = cuda_v2::a_operand_row(lane);
+      q_rows[lane] = Tile::offset(q_at.row, kk * 16 + q_at.col);
+    }
+    const Fragments a = emulate_ldmatrix_x4<kEmuDim>(sQ, q_rows, false);
+    for (int np = 0; np < kEmuKeys / 16; ++np) {
+      for (int lane = 0; lane < 32; ++lane) {
+        const auto k_at = cuda_v2::b_operand_row_nk(lane);
+        k_rows[lane] = Tile::offset(np * 16 + k_at.row, kk * 16 + k_at.col);
+      }
+      const Fragments bk = emulate_ldmatrix_x4<kEmuDim>(sK, k_rows, false);
+      emulate_mma(s[2 * np], a, bk, 0, 1);
+      emulate_mma(s[2 * np + 1], a, bk, 2, 3);
+    }
+  }
+  // O = S V, with S's accumulators reused as the A fragments exactly as the kernel packs them.
+  float o[kEmuDim / 8][32][4] = {};
+  for (int kk = 0; kk < kEmuKeys / 16; ++kk) {
+    Fragments a(32);
+    for (int lane = 0; lane < 32; ++lane)
+      for (int j = 0; j < 2; ++j) {
+        a[lane][0 + j] = s[2 * kk][lane][j];
+        a[lane][2 + j] = s[2 * kk][lane][2 + j];
+        a[lane][4 + j] = s[2 * kk + 1][lane][j];
+        a[lane][6 + j] = s[2 * kk + 1][lane][2 + j];
+      }
+    for (int np = 0; np < kEmuDim / 16; ++np) {
+      int v_rows[32];
+      for (int lane = 0; lane < 32; ++lane) {
+        const auto v_at = cuda_v2::b_operand_row_kn(lane);
+        v_rows[lane] = Tile::offset(kk * 16 + v_at.row, np * 16 + v_at.col);
+      }
+      const Fragments bv = emulate_ldmatrix_x4<kEmuDim>(sV, v_rows, true);
+      emulate_mma(o[2 * np], a, bv, 0, 1);
+      emulate_mma(o[2 * np + 1], a, bv, 2, 3);
+    }
+  }
+  // Compare with the plain products (all values are small integers: exact in float).
+  double worst = 0.0;
+  for (int lane = 0; lane < 32; ++lane)
+    for (int e = 0; e < 4; ++e) {
+      const int row = lane / 4 + 8 * (e / 2), col = 2 * (lane % 4) + e % 2;
+      for (int nt = 0; nt < kEmuKeys / 8; ++nt) {
+        double expected = 0.0;
+        for (int c = 0; c < kEmuDim; ++c) expected += q[row * kEmuDim + c] * k[(nt * 8 + col) * kEmuDim + c];
+        worst = std::max(worst, std::fabs(expected - s[nt][lane][e]));
+      }
+      for (int nt = 0; nt < kEmuDim / 8; ++nt) {
+        double expected = 0.0;
+        for (int j = 0; j < kEmuKeys; ++j) {
+          double score = 0.0;
+          for (int c = 0; c < kEmuDim; ++c) score += q[row * kEmuDim + c] * k[j * kEmuDim + c];
+          expected += score * v[j * kEmuDim + nt * 8 + col];
+        }
+        worst = std::max(worst, std::fabs(expected - o[nt][lane][e]));
+      }
+    }
+  const bool ok = worst == 0.0 && ldmatrix_bank_conflicts == 0;
+  std::printf(
+      "%s host fragment emulation: S = Q K^T and O = S V through swizzled ldmatrix/mma layouts (max error "
+      "%g, "
+      "%d ldmatrix phases with bank conflicts)\n",
+      ok ? "PASS" : "FAIL", worst, ldmatrix_bank_conflicts);
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string filter = argc > 1 ? argv[1] : "";
-  if (!check_block_masks_on_host(cases())) return 1;
+  if (!check_block_masks_on_host(cases()) || !check_fragments_on_host()) return 1;
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("SKIP cuda_v2 kernels: no CUDA device here; only the host checks ran\n");

@@ -136,6 +136,9 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   const int rows[2] = {row_begin + warp_row + group, row_begin + warp_row + group + 8};
   const KeyRange row_keys[2] = {BlockMask::band(p, block, rows[0]), BlockMask::band(p, block, rows[1])};
 
+  // The shared-memory row each lane hands to ldmatrix, per operand (tensor_core.cuh).
+  const LdmatrixRow q_at = a_operand_row(lane), k_at = b_operand_row_nk(lane), v_at = b_operand_row_kn(lane);
+
   const float scale_log2 = p.softmax_scale * kLog2e;  // exp(scale * s) = exp2(scale * log2(e) * s)
   float o_acc[kNTilesO][4] = {};                      // O~: unnormalized output (Algorithm 1 line 10)
   float row_max[2] = {-INFINITY, -INFINITY};          // m, in the log2 domain: max of s * scale_log2
@@ -164,12 +167,11 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       uint32_t a[4];
-      ldmatrix_x4(a, sQ + Tile::offset(warp_row + lane % 16, kk * 16 + (lane / 16) * 8));
+      ldmatrix_x4(a, sQ + Tile::offset(warp_row + q_at.row, kk * 16 + q_at.col));
 #pragma unroll
       for (int np = 0; np < kNTilesS / 2; ++np) {
         uint32_t bk[4];  // b0, b1 of n-tiles 2np and 2np + 1
-        ldmatrix_x4(bk,
-                    sKj + Tile::offset(np * 16 + lane % 8 + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8));
+        ldmatrix_x4(bk, sKj + Tile::offset(np * 16 + k_at.row, kk * 16 + k_at.col));
         mma_m16n8k16<Element>(s[2 * np], a, bk[0], bk[1]);
         mma_m16n8k16<Element>(s[2 * np + 1], a, bk[2], bk[3]);
       }
@@ -227,8 +229,7 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
 #pragma unroll
       for (int np = 0; np < kNTilesO / 2; ++np) {
         uint32_t bv[4];  // V_j is [key][dim] = B row-major: ldmatrix.trans gives the column-major fragment
-        ldmatrix_x4_trans(
-            bv, sVj + Tile::offset(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, np * 16 + (lane / 16) * 8));
+        ldmatrix_x4_trans(bv, sVj + Tile::offset(kk * 16 + v_at.row, np * 16 + v_at.col));
         mma_m16n8k16<Element>(o_acc[2 * np], a, bv[0], bv[1]);
         mma_m16n8k16<Element>(o_acc[2 * np + 1], a, bv[2], bv[3]);
       }

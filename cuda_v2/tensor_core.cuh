@@ -12,8 +12,7 @@
 
 namespace flashlab::cuda_v2 {
 
-// ---- cp.async
-// ---------------------------------------------------------------------------------------------------
+// ---- cp.async ----
 
 // Copies 16 bytes global -> shared, asynchronously. When `in_range` is false nothing is read (src-size 0) and
 // the 16 bytes are zero-filled: how ragged tails stay in bounds without a branch around the copy.
@@ -31,8 +30,7 @@ __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-// ---- ldmatrix
-// ---------------------------------------------------------------------------------------------------
+// ---- ldmatrix ----
 
 // Four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8. Register r[m] of lane l then
 // holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix m.
@@ -50,8 +48,25 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row)
                : "r"(addr));
 }
 
-// ---- mma.sync m16n8k16
-// ------------------------------------------------------------------------------------------
+// Which 16-byte row lane l hands to ldmatrix.x4 for each operand of a 16 x 16 k-step, as (row, col) offsets
+// in the tile. The four matrices come back in the register order the mma wants:
+//   A from a row-major [m][k] tile (Q):   a0..a3 = (rows 0-7 | 8-15) x (cols 0-7), then x (cols 8-15)
+//   B from a [n][k] tile (K, B = K^T):     b0, b1 of n-tile 0, then b0, b1 of n-tile 1 (n = tile rows)
+//   B from a [k][n] tile (V), with .trans: the same order, k = tile rows, n = tile columns
+struct LdmatrixRow {
+  int row, col;
+};
+__host__ __device__ constexpr LdmatrixRow a_operand_row(int lane) {
+  return {lane % 16, (lane / 16) * 8};
+}
+__host__ __device__ constexpr LdmatrixRow b_operand_row_nk(int lane) {
+  return {lane % 8 + (lane / 16) * 8, ((lane / 8) % 2) * 8};
+}
+__host__ __device__ constexpr LdmatrixRow b_operand_row_kn(int lane) {
+  return {lane % 8 + ((lane / 8) % 2) * 8, (lane / 16) * 8};
+}
+
+// ---- mma.sync m16n8k16 ----
 //
 // D (16x8, fp32) += A (16x16, row) * B (16x8, col). With g = lane / 4 (the "group") and t = lane % 4:
 //   A: a[0] = A[g][2t..2t+1]  a[1] = A[g+8][2t..2t+1]  a[2] = A[g][2t+8..2t+9]  a[3] = A[g+8][2t+8..2t+9]
@@ -95,8 +110,7 @@ __device__ inline uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&packed);
 }
 
-// ---- Swizzled shared-memory tiles
-// -------------------------------------------------------------------------------
+// ---- Swizzled shared-memory tiles ----
 //
 // A tile of `rows` x kCols b16 elements is stored row-major in 16-byte chunks (8 elements, the unit of
 // cp.async and of one ldmatrix row). Unswizzled, a row is kCols * 2 >= 128 bytes, so the 8 rows an ldmatrix
@@ -111,7 +125,7 @@ template <int kCols>
 struct SwizzledTile {
   static_assert(kCols % 64 == 0, "the swizzle permutes groups of 8 chunks of 8 elements");
   // Element offset of (row, col); col must be a multiple of 8 (a chunk start).
-  __device__ static int offset(int row, int col) {
+  __host__ __device__ static int offset(int row, int col) {
     const int chunk = (col >> 3) ^ (row & 7);
     return row * kCols + (chunk << 3);
   }
