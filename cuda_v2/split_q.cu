@@ -29,29 +29,36 @@
 namespace flashlab::cuda_v2 {
 namespace {
 
-// Tile sizes per head dim. kBlockM = 16 * kWarps query rows (16 per warp, one mma row tile); kBlockN keys per
-// tile. Registers bound them: a thread holds kHeadDim / 2 fp32 of O and kBlockN / 2 of S, so d = 256 takes a
-// narrower key tile. Shared memory: Q once, K and V twice (double buffer), all in b16.
+// Tile sizes per head dim. Each warp owns kMTiles row tiles of 16 query rows (kBlockM = 16 * kMTiles *
+// kWarps); a K or V fragment loaded with ldmatrix then feeds kMTiles mma instead of one, which halves the
+// shared-memory traffic per mma at kMTiles = 2 (shared-memory bandwidth, not the tensor cores, bounds
+// mma.sync kernels on H100). Registers bound the tiles: a thread holds kMTiles * kHeadDim / 2 fp32 of O and
+// kMTiles * kBlockN / 2 of S, so d = 256 keeps one row tile and a narrower key tile. Shared memory: Q once, K
+// and V twice (double buffer), all in b16.
 template <int kHeadDim>
 struct SplitQConfig;
 template <>
 struct SplitQConfig<64> {
-  static constexpr int kWarps = 8, kBlockN = 64;
+  static constexpr int kWarps = 4, kMTiles = 2, kBlockN = 64;
 };
 template <>
 struct SplitQConfig<128> {
-  static constexpr int kWarps = 8, kBlockN = 64;
+  // kMTiles = 2 (FA2's layout) needs ~255 registers here and spills a few bytes (nvcc 13, sm_90a), so d = 128
+  // takes 8 warps of one row tile: the same Br, twice the K/V fragment loads. To be settled on the GPU.
+  static constexpr int kWarps = 8, kMTiles = 1, kBlockN = 64;
 };
 template <>
 struct SplitQConfig<256> {
-  static constexpr int kWarps = 4, kBlockN = 32;
+  static constexpr int kWarps = 4, kMTiles = 1, kBlockN = 32;
 };
 
 template <int kHeadDim>
 struct SplitQShape {
   static constexpr int kWarps = SplitQConfig<kHeadDim>::kWarps;
+  static constexpr int kMTiles = SplitQConfig<kHeadDim>::kMTiles;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kBlockM = 16 * kWarps;
+  static constexpr int kWarpRows = 16 * kMTiles;  // query rows owned by one warp
+  static constexpr int kBlockM = kWarpRows * kWarps;
   static constexpr int kBlockN = SplitQConfig<kHeadDim>::kBlockN;
   static constexpr int kStages = 2;  // K/V double buffer
   static constexpr int kSmemElements = kBlockM * kHeadDim + 2 * kStages * kBlockN * kHeadDim;
@@ -98,6 +105,8 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   using Shape = SplitQShape<kHeadDim>;
   using Tile = SwizzledTile<kHeadDim>;
   constexpr int kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN, kThreads = Shape::kThreads;
+  constexpr int kMTiles = Shape::kMTiles;
+  constexpr int kRows = 2 * kMTiles;      // accumulator rows per thread: g and g + 8 of each row tile
   constexpr int kNTilesS = kBlockN / 8;   // 8-wide mma n-tiles of S
   constexpr int kNTilesO = kHeadDim / 8;  // 8-wide mma n-tiles of O
 
@@ -131,18 +140,32 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   }
   cp_async_commit();
 
-  // This thread's two rows (fragment rows g and g + 8 of its warp's 16) and their visible key ranges.
-  const int warp_row = warp * 16;
-  const int rows[2] = {row_begin + warp_row + group, row_begin + warp_row + group + 8};
-  const KeyRange row_keys[2] = {BlockMask::band(p, block, rows[0]), BlockMask::band(p, block, rows[1])};
+  // FA2 change 2 (split-Q): this warp owns rows [warp_row, warp_row + kWarpRows) of the block for the whole
+  // kernel. This thread holds accumulator rows g and g + 8 of each of its row tiles: row index i = 2 mt + r.
+  const int warp_row = warp * Shape::kWarpRows;
+  int rows[kRows];
+  int keys_begin[kRows],
+      keys_end[kRows];  // each row's visible keys (common/mask.hpp), 32-bit to save registers
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    rows[i] = row_begin + warp_row + (i / 2) * 16 + group + (i % 2) * 8;
+    const KeyRange keys = BlockMask::band(p, block, rows[i]);
+    keys_begin[i] = static_cast<int>(keys.begin);
+    keys_end[i] = static_cast<int>(keys.end);
+  }
 
   // The shared-memory row each lane hands to ldmatrix, per operand (tensor_core.cuh).
   const LdmatrixRow q_at = a_operand_row(lane), k_at = b_operand_row_nk(lane), v_at = b_operand_row_kn(lane);
 
   const float scale_log2 = p.softmax_scale * kLog2e;  // exp(scale * s) = exp2(scale * log2(e) * s)
-  float o_acc[kNTilesO][4] = {};                      // O~: unnormalized output (Algorithm 1 line 10)
-  float row_max[2] = {-INFINITY, -INFINITY};          // m, in the log2 domain: max of s * scale_log2
-  float row_sum[2] = {0.0f, 0.0f};  // l, this thread's columns only; the quad sum is deferred to the end
+  float o_acc[kMTiles][kNTilesO][4] = {};             // O~: unnormalized output (Algorithm 1 line 10)
+  float row_max[kRows];                               // m, in the log2 domain: max of s * scale_log2
+  float row_sum[kRows];  // l, this thread's columns only; the quad sum is deferred to the end
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    row_max[i] = -INFINITY;
+    row_sum[i] = 0.0f;
+  }
 
   for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
     const int stage = (tile - block.tile_begin) & 1;
@@ -161,19 +184,24 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
     cp_async_wait<1>();
     __syncthreads();
 
-    // S = Q K_j^T (Algorithm 1 line 8). A = this warp's 16 Q rows; B = K_j rows as columns (no transpose
-    // needed).
-    float s[kNTilesS][4] = {};
+    // S = Q K_j^T (Algorithm 1 line 8). A = the warp's Q row tiles; B = K_j rows as columns (no transpose
+    // needed). Each K fragment serves all kMTiles row tiles.
+    float s[kMTiles][kNTilesS][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      uint32_t a[4];
-      ldmatrix_x4(a, sQ + Tile::offset(warp_row + q_at.row, kk * 16 + q_at.col));
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+        ldmatrix_x4(a[mt], sQ + Tile::offset(warp_row + mt * 16 + q_at.row, kk * 16 + q_at.col));
 #pragma unroll
       for (int np = 0; np < kNTilesS / 2; ++np) {
         uint32_t bk[4];  // b0, b1 of n-tiles 2np and 2np + 1
         ldmatrix_x4(bk, sKj + Tile::offset(np * 16 + k_at.row, kk * 16 + k_at.col));
-        mma_m16n8k16<Element>(s[2 * np], a, bk[0], bk[1]);
-        mma_m16n8k16<Element>(s[2 * np + 1], a, bk[2], bk[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_m16n8k16<Element>(s[mt][2 * np], a[mt], bk[0], bk[1]);
+          mma_m16n8k16<Element>(s[mt][2 * np + 1], a[mt], bk[2], bk[3]);
+        }
       }
     }
 
@@ -182,39 +210,44 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
     const int key0 = tile * kBlockN;
     if (!block.tile_is_full<kBlockN>(key0)) {
 #pragma unroll
-      for (int nt = 0; nt < kNTilesS; ++nt)
+      for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e / 2, key = key0 + nt * 8 + 2 * quad_lane + e % 2;
-          if (!element_visible(p, row_keys[r], rows[r], key)) s[nt][e] = -INFINITY;
-        }
+        for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = 2 * mt + e / 2, key = key0 + nt * 8 + 2 * quad_lane + e % 2;
+            if (!element_visible(p, KeyRange{keys_begin[i], keys_end[i]}, rows[i], key))
+              s[mt][nt][e] = -INFINITY;
+          }
     }
 
     // Online softmax (Algorithm 1 lines 9-10), each row's max reduced over its quad.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < kRows; ++i) {
+      const int mt = i / 2, r = i % 2;
       float tile_max = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < kNTilesS; ++nt) tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      const float new_max = fmaxf(row_max[r], quad_max(tile_max) * scale_log2);
+      for (int nt = 0; nt < kNTilesS; ++nt)
+        tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+      const float new_max = fmaxf(row_max[i], quad_max(tile_max) * scale_log2);
       // Every key so far masked (new_max = -inf): subtract 0 instead, since -inf - (-inf) would be NaN; the
       // masked scores then give exp2(-inf) = 0 and the row stays empty.
       const float max_used = new_max == -INFINITY ? 0.0f : new_max;
-      const float rescale = fast_exp2(row_max[r] - max_used);  // 0 when row_max was -inf: nothing to keep
-      row_max[r] = new_max;
-      row_sum[r] *= rescale;
+      const float rescale = fast_exp2(row_max[i] - max_used);  // 0 when row_max was -inf: nothing to keep
+      row_max[i] = new_max;
+      row_sum[i] *= rescale;
 #pragma unroll
       for (int nt = 0; nt < kNTilesO; ++nt) {
-        o_acc[nt][2 * r] *= rescale;
-        o_acc[nt][2 * r + 1] *= rescale;
+        o_acc[mt][nt][2 * r] *= rescale;
+        o_acc[mt][nt][2 * r + 1] *= rescale;
       }
 #pragma unroll
       for (int nt = 0; nt < kNTilesS; ++nt)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const float weight = fast_exp2(fmaf(s[nt][2 * r + c], scale_log2, -max_used));
-          s[nt][2 * r + c] = weight;  // S becomes P in place
-          row_sum[r] += weight;       // l sums P in fp32, before P is rounded for the mma
+          const float weight = fast_exp2(fmaf(s[mt][nt][2 * r + c], scale_log2, -max_used));
+          s[mt][nt][2 * r + c] = weight;  // S becomes P in place
+          row_sum[i] += weight;           // l sums P in fp32, before P is rounded for the mma
         }
     }
 
@@ -222,16 +255,23 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
     // fragment of k-step kk, so P goes from registers to the tensor cores without touching shared memory.
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint32_t a[4] = {pack2<Element>(s[2 * kk][0], s[2 * kk][1]),
-                             pack2<Element>(s[2 * kk][2], s[2 * kk][3]),
-                             pack2<Element>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             pack2<Element>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        a[mt][0] = pack2<Element>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = pack2<Element>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = pack2<Element>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack2<Element>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int np = 0; np < kNTilesO / 2; ++np) {
         uint32_t bv[4];  // V_j is [key][dim] = B row-major: ldmatrix.trans gives the column-major fragment
         ldmatrix_x4_trans(bv, sVj + Tile::offset(kk * 16 + v_at.row, np * 16 + v_at.col));
-        mma_m16n8k16<Element>(o_acc[2 * np], a, bv[0], bv[1]);
-        mma_m16n8k16<Element>(o_acc[2 * np + 1], a, bv[2], bv[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_m16n8k16<Element>(o_acc[mt][2 * np], a[mt], bv[0], bv[1]);
+          mma_m16n8k16<Element>(o_acc[mt][2 * np + 1], a[mt], bv[2], bv[3]);
+        }
       }
     }
     __syncthreads();  // every warp is done with this stage before the next iteration prefetches into it
@@ -241,36 +281,37 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   cp_async_wait<0>();
   __syncthreads();
 
-  // Epilogue (Algorithm 1 lines 12-13): one division per row, LSE = m + log l, back to natural log.
-  float lse[2];
-  bool empty[2];
+  // Epilogue (Algorithm 1 lines 12-13), FA2 change 3: one division per row, at the end; LSE = m + log l, back
+  // to natural log.
+  float lse[kRows];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = quad_sum(row_sum[r]);
+  for (int i = 0; i < kRows; ++i) {
+    const int mt = i / 2, r = i % 2;
+    const float l = quad_sum(row_sum[i]);
     // A padded row, or one whose every key is masked, is fully masked: O = 0 and LSE = -inf by definition.
     // Its accumulator is not used at all (a padded row may have accumulated anything), so no 0/0 and no NaN.
-    empty[r] = rows[r] >= block.rows_q || l == 0.0f;
-    const float inv_l = empty[r] ? 0.0f : 1.0f / l;
-    lse[r] = empty[r] ? -INFINITY : (row_max[r] + log2f(l)) * kLn2;
+    const bool empty = rows[i] >= block.rows_q || l == 0.0f;
+    const float inv_l = empty ? 0.0f : 1.0f / l;
+    lse[i] = empty ? -INFINITY : (row_max[i] + log2f(l)) * kLn2;
 #pragma unroll
     for (int nt = 0; nt < kNTilesO; ++nt) {
-      o_acc[nt][2 * r] = empty[r] ? 0.0f : o_acc[nt][2 * r] * inv_l;
-      o_acc[nt][2 * r + 1] = empty[r] ? 0.0f : o_acc[nt][2 * r + 1] * inv_l;
+      o_acc[mt][nt][2 * r] = empty ? 0.0f : o_acc[mt][nt][2 * r] * inv_l;
+      o_acc[mt][nt][2 * r + 1] = empty ? 0.0f : o_acc[mt][nt][2 * r + 1] * inv_l;
     }
   }
 
-  // O goes through this warp's own 16 rows of sQ (no other warp reads them any more) so that global stores
-  // are whole 16-byte chunks of a row, coalesced, instead of 4-byte fragments.
+  // O goes through this warp's own rows of sQ (no other warp reads them any more) so that global stores are
+  // whole 16-byte chunks of a row, coalesced, instead of 4-byte fragments.
 #pragma unroll
-  for (int nt = 0; nt < kNTilesO; ++nt)
+  for (int i = 0; i < kRows; ++i)
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-      *reinterpret_cast<uint32_t*>(sQ + Tile::offset(warp_row + group + 8 * r, nt * 8) + 2 * quad_lane) =
-          pack2<Element>(o_acc[nt][2 * r], o_acc[nt][2 * r + 1]);
+    for (int nt = 0; nt < kNTilesO; ++nt)
+      *reinterpret_cast<uint32_t*>(sQ + Tile::offset(rows[i] - row_begin, nt * 8) + 2 * quad_lane) =
+          pack2<Element>(o_acc[i / 2][nt][2 * (i % 2)], o_acc[i / 2][nt][2 * (i % 2) + 1]);
   __syncwarp();
   Element* const o = static_cast<Element*>(p.o) + b * p.o_batch_stride + head * p.o_head_stride;
   constexpr int kChunksPerRow = kHeadDim / 8;
-  for (int chunk = lane; chunk < 16 * kChunksPerRow; chunk += 32) {
+  for (int chunk = lane; chunk < Shape::kWarpRows * kChunksPerRow; chunk += 32) {
     const int r = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
     const int row = row_begin + warp_row + r;
     if (row < p.seqlen_q)  // the last q-block's rows past seqlen_q do not exist
@@ -280,8 +321,8 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   if (quad_lane == 0) {
     float* const lse_row = p.lse + (static_cast<int64_t>(b) * p.heads_q + head) * p.seqlen_q;
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-      if (rows[r] < p.seqlen_q) lse_row[rows[r]] = lse[r];
+    for (int i = 0; i < kRows; ++i)
+      if (rows[i] < p.seqlen_q) lse_row[rows[i]] = lse[i];
   }
 }
 
