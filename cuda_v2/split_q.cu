@@ -2,17 +2,17 @@
 // fp32 accumulation.
 //
 // One thread block per (q-block, head, batch): the grid covers the query blocks, so a long sequence fills the
-// GPU even at batch 1 (FA2 change 1). Each of its warps owns 16 query rows for the whole kernel and walks all
-// key tiles itself (split-Q, FA2 change 2): a row's statistics and output never leave the warp, so there is
-// no inter-warp reduction. The output stays unnormalized until the last tile (FA2 change 3: one division per
-// row, at the end).
+// GPU even at batch 1 (FA2 change 1). Each of its warps owns 16 or 32 query rows for the whole kernel and
+// walks all key tiles itself (split-Q, FA2 change 2): a row's statistics and output never leave the warp, so
+// there is no inter-warp reduction. The output stays unnormalized until the last tile (FA2 change 3: one
+// division per row, at the end).
 //
 // Per key tile j (Algorithm 1 lines 6-11), for a warp's rows:
-//   S = Q K_j^T                  mma.sync m16n8k16, Q and K_j read from swizzled shared memory with ldmatrix
-//   m_new = max(m, rowmax(S))    reduced across the lane quad that holds a row (see tensor_core.cuh)
-//   P = exp2(S * scale * log2(e) - m_new)  (scores kept in the log2 domain: one FFMA + EX2 per element)
-//   l = l * exp2(m - m_new) + rowsum(P);  O = O * exp2(m - m_new) + P V_j   (P rounded to fp16/bf16 for the
-//   mma)
+//   S = Q K_j^T                 mma.sync m16n8k16; Q and K_j come from swizzled shared memory via ldmatrix
+//   m_new = max(m, rowmax(S))   reduced across the lane quad that holds a row (see tensor_core.cuh)
+//   P = exp2(S * scale * log2(e) - m_new)   scores in the log2 domain: one FFMA + one EX2 per element
+//   l = l * exp2(m - m_new) + rowsum(P)
+//   O = O * exp2(m - m_new) + P V_j        P rounded to fp16/bf16 for the mma
 // and at the end O / l and LSE = (m + log2 l) * ln 2. K/V tile j+1 is copied with cp.async while tile j is
 // used.
 #include <cuda_bf16.h>
@@ -184,8 +184,8 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
     cp_async_wait<1>();
     __syncthreads();
 
-    // S = Q K_j^T (Algorithm 1 line 8). A = the warp's Q row tiles; B = K_j rows as columns (no transpose
-    // needed). Each K fragment serves all kMTiles row tiles.
+    // S = Q K_j^T (Algorithm 1 line 8). A = the warp's Q row tiles; B = K_j's rows used as columns (K needs
+    // no transpose). Each K fragment serves all kMTiles row tiles.
     float s[kMTiles][kNTilesS][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {

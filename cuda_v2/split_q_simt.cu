@@ -3,9 +3,8 @@
 // The arithmetic is cuda_v1's (fp32 dot products and FMAs on CUDA cores); only the schedule changes, so the
 // measured difference to cuda_v1 is the schedule's alone:
 //   1. the grid is (q-block, head, batch): one thread block per query block, not per (batch, head);
-//   2. the loop order is Q outer (a block's Q rows stay on chip), K/V inner, and each warp owns its own query
-//   rows
-//      (split-Q): a row's m, l and O live in one warp, so no inter-warp reduction through shared memory;
+//   2. Q is the outer loop (a block's Q rows stay on chip), K/V the inner one, and each warp owns its own
+//      query rows (split-Q): a row's m, l and O live in one warp, so no inter-warp reduction;
 //   3. O stays unnormalized until the last tile: one division per row instead of one per tile.
 // Like split_q it skips the key tiles that causal, window and padding hide and masks only the tiles they cut.
 //

@@ -1,7 +1,7 @@
 // The Ampere-generation instructions split_q is built from, one thin wrapper each (PTX ISA 8.x, sm_80+):
-//   cp.async        global -> shared copy that bypasses registers, so the next K/V tile loads while this one
-//   is used ldmatrix        a warp loads 8x8 b16 matrices from shared memory straight into mma fragment
-//   layout mma.sync        m16n8k16, fp16/bf16 inputs, fp32 accumulators: one warp-wide tensor-core product
+//   cp.async   global -> shared copy bypassing registers: the next K/V tile loads while this one is used
+//   ldmatrix   a warp loads 8x8 b16 matrices from shared memory straight into mma fragment layout
+//   mma.sync   m16n8k16, fp16/bf16 inputs, fp32 accumulators: one warp-wide tensor-core product
 // and the swizzle that keeps ldmatrix and cp.async free of shared-memory bank conflicts.
 #pragma once
 
