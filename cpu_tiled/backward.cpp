@@ -92,15 +92,64 @@ std::vector<double> row_dot_pre_pass(const Problem& p, const AttentionOutputs& f
   return D;
 }
 
+// Alg. 2 lines 9-13 for one (Q tile, K/V tile) pair: P recomputed from the saved LSE, and
+// dS = scale P * (dP - D), into the workspace. Both dQ schedules below call it.
+struct TilePair {
+  const Problem& p;
+  const Visibility& visibility;
+  TileCover cover;
+  int64_t b, i0, j0;
+  ConstView Q, dO, K;
+  const TileD& V_wide;
+  Column lse;
+  ColumnD row_dot;
+};
+
+void probabilities_and_score_gradients(const TilePair& t, Workspace& ws, Tile& P, Tile& dS) {
+  const int64_t rows = t.Q.rows(), cols = t.K.rows(), d = t.p.head_dim;
+  const float scale = static_cast<float>(t.p.softmax_scale());
+  score_tile(t.Q, t.K, scale, P);  // S = scale Q_i K_j^T (line 9)
+  // P = exp(S - LSE_i) (line 10): the forward's P, recomputed from its saved log-sum-exp.
+  P.array() = (P.array().colwise() - t.lse).exp();
+  if (t.cover == TileCover::partial) {
+    // Masked entries weigh exactly 0. This also clears every entry of a row that sees no key, whose
+    // LSE = -inf made exp() above give inf or NaN.
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = t.i0 + r;
+      const KeyRange keys = t.visibility.key_range(t.b, i);
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t j = t.j0 + c;
+        if (j < keys.begin || j >= keys.end || !t.visibility.mask_allows(i, j)) P(r, c) = 0.0f;
+      }
+    }
+  }
+  // dP = dO_i V_j^T (line 12) and dP - D_i in double: where P is nearly one-hot, O_i equals v_j and
+  // dP_ij - D_i is a difference of two equal dot products, whose float rounding errors (~1e-6) would not
+  // cancel (the GEMM and the pre-pass sum in different orders), and dQ = dS K multiplies them by |K|.
+  TileD dO_wide(ws.d_out_wide.data(), rows, d), dP(ws.d_probs.data(), rows, cols);
+  dO_wide = t.dO.cast<double>();
+  dP.noalias() = dO_wide * t.V_wide.transpose();
+  // dS = scale P * (dP - D_i) (line 13), the scale of S = scale Q K^T folded in once for dQ and dK.
+  dS.array() = scale * P.array() * (dP.array().colwise() - t.row_dot).cast<float>();
+  if (t.cover == TileCover::partial)  // a masked key takes no part, even when its V holds a NaN (0 * NaN)
+    dS = (P.array() == 0.0f).select(0.0f, dS);
+}
+
+// How dQ is accumulated without a race (see the file header).
+enum class DqSchedule {
+  partials,  // each thread adds dS K_j into its own dQ buffer; the buffers are summed at the end
+  separate,  // the K/V-outer pass skips dQ; a Q-tile-outer pass recomputes P and dS and owns its dQ rows
+};
+
 // One K/V tile [j0, j1) of kv head hk (Alg. 2 lines 6-16): every Q tile of the group's query heads that sees
-// it adds its share to dK_j and dV_j (kept here) and to dQ (the thread's partial buffer).
+// it adds its share to dK_j and dV_j (kept here) and, with DqSchedule::partials, to the thread's dQ buffer.
+template <DqSchedule schedule>
 void kv_tile_backward(const Problem& p, const Visibility& visibility, const AttentionInputs& in,
                       const AttentionOutputs& fwd, const HostTensor& d_out, const std::vector<double>& D,
                       int64_t b, int64_t hk, int64_t j0, int64_t j1, float* dq_partial, Workspace& ws,
                       AttentionGradients& grad) {
   const Shapes shapes{p};
   const int64_t d = p.head_dim, cols = j1 - j0;
-  const float scale = static_cast<float>(p.softmax_scale());
   const ConstView K(in.k_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
   const ConstView V(in.v_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
   Tile dK(ws.dk.data(), cols, d), dV(ws.dv.data(), cols, d);
@@ -115,41 +164,26 @@ void kv_tile_backward(const Problem& p, const Visibility& visibility, const Atte
       const TileCover cover = visibility.tile(b, i0, i1, j0, j1);
       if (cover == TileCover::hidden) continue;  // no row sees any of these keys: P = 0, nothing to add
       const int64_t q_offset = bshd_offset(b, i0, h, p.seqlen_q, p.heads_q, d);
-      const ConstView Q(in.q.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride()));
-      const ConstView dO(d_out.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride()));
-      View dQ(dq_partial + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride()));
-      const Column lse(fwd.lse.ptr() + shapes.row_index(b, h, i0), rows);
-      const ColumnD row_dot(D.data() + shapes.row_index(b, h, i0), rows);
+      const TilePair pair{p,
+                          visibility,
+                          cover,
+                          b,
+                          i0,
+                          j0,
+                          ConstView(in.q.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride())),
+                          ConstView(d_out.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride())),
+                          K,
+                          V_wide,
+                          Column(fwd.lse.ptr() + shapes.row_index(b, h, i0), rows),
+                          ColumnD(D.data() + shapes.row_index(b, h, i0), rows)};
       Tile P(ws.scores.data(), rows, cols), dS(ws.d_scores.data(), rows, cols);
-
-      score_tile(Q, K, scale, P);  // S = scale Q_i K_j^T (line 9)
-      // P = exp(S - LSE_i) (line 10): the forward's P, recomputed from its saved log-sum-exp.
-      P.array() = (P.array().colwise() - lse).exp();
-      if (cover == TileCover::partial) {
-        // Masked entries weigh exactly 0. This also clears every entry of a row that sees no key, whose
-        // LSE = -inf made exp() above give inf or NaN.
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t i = i0 + r;
-          const KeyRange keys = visibility.key_range(b, i);
-          for (int64_t c = 0; c < cols; ++c) {
-            const int64_t j = j0 + c;
-            if (j < keys.begin || j >= keys.end || !visibility.mask_allows(i, j)) P(r, c) = 0.0f;
-          }
-        }
+      probabilities_and_score_gradients(pair, ws, P, dS);
+      dV.noalias() += P.transpose() * pair.dO;  // dV_j += P^T dO_i (line 11)
+      if constexpr (schedule == DqSchedule::partials) {
+        View dQ(dq_partial + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride()));
+        dQ.noalias() += dS * K;  // dQ_i += dS K_j (line 14), into this thread's partial
       }
-      dV.noalias() += P.transpose() * dO;  // dV_j += P^T dO_i (line 11)
-      // dP = dO_i V_j^T (line 12) and dP - D_i in double: where P is nearly one-hot, O_i equals v_j and
-      // dP_ij - D_i is a difference of two equal dot products, whose float rounding errors (~1e-6) would
-      // not cancel (the GEMM and the pre-pass sum in different orders), and dQ = dS K multiplies them by |K|.
-      TileD dO_wide(ws.d_out_wide.data(), rows, d), dP(ws.d_probs.data(), rows, cols);
-      dO_wide = dO.cast<double>();
-      dP.noalias() = dO_wide * V_wide.transpose();
-      // dS = scale P * (dP - D_i) (line 13), the scale of S = scale Q K^T folded in once for dQ and dK.
-      dS.array() = scale * P.array() * (dP.array().colwise() - row_dot).cast<float>();
-      if (cover == TileCover::partial)  // a masked key takes no part, even when its V holds a NaN (0 * NaN)
-        dS = (P.array() == 0.0f).select(0.0f, dS);
-      dQ.noalias() += dS * K;              // dQ_i += dS K_j (line 14), into this thread's partial
-      dK.noalias() += dS.transpose() * Q;  // dK_j += dS^T Q_i (line 15)
+      dK.noalias() += dS.transpose() * pair.Q;  // dK_j += dS^T Q_i (line 15)
     }
   }
   // Line 16: write dK_j, dV_j once. Tiles no row sees (padding, windows) write their zeros here.
@@ -159,34 +193,84 @@ void kv_tile_backward(const Problem& p, const Visibility& visibility, const Atte
        Eigen::OuterStride<>(shapes.kv_stride())) = dV;
 }
 
+// DqSchedule::separate: the rows [i0, i1) of query head h own their dQ rows, so no two tasks write the same
+// element. P and dS are recomputed (S, dP: two products again) for the one product dQ_i = sum_j dS K_j.
+void q_tile_dq(const Problem& p, const Visibility& visibility, const AttentionInputs& in,
+               const AttentionOutputs& fwd, const HostTensor& d_out, const std::vector<double>& D, int64_t b,
+               int64_t h, int64_t i0, int64_t i1, Workspace& ws, AttentionGradients& grad) {
+  const Shapes shapes{p};
+  const int64_t d = p.head_dim, rows = i1 - i0, hk = p.kv_head(h);
+  const int64_t q_offset = bshd_offset(b, i0, h, p.seqlen_q, p.heads_q, d);
+  View dQ(grad.dq.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride()));
+  dQ.setZero();
+  for (int64_t j0 = 0; j0 < p.seqlen_k; j0 += kBc) {
+    const int64_t j1 = std::min(j0 + kBc, p.seqlen_k), cols = j1 - j0;
+    const TileCover cover = visibility.tile(b, i0, i1, j0, j1);
+    if (cover == TileCover::hidden) continue;
+    const ConstView K(in.k_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
+    TileD V_wide(ws.v_wide.data(), cols, d);
+    V_wide =
+        ConstView(in.v_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride())).cast<double>();
+    const TilePair pair{p,
+                        visibility,
+                        cover,
+                        b,
+                        i0,
+                        j0,
+                        ConstView(in.q.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride())),
+                        ConstView(d_out.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride())),
+                        K,
+                        V_wide,
+                        Column(fwd.lse.ptr() + shapes.row_index(b, h, i0), rows),
+                        ColumnD(D.data() + shapes.row_index(b, h, i0), rows)};
+    Tile P(ws.scores.data(), rows, cols), dS(ws.d_scores.data(), rows, cols);
+    probabilities_and_score_gradients(pair, ws, P, dS);
+    dQ.noalias() += dS * K;  // dQ_i += dS K_j (line 14), rows this task owns
+  }
+}
+
+template <DqSchedule schedule>
 void flash_backward(const Problem& p, const AttentionInputs& in, const AttentionOutputs& fwd,
                     const HostTensor& d_out, AttentionGradients& grad) {
   const Visibility visibility(p);
   const std::vector<double> D = row_dot_pre_pass(p, fwd, d_out);
-  const int64_t kv_tiles = (p.seqlen_k + kBc - 1) / kBc;
+  const int64_t kv_tiles = (p.seqlen_k + kBc - 1) / kBc, q_tiles = (p.seqlen_q + kBr - 1) / kBr;
   const int threads = omp_get_max_threads();
   const int64_t q_elements = p.q_elements();
-  // One dQ partial per thread: O(threads x N d) memory, zeroed, summed at the end.
-  std::vector<float> dq_partials(static_cast<size_t>(threads * q_elements));
+  // DqSchedule::partials: one dQ buffer per thread, O(threads x N d) memory, zeroed, summed at the end.
+  std::vector<float> dq_partials(schedule == DqSchedule::partials ? static_cast<size_t>(threads * q_elements)
+                                                                  : 0);
 
 #pragma omp parallel num_threads(threads)
   {
-    float* dq_partial = dq_partials.data() + omp_get_thread_num() * q_elements;
     Workspace ws(p.head_dim);
+    float* dq_partial =
+        schedule == DqSchedule::partials ? dq_partials.data() + omp_get_thread_num() * q_elements : nullptr;
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t hk = 0; hk < p.heads_kv; ++hk)
         for (int64_t tile = 0; tile < kv_tiles; ++tile) {
           const int64_t j0 = tile * kBc, j1 = std::min(j0 + kBc, p.seqlen_k);
-          kv_tile_backward(p, visibility, in, fwd, d_out, D, b, hk, j0, j1, dq_partial, ws, grad);
+          kv_tile_backward<schedule>(p, visibility, in, fwd, d_out, D, b, hk, j0, j1, dq_partial, ws, grad);
         }
+    if constexpr (schedule == DqSchedule::separate) {
+#pragma omp for collapse(3) schedule(dynamic)
+      for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t h = 0; h < p.heads_q; ++h)
+          for (int64_t tile = 0; tile < q_tiles; ++tile) {
+            const int64_t i0 = tile * kBr, i1 = std::min(i0 + kBr, p.seqlen_q);
+            q_tile_dq(p, visibility, in, fwd, d_out, D, b, h, i0, i1, ws, grad);
+          }
+    }
   }
-  // dQ = the sum of the threads' partials (every element written, 0 for rows that see no key).
+  if constexpr (schedule == DqSchedule::partials) {
+    // dQ = the sum of the threads' partials (every element written, 0 for rows that see no key).
 #pragma omp parallel for schedule(static)
-  for (int64_t e = 0; e < q_elements; ++e) {
-    float sum = 0.0f;
-    for (int t = 0; t < threads; ++t) sum += dq_partials[t * q_elements + e];
-    grad.dq.data[e] = sum;
+    for (int64_t e = 0; e < q_elements; ++e) {
+      float sum = 0.0f;
+      for (int t = 0; t < threads; ++t) sum += dq_partials[t * q_elements + e];
+      grad.dq.data[e] = sum;
+    }
   }
 }
 
@@ -254,7 +338,17 @@ const Registration backward{{
     .summary = "FlashAttention-2 backward: K/V tiles outer in parallel, P recomputed from LSE, dQ partials",
     .constraints = "any shape, every mask; O(N d) memory",
     .forward = tiled_forward,
-    .backward = flash_backward,
+    .backward = flash_backward<DqSchedule::partials>,
+}};
+
+// The alternative to per-thread partials, kept to measure the choice (docs/08-backward.md, "The dQ race").
+const Registration backward_dq_pass{{
+    .name = "cpu_tiled/backward_dq_pass",
+    .summary =
+        "the same with a separate Q-tile-outer dQ pass: no partial buffers, 7 tile products instead of 5",
+    .constraints = "any shape, every mask; O(N d) memory",
+    .forward = tiled_forward,
+    .backward = flash_backward<DqSchedule::separate>,
 }};
 
 }  // namespace
