@@ -39,7 +39,7 @@ using MatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::Row
 using TileD = Eigen::Map<MatrixD>;
 using ColumnD = Eigen::Map<const Eigen::ArrayXd>;
 
-constexpr int64_t kBr = 64;   // query rows per Q tile (B_r)
+constexpr int64_t kBr = 128;  // query rows per Q tile (B_r)
 constexpr int64_t kBc = 128;  // keys per K/V tile (B_c)
 
 // Per-thread workspace: O(B_r B_c + B_c d), cache resident.
