@@ -11,12 +11,15 @@
 //                 dP = dO_i V_j^T, dS = scale P * (dP - D_i)         (lines 12-13)
 //                 dQ_i += dS K_j                                     (line 14: the race, see below)
 //                 dK_j += dS^T Q_i                                   (line 15)
-// dQ_i receives a contribution from every kv tile, so two tasks may add to the same rows at once. Each thread
-// adds into its own dQ partial buffer, and the partials are summed at the end (FA2 uses atomic adds on the
-// GPU; the alternative, a second Q-tile-outer pass that recomputes P and dP for dQ, costs 2 of the 5 products
-// again: docs/08-backward.md, "The dQ race", has the measurements). Tiles the mask hides are skipped
-// (Visibility::tile); the products are Eigen GEMMs on strided tile views. The forward (O and LSE, which the
-// backward needs) is naive/one_pass's.
+// dQ_i receives a contribution from every K/V tile, so two tasks may add to the same rows at once:
+//   cpu_tiled/backward          each thread adds into its own dQ partial buffer; the buffers are summed
+//                               at the end (FA2 uses atomic adds on the GPU);
+//   cpu_tiled/backward_dq_pass  the K/V-outer pass skips dQ, and a second, Q-tile-outer pass recomputes P and
+//                               dS for dQ_i = sum_j dS K_j: no buffers, but 7 tile products instead of 5.
+// docs/08-backward.md ("The dQ race") has the measurements. Tiles the mask hides are skipped
+// (Visibility::tile); the products are Eigen GEMMs on strided tile views, dP's in double (see
+// probabilities_and_score_gradients). The forward that saves O and LSE is a plain tiled forward on the same
+// tile grid (tiled_forward, at the end), so that the backward recomputes S bit for bit.
 #include <omp.h>
 
 #include <Eigen/Dense>
@@ -246,7 +249,9 @@ void flash_backward(const Problem& p, const AttentionInputs& in, const Attention
     Workspace ws(p.head_dim);
     float* dq_partial =
         schedule == DqSchedule::partials ? dq_partials.data() + omp_get_thread_num() * q_elements : nullptr;
-#pragma omp for collapse(3) schedule(dynamic)
+    // Round-robin tiles: balanced when causal masking makes later K/V tiles cheaper, and reproducible: each
+    // thread always gets the same tiles in the same order, so the partials sum in the same order every run.
+#pragma omp for collapse(3) schedule(static, 1)
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t hk = 0; hk < p.heads_kv; ++hk)
         for (int64_t tile = 0; tile < kv_tiles; ++tile) {

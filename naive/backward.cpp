@@ -1,5 +1,5 @@
 // naive/backward: the backward pass as it is written before FlashAttention (docs/08-backward.md). P is
-// recomputed in full from the saved LSE and materialized, with dS, as seqlen_q x seqlen_k matrices per head:
+// recomputed in full and materialized, with dS, as seqlen_q x seqlen_k matrices per head:
 //   P  = softmax(scale Q K^T)        (0 where masked; the three-pass softmax of naive/softmax.hpp)
 //   dV = P^T dO
 //   dP = dO V^T,  D = rowsum(dO * O),  dS = P * (dP - D)
