@@ -96,9 +96,18 @@ int grad_command(const std::vector<std::string>& argv) {
   progress("running " + name + " backward ...");
   const BackwardMeasurement m =
       measure_backward(*impl, p, setup.inputs, fwd, d_out, static_cast<int>(repeats));
-  if (auto path = args.get("--dq")) write_npy(*path, m.gradients.dq.shape, m.gradients.dq.data);
-  if (auto path = args.get("--dk")) write_npy(*path, m.gradients.dk.shape, m.gradients.dk.data);
-  if (auto path = args.get("--dv")) write_npy(*path, m.gradients.dv.shape, m.gradients.dv.data);
+  auto write = [&](const char* flag, const HostTensor& gradient) {
+    const auto path = args.get(flag);
+    if (!path) return;
+    try {
+      write_npy(*path, gradient.shape, gradient.data);
+    } catch (const Error& error) {
+      fail(flag, ": ", error.what());
+    }
+  };
+  write("--dq", m.gradients.dq);
+  write("--dk", m.gradients.dk);
+  write("--dv", m.gradients.dv);
   const double gflops = backward_flops(p) / (m.median_ms * 1e-3) / 1e9;
 
   std::optional<GradientVerdict> verdict;
