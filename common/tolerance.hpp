@@ -62,8 +62,8 @@ struct GradientDeviation {
   double max_err_dq = 0.0;
   double max_err_dk = 0.0;
   double max_err_dv = 0.0;
-  std::string worst_dq, worst_dk,
-      worst_dv;  // e.g. "dK[b=0, j=12, h=1, c=3] = 0.51 but the reference is 0.49"
+  // The first worst element of each, e.g. "dK[b=0, j=12, h=1, c=3] = 0.51 but the reference is 0.49".
+  std::string worst_dq, worst_dk, worst_dv;
 };
 GradientDeviation gradient_deviation(const Problem& problem, const AttentionGradients& grad,
                                      const ReferenceGradients& ref);

@@ -1,4 +1,4 @@
-// The naive forwards other files reuse (the backward stages need a forward for O and LSE).
+// The naive pieces other files reuse: naive/backward takes its forward and its memory check from here.
 #pragma once
 
 #include <string>
