@@ -49,7 +49,7 @@ constexpr int64_t kBc = 128;  // keys per K/V tile (B_c)
 struct Workspace {
   std::vector<float> scores, d_scores;     // S then P; dS (B_r x B_c)
   std::vector<float> dk, dv;               // dK_j, dV_j accumulators (B_c x d)
-  std::vector<double> d_probs;             // dP (B_r x B_c), in double: see kv_tile_backward
+  std::vector<double> d_probs;             // dP (B_r x B_c), in double: see probabilities_and_score_gradients
   std::vector<double> v_wide, d_out_wide;  // V_j (B_c x d) and dO_i (B_r x d) widened for the dP product
   explicit Workspace(int64_t head_dim)
       : scores(kBr * kBc),
@@ -77,7 +77,7 @@ void score_tile(const ConstView& Q, const ConstView& K, float scale, Tile& S) {
 }
 
 // D_i = dO_i . O_i = rowsum(dO * O) (FA2 Alg. 2 line 4), laid out like LSE [batch, heads_q, seqlen_q], in
-// double like dP (see kv_tile_backward).
+// double like dP (see probabilities_and_score_gradients).
 std::vector<double> row_dot_pre_pass(const Problem& p, const AttentionOutputs& fwd, const HostTensor& d_out) {
   std::vector<double> D(static_cast<size_t>(p.lse_elements()));
   const Shapes shapes{p};
@@ -95,8 +95,7 @@ std::vector<double> row_dot_pre_pass(const Problem& p, const AttentionOutputs& f
   return D;
 }
 
-// Alg. 2 lines 9-13 for one (Q tile, K/V tile) pair: P recomputed from the saved LSE, and
-// dS = scale P * (dP - D), into the workspace. Both dQ schedules below call it.
+// What one (Q tile i, K/V tile j) pair reads: views of Q_i, dO_i, K_j, the widened V_j, LSE_i and D_i.
 struct TilePair {
   const Problem& p;
   const Visibility& visibility;
@@ -108,6 +107,8 @@ struct TilePair {
   ColumnD row_dot;
 };
 
+// Alg. 2 lines 9-13 for one pair: P recomputed from the saved LSE, and dS = scale P * (dP - D), into the
+// workspace. Both dQ schedules call it.
 void probabilities_and_score_gradients(const TilePair& t, Workspace& ws, Tile& P, Tile& dS) {
   const int64_t rows = t.Q.rows(), cols = t.K.rows(), d = t.p.head_dim;
   const float scale = static_cast<float>(t.p.softmax_scale());
