@@ -16,6 +16,7 @@
 #include "common/mask.hpp"
 #include "common/registry.hpp"
 #include "common/softmax_state.hpp"
+#include "naive/attention.hpp"
 #include "naive/softmax.hpp"
 
 namespace flashlab::naive {
@@ -65,6 +66,8 @@ void materialized_attention(const Problem& p, const AttentionInputs& in, Attenti
   }
 }
 
+}  // namespace
+
 // One pass per query row (the recurrence FlashAttention tiles): for each visible key j,
 //   m' = max(m, s_j),  l' = l exp(m - m') + exp(s_j - m'),  acc' = acc exp(m - m') + exp(s_j - m') v_j,
 // then O = acc / l and LSE = m + log l. State: O(head_dim) per row, no S.
@@ -109,6 +112,8 @@ void one_pass_attention(const Problem& p, const AttentionInputs& in, AttentionOu
   }
 }
 
+namespace {
+
 // Eigen GEMMs over strided views of the BSHD tensors: S = scale Q K^T, mask, row softmax, O = P V.
 void standard_gemm_attention(const Problem& p, const AttentionInputs& in, AttentionOutputs& out) {
   using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -139,6 +144,8 @@ void standard_gemm_attention(const Problem& p, const AttentionInputs& in, Attent
   }
 }
 
+}  // namespace
+
 // The materialized stages hold S (and P) for one (batch, head) per thread: refuse sizes that would not fit in
 // memory.
 std::string fits_in_memory(const Problem& p, int matrices) {
@@ -151,6 +158,8 @@ std::string fits_in_memory(const Problem& p, int matrices) {
          ") materialized per thread needs " + std::to_string(static_cast<int64_t>(bytes / (1 << 20))) +
          " MiB, more than half this machine's memory";
 }
+
+namespace {
 
 // The memory-traffic model of the materialized stages: the inputs read once and the outputs written once
 // (K and V of one head are assumed to stay in cache across query rows), plus every full pass over an
