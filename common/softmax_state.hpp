@@ -37,7 +37,8 @@ struct SoftmaxState {
   // Raises the running max to include `block_max` and rescales row_sum. Returns the factor exp(m_old - m_new)
   // by which the caller must scale its accumulator (FA2 Algorithm 1 line 9: "diag(exp(m_old - m_new)) O~").
   T raise_max(T block_max) {
-    const T new_max = std::max(row_max, block_max);
+    // A NaN score poisons the row, as in the reference; std::max(row_max, NaN) would silently drop it.
+    const T new_max = block_max != block_max ? block_max : std::max(row_max, block_max);
     // Nothing visible yet (both -inf): keep the factor at 1, since exp(-inf - (-inf)) would be NaN.
     if (new_max == neg_inf) return T(1);
     const T factor =

@@ -320,7 +320,7 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
                     S(r, c) = -INFINITY;
               }
               // Alg. 1 lines 9-10: m_new = max(m, rowmax(S)); rescale l and O~ by exp(m - m_new).
-              acc.row(r) *= states[r].raise_max(S.row(r).maxCoeff());
+              acc.row(r) *= states[r].raise_max(S.row(r).maxCoeff<Eigen::PropagateNaN>());
               if (states[r].row_max == SoftmaxState<float>::neg_inf) {
                 // Nothing visible yet: every weight is 0 (exp(-inf - (-inf)) would be NaN).
                 S.row(r).setZero();
