@@ -34,10 +34,11 @@ int64_t dynamic_smem() {
   return kernels::Geometry<D>::kSmemBytes;
 }
 
-// Resident split-kernel blocks per SM for this head dim (its shared memory decides), cached per device.
+// Resident split-kernel blocks per SM for this head dim (its shared memory decides), cached per device (per
+// host thread, so concurrent callers need no lock).
 template <typename T, int D>
 int blocks_per_sm() {
-  static int cached_device = -1, cached_blocks = 0;
+  thread_local int cached_device = -1, cached_blocks = 0;
   int device = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&device));
   if (device != cached_device) {
@@ -58,7 +59,7 @@ int resident_blocks_per_sm(const SplitKvParams& p) {
 }
 
 int sm_count() {
-  static int cached_device = -1, cached_sms = 0;
+  thread_local int cached_device = -1, cached_sms = 0;
   int device = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&device));
   if (device != cached_device) {

@@ -28,6 +28,9 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kBlockN = 32;   // keys per K/V tile: one key per lane in S = Q K^T
 constexpr int kMaxRows = 16;  // query rows per block
 constexpr int kStages = 4;    // K/V tiles in the ring: kStages - 1 tiles in flight while one is computed
+// P's shared-memory row pitch: one float of padding, so the two rows a warp reads in O += P V sit in
+// different banks.
+constexpr int kPPitch = kBlockN + 1;
 
 template <int D>
 struct Geometry {
@@ -43,7 +46,7 @@ struct Geometry {
   static constexpr int kRowsPerThread = kMaxRows / kRowGroups;    // O += P V: accumulator rows/thread
   static constexpr int kSmemBytes = 2 * kStages * kTileElems * 2  // K and V rings (16-bit elements)
                                     + kMaxRows * D * 4            // Q, float, pre-scaled
-                                    + kMaxRows * kBlockN * 4      // P of the current tile
+                                    + kMaxRows * kPPitch * 4      // P of the current tile
                                     + 3 * kMaxRows * 4;           // rescale factor, final row_max, row_sum
   static_assert(D % 64 == 0 && kBlockN * kChunks % kThreads == 0 && kMaxRows % kRowGroups == 0);
 };
@@ -56,14 +59,16 @@ __device__ inline void to_float8(const uint4& raw, float (&x)[8]) {
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    float2 pair;
     if constexpr (std::is_same_v<T, __half>) {
-      pair = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+      const float2 pair = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+      x[2 * i] = pair.x;
+      x[2 * i + 1] = pair.y;
     } else {
-      pair = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
+      // bf16 is the upper half of a float: widening is a shift (exact), and it keeps the 16-byte load whole
+      // (the compiler splits it into 8-byte loads when it sees 16-bit fields used).
+      x[2 * i] = __uint_as_float(words[i] << 16);
+      x[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
     }
-    x[2 * i] = pair.x;
-    x[2 * i + 1] = pair.y;
   }
 }
 
@@ -134,8 +139,8 @@ __global__ void __launch_bounds__(kThreads)
   T* k_ring = reinterpret_cast<T*>(smem);
   T* v_ring = k_ring + kStages * G::kTileElems;
   float* q_smem = reinterpret_cast<float*>(v_ring + kStages * G::kTileElems);  // [kMaxRows][D]
-  float* p_smem = q_smem + kMaxRows * D;                                       // [kMaxRows][kBlockN]
-  float* factor_smem = p_smem + kMaxRows * kBlockN;                            // [kMaxRows]
+  float* p_smem = q_smem + kMaxRows * D;                                       // [kMaxRows][kPPitch]
+  float* factor_smem = p_smem + kMaxRows * kPPitch;                            // [kMaxRows]
   float* row_max_smem = factor_smem + kMaxRows;
   float* row_sum_smem = row_max_smem + kMaxRows;
 
@@ -263,7 +268,7 @@ __global__ void __launch_bounds__(kThreads)
       const float factor = state[k].raise_max(warp_max(s));  // exp(m_old - m_new), 1 while nothing is visible
       const float prob = state[k].weight(s);                 // exp(s - m_new), exactly 0 for a masked key
       state[k].add(warp_sum(prob));
-      p_smem[r * kBlockN + lane] = prob;
+      p_smem[r * kPPitch + lane] = prob;
       if (lane == 0) factor_smem[r] = factor;
     }
     __syncthreads();
@@ -278,7 +283,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 8; ++e) acc[k][e] *= factor;
 #pragma unroll 8
       for (int key = 0; key < kBlockN; ++key) {
-        const float prob = p_smem[r * kBlockN + key];
+        const float prob = p_smem[r * kPPitch + key];
         // A masked key adds nothing, even when its V holds NaN or Inf (the reference skips it the same way).
         if (prob == 0.0f) continue;
         float value[8];
