@@ -331,8 +331,7 @@ int run_correctness(const std::string& only) {
   return failures == 0 ? 0 : 1;
 }
 
-// --- Timing
-// ----------------------------------------------------------------------------------------------------
+// --- Timing ---
 
 // Fills 16-bit values in [-1, 1) from a hash of the index (no host round trip for the large caches).
 __global__ void fill_kernel(__nv_bfloat16* data, int64_t count, uint32_t seed) {

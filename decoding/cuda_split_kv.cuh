@@ -51,8 +51,7 @@ struct Geometry {
   static_assert(D % 64 == 0 && kBlockN * kChunks % kThreads == 0 && kMaxRows % kRowGroups == 0);
 };
 
-// --- 16-bit element conversion, 8 at a time (one 16-byte vector)
-// ---------------------------------------------
+// --- 16-bit element conversion, 8 at a time (one 16-byte vector) ---
 
 template <typename T>
 __device__ inline void to_float8(const uint4& raw, float (&x)[8]) {
@@ -88,8 +87,7 @@ __device__ inline uint4 from_float8(const float (&x)[8]) {
   return {words[0], words[1], words[2], words[3]};
 }
 
-// --- cp.async (sm_80+): global -> shared without registers, several tiles in flight
-// --------------------------
+// --- cp.async (sm_80+): global -> shared without registers, several tiles in flight ---
 
 // Copies 16 bytes; when !valid nothing is read and the 16 bytes are zero-filled (src-size 0), so a key past
 // the end of the sequence holds 0 rather than stale data (0 * stale NaN would poison O += P V).
@@ -128,8 +126,7 @@ __device__ inline TokenPlace token_place(const SplitKvParams& p, int b, int j, i
   return {page, j & (p.page_size - 1)};
 }
 
-// --- Kernel 1: the partials
-// ------------------------------------------------------------------------------------
+// --- Kernel 1: the partials ---
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
@@ -334,8 +331,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// --- Kernel 2: the combine
-// -------------------------------------------------------------------------------------
+// --- Kernel 2: the combine ---
 
 // O = sum_j exp(LSE_j - LSE) O_j with LSE = log sum_j exp(LSE_j): each partial is the state {m = LSE_j, l =
 // 1} with accumulator O_j (SoftmaxState::from_lse), merged like any two states. Thread c owns channel c.
