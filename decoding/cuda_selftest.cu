@@ -243,6 +243,15 @@ std::vector<Case> correctness_cases() {
       Problem spec = make_problem(dtype, 2, 32, 8, 4, 97, d);
       spec.causal = true;
       cases.push_back({t + dim + " seqlen_q 4 causal KV 97 GQA 32/8", spec});
+      // 1, 2, 3 and 6 rows per kv head: O += P V shares each tile's keys among 8, 4, 2 and 1 (d 128) groups.
+      cases.push_back({t + dim + " decode KV 700 GQA 3/1", make_problem(dtype, 2, 3, 1, 1, 700, d)});
+      Problem six_rows = make_problem(dtype, 1, 6, 3, 3, 1500, d);
+      six_rows.causal = true;
+      cases.push_back({t + dim + " seqlen_q 3 causal KV 1500 GQA 6/3", six_rows});
+      Problem two_rows = make_problem(dtype, 2, 4, 2, 1, 333, d);
+      two_rows.seqlens_k = {333, 40};
+      two_rows.page_size = 8;
+      cases.push_back({t + dim + " decode GQA 4/2 paged 8 ragged", two_rows, 8});
       Problem ragged = make_problem(dtype, 4, 32, 8, 1, 1000, d);
       ragged.seqlens_k = {0, 1, 97, 1000};
       cases.push_back({t + dim + " ragged KV {0, 1, 97, 1000}", ragged});

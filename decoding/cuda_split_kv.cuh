@@ -223,8 +223,16 @@ __global__ void __launch_bounds__(kThreads)
                        : KeyRange{};
   }
 
-  // O += P V accumulators: 8 channels (chunk) of kRowsPerThread rows (row_group + kRowGroups * k).
+  // O += P V accumulators: 8 channels (pv_chunk) of up to kRowsPerThread rows (pv_row + kRowGroups * k). With
+  // few rows (decode: 4 heads of a 32/8 group), the row groups that would hold no row take a share of each
+  // tile's keys instead (key_parts shares, keys pv_part, pv_part + key_parts, ...), so every warp works; the
+  // shares are summed once at the end of the split (rescaling by exp(m_old - m_new) is linear, so each share
+  // can be rescaled on its own).
+  int row_slots = 1;  // rows rounded up to a power of two, at most kRowGroups
+  while (row_slots < rows && row_slots < G::kRowGroups) row_slots *= 2;
+  const int key_parts = G::kRowGroups / row_slots;
   const int pv_chunk = threadIdx.x % G::kChunks, pv_row_group = threadIdx.x / G::kChunks;
+  const int pv_row = pv_row_group % row_slots, pv_part = pv_row_group / row_slots;
   float acc[G::kRowsPerThread][8] = {};
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
@@ -273,13 +281,13 @@ __global__ void __launch_bounds__(kThreads)
     // O = diag(exp(m_old - m_new)) O + P V (FA2 Alg. 1 line 10).
 #pragma unroll
     for (int k = 0; k < G::kRowsPerThread; ++k) {
-      const int r = pv_row_group + G::kRowGroups * k;
+      const int r = pv_row + G::kRowGroups * k;
       if (r >= rows) break;
       const float factor = factor_smem[r];
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[k][e] *= factor;
-#pragma unroll 8
-      for (int key = 0; key < kBlockN; ++key) {
+#pragma unroll 4
+      for (int key = pv_part; key < kBlockN; key += key_parts) {
         const float prob = p_smem[r * kPPitch + key];
         // A masked key adds nothing, even when its V holds NaN or Inf (the reference skips it the same way).
         if (prob == 0.0f) continue;
@@ -291,6 +299,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   cp_async_wait<0>();  // the trailing (empty) groups
+  __syncthreads();     // every thread is done with the ring: its first slot holds the key shares below
 
   // The final state of each row, from its softmax warp to the threads that hold its accumulator.
 #pragma unroll
@@ -301,14 +310,28 @@ __global__ void __launch_bounds__(kThreads)
       row_sum_smem[r] = state[k].row_sum;
     }
   }
+  // Key shares other than the first, through shared memory: share[row group][D].
+  float* share = reinterpret_cast<float*>(k_ring);
+  if (key_parts > 1 && pv_part > 0 && pv_row < rows) {
+    float4* to = reinterpret_cast<float4*>(share + pv_row_group * D + pv_chunk * 8);
+    to[0] = make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]);
+    to[1] = make_float4(acc[0][4], acc[0][5], acc[0][6], acc[0][7]);
+  }
   __syncthreads();
+  if (pv_part > 0) return;  // its share is in the first share's sum below
+  for (int part = 1; part < key_parts; ++part) {
+    if (pv_row >= rows) break;
+    const float* from = share + (part * row_slots + pv_row) * D + pv_chunk * 8;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[0][e] += from[e];
+  }
 
   float* o_partial = static_cast<float*>(p.workspace);
   const int64_t partial_rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * num_splits;
   float* lse_partial = o_partial + partial_rows * D;
 #pragma unroll
   for (int k = 0; k < G::kRowsPerThread; ++k) {
-    const int r = pv_row_group + G::kRowGroups * k;
+    const int r = pv_row + G::kRowGroups * k;
     if (r >= rows) break;
     SoftmaxState<float> row_state;
     row_state.row_max = row_max_smem[r];
