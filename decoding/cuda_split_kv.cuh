@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/mask.hpp"
 #include "common/softmax_state.hpp"
@@ -39,8 +40,8 @@ struct Geometry {
   // 16 bytes each from 8 consecutive K rows (S = Q K^T, lane = key) hit 8 different groups of 4 banks.
   static constexpr int kRowPitch = D + 8;
   static constexpr int kTileElems = kBlockN * kRowPitch;
-  static constexpr int kLoadsPerThread =
-      kBlockN * kChunks / kThreads;                               // 16-byte cp.async per tile, per tensor
+  // 16-byte cp.async per thread per tile, for each of K and V.
+  static constexpr int kLoadsPerThread = kBlockN * kChunks / kThreads;
   static constexpr int kRowsPerWarp = kMaxRows / kWarps;          // S and softmax: warp w has rows w + 4k
   static constexpr int kRowGroups = kThreads / kChunks;           // O += P V: rows side by side
   static constexpr int kRowsPerThread = kMaxRows / kRowGroups;    // O += P V: accumulator rows/thread
