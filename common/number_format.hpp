@@ -128,6 +128,13 @@ inline float round_to_e5m2(float x) {
   return E5M2::round(x);
 }
 
+// Scaled fp8: a block of values shares one fp32 scale chosen so that its largest magnitude `amax` lands on
+// e4m3's largest finite value; the stored value is e4m3(x / descale) and it stands for e4m3(x / descale) *
+// descale. An all-zero (or non-finite) amax keeps descale 1, since amax / 448 = 0 would divide by zero.
+inline float e4m3_descale(float amax) {
+  return amax > 0.0f && std::isfinite(amax) ? amax / static_cast<float>(E4M3::max_finite) : 1.0f;
+}
+
 // Rounds to the format that `dtype` takes its inputs and gives its outputs in (identity for f32). An e4m3
 // problem's tensors are bf16 (SPEC: FP8 is quantized from bf16 in the kernel's pre-pass, output bf16); the
 // fp8 values themselves need a scale, so they are made by the pre-pass, not here.

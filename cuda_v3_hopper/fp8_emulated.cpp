@@ -1,0 +1,266 @@
+// cuda_v3_hopper/fp8_emulated: FlashAttention-3's FP8 forward pass, emulated exactly on the CPU (see the
+// header for the steps). Quantized tensors are kept as the float values of their e4m3 codes: every product of
+// two e4m3 values is exact in fp32, so the arithmetic is the tensor core's up to the order of the fp32
+// additions.
+#include "cuda_v3_hopper/fp8_emulated.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/hadamard.hpp"
+#include "common/mask.hpp"
+#include "common/number_format.hpp"
+#include "common/registry.hpp"
+#include "common/softmax_state.hpp"
+
+namespace flashlab::hopper {
+
+namespace {
+
+// One quantized operand (Q, K or V): e4m3 values in the BSHD layout of the input, and the descale of each
+// tile of `block` tokens of each (batch, head): descale[(b * heads + h) * tiles + t]; value * descale ~
+// input.
+struct Fp8Tensor {
+  std::vector<float> values;
+  std::vector<float> descale;
+  int64_t seqlen = 0, heads = 0, head_dim = 0, block = 0, tiles = 0;
+
+  const float* row(int64_t b, int64_t s, int64_t h) const {
+    return values.data() + bshd_offset(b, s, h, seqlen, heads, head_dim);
+  }
+  float tile_descale(int64_t b, int64_t h, int64_t s) const {
+    return descale[(b * heads + h) * tiles + s / block];
+  }
+};
+
+struct Fp8Operands {
+  Fp8Tensor q, k, v;
+  std::vector<float>
+      lse_shift;  // [batch, heads_q, seqlen_q]: scale * q_i . mean(K), from K smoothing (else 0)
+};
+
+Fp8Operands quantization_prepass(const Problem& p, const AttentionInputs& in, const Fp8Config& config);
+
+// FA3 Algorithm 1 for the rows [i0, i1) of one (batch, query head), one row at a time (each row's arithmetic
+// is the same as in a Br-row tile).
+void attend_rows(const Problem& p, const Fp8Operands& ops, const Fp8Config& config, int64_t b, int64_t h,
+                 int64_t i0, int64_t i1, AttentionOutputs& out) {
+  const Visibility visibility(p);
+  const int64_t d = p.head_dim, hk = p.kv_head(h), bc = config.block_k;
+  const float softmax_scale = static_cast<float>(p.softmax_scale());
+  std::vector<float> acc(static_cast<size_t>(d)), s(static_cast<size_t>(bc)), o(static_cast<size_t>(d));
+  for (int64_t i = i0; i < i1; ++i) {
+    const float* q = ops.q.row(b, i, h);
+    const float q_descale = ops.q.tile_descale(b, h, i);
+    SoftmaxState<float> state;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    float acc_v_descale = 1.0f;  // the V descale that acc is currently expressed in
+    const KeyRange keys = visibility.key_range(b, i);
+    for (int64_t j0 = keys.begin / bc * bc; j0 < keys.end; j0 += bc) {  // kv tiles overlapping the row's keys
+      const int64_t j1 = std::min(j0 + bc, p.seqlen_k);
+      // S = Q8 K8^T, with the two tiles' descales folded into the softmax scale (FA3 Sec. 3.3).
+      const float score_scale = q_descale * ops.k.tile_descale(b, hk, j0) * softmax_scale;
+      float block_max = -INFINITY;
+      for (int64_t j = j0; j < j1; ++j) {
+        if (j < keys.begin || j >= keys.end || !visibility.mask_allows(i, j)) {
+          s[j - j0] = -INFINITY;
+          continue;
+        }
+        const float* k = ops.k.row(b, j, hk);
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
+        s[j - j0] = dot * score_scale;
+        block_max = std::max(block_max, s[j - j0]);
+      }
+      if (block_max == -INFINITY) continue;  // no visible key in this tile: nothing to add, no rescale
+      // FA2 Alg. 1 line 9: O *= exp(m_old - m_new); the same multiply moves acc to this tile's V descale.
+      const float v_descale = ops.v.tile_descale(b, hk, j0);
+      const float rescale = state.raise_max(block_max) * (acc_v_descale / v_descale);
+      acc_v_descale = v_descale;
+      for (int64_t c = 0; c < d; ++c) acc[c] *= rescale;
+      for (int64_t j = j0; j < j1; ++j) {
+        if (s[j - j0] == -INFINITY) continue;  // masked: weight 0 (and a NaN in its V must not leak in)
+        const float weight = state.weight(s[j - j0]);
+        // P in [0, 1] scaled by 2^8 and cast to e4m3 for the P V tensor-core product.
+        const float p8 = round_to_e4m3(weight * config.p_scale);
+        state.add(config.normalize_by_rounded_p ? p8 / config.p_scale : weight);
+        const float* v = ops.v.row(b, j, hk);
+#pragma omp simd
+        for (int64_t c = 0; c < d; ++c) acc[c] += p8 * v[c];
+      }
+    }
+    // Epilogue: undo the V descale and the 2^8 of P, divide by l (FA2 Alg. 1 line 12), round to bf16.
+    const float undo = acc_v_descale / config.p_scale;
+    for (int64_t c = 0; c < d; ++c) acc[c] *= undo;
+    state.finalize(acc.data(), o.data(), d);
+    float* out_row = out.o_row(p, b, i, h);
+    for (int64_t c = 0; c < d; ++c) out_row[c] = round_to_bf16(o[c]);
+    const float lse = state.lse();
+    out.lse_at(p, b, h, i) =
+        lse == -INFINITY ? lse : lse + ops.lse_shift[(b * p.heads_q + h) * p.seqlen_q + i];
+  }
+}
+
+// Allocates an operand with its inputs rounded to bf16 (the format the kernel's entry point takes).
+Fp8Tensor bf16_copy(const HostTensor& input, int64_t seqlen, int64_t heads, int64_t head_dim, int64_t block,
+                    int64_t batch) {
+  Fp8Tensor t{.values = input.data, .seqlen = seqlen, .heads = heads, .head_dim = head_dim, .block = block};
+  for (float& x : t.values) x = round_to_bf16(x);
+  t.tiles = (seqlen + block - 1) / block;
+  t.descale.assign(static_cast<size_t>(std::max<int64_t>(1, batch * heads * t.tiles)), 1.0f);
+  return t;
+}
+
+// Quantizes the valid rows (those below `valid(b)`) of every (batch, head) in place: finds each tile's amax
+// (or one amax over the whole tensor), sets its descale and casts value / descale to e4m3. Padded rows are
+// never read and take no part in the scales. Non-finite entries are left out of amax so that one of them
+// cannot zero a whole tile; NaN stays NaN through the cast.
+template <typename ValidRows>
+void quantize(Fp8Tensor& t, int64_t batch, ValidRows valid, Fp8Scaling scaling) {
+  const int64_t d = t.head_dim;
+  auto tile_amax = [&](int64_t b, int64_t h, int64_t tile) {
+    float amax = 0.0f;
+    for (int64_t s = tile * t.block; s < std::min((tile + 1) * t.block, valid(b)); ++s)
+      for (int64_t c = 0; c < d; ++c) {
+        const float x = t.row(b, s, h)[c];
+        if (std::isfinite(x)) amax = std::max(amax, std::fabs(x));
+      }
+    return amax;
+  };
+  float tensor_amax = 0.0f;
+  if (scaling == Fp8Scaling::per_tensor)
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < t.heads; ++h)
+        for (int64_t tile = 0; tile < t.tiles; ++tile)
+          tensor_amax = std::max(tensor_amax, tile_amax(b, h, tile));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < t.heads; ++h)
+      for (int64_t tile = 0; tile < t.tiles; ++tile) {
+        const float amax = scaling == Fp8Scaling::per_tensor ? tensor_amax : tile_amax(b, h, tile);
+        const float descale = e4m3_descale(amax);
+        t.descale[(b * t.heads + h) * t.tiles + tile] = descale;
+        for (int64_t s = tile * t.block; s < std::min((tile + 1) * t.block, t.seqlen); ++s) {
+          float* x = t.values.data() + bshd_offset(b, s, h, t.seqlen, t.heads, d);
+          for (int64_t c = 0; c < d; ++c) x[c] = s < valid(b) ? round_to_e4m3(x[c] / descale) : 0.0f;
+        }
+      }
+}
+
+Fp8Operands quantization_prepass(const Problem& p, const AttentionInputs& in, const Fp8Config& config) {
+  const int64_t d = p.head_dim;
+  Fp8Operands ops{
+      .q = bf16_copy(in.q, p.seqlen_q, p.heads_q, d, config.block_q, p.batch),
+      .k = bf16_copy(in.k, p.seqlen_k, p.heads_kv, d, config.block_k, p.batch),
+      .v = bf16_copy(in.v, p.seqlen_k, p.heads_kv, d, config.block_k, p.batch),
+      .lse_shift = std::vector<float>(static_cast<size_t>(p.lse_elements()), 0.0f),
+  };
+  if (config.smooth_k) {
+    // K <- K - mean_j K_j per (batch, kv head) over its valid keys; each score of row i drops by
+    // scale * q_i . mean, the same for every key of the row, which the LSE gets back.
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
+        const int64_t keys = p.rows_k(b);
+        if (keys == 0) continue;
+        std::vector<double> sum(static_cast<size_t>(d), 0.0);
+        for (int64_t j = 0; j < keys; ++j)
+          for (int64_t c = 0; c < d; ++c) sum[c] += ops.k.row(b, j, hk)[c];
+        std::vector<float> mean(static_cast<size_t>(d));
+        for (int64_t c = 0; c < d; ++c) mean[c] = static_cast<float>(sum[c] / static_cast<double>(keys));
+        for (int64_t j = 0; j < keys; ++j) {
+          float* k = ops.k.values.data() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
+          for (int64_t c = 0; c < d; ++c) k[c] -= mean[c];
+        }
+        for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h)
+          for (int64_t i = 0; i < p.rows_q(b); ++i) {
+            double shift = 0.0;
+            for (int64_t c = 0; c < d; ++c) shift += static_cast<double>(ops.q.row(b, i, h)[c]) * mean[c];
+            ops.lse_shift[(b * p.heads_q + h) * p.seqlen_q + i] =
+                static_cast<float>(shift * p.softmax_scale());
+          }
+      }
+  }
+  if (config.hadamard && RandomHadamard::why_unsupported(d).empty()) {
+    // Incoherent processing: Q M and K M leave every score unchanged (M orthogonal) and spread outliers.
+    const RandomHadamard transform(d, config.hadamard_seed);
+    for (std::vector<float>* values : {&ops.q.values, &ops.k.values}) {
+      const int64_t rows = static_cast<int64_t>(values->size()) / d;
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) transform.apply(values->data() + r * d);
+    }
+  }
+  quantize(
+      ops.q, p.batch, [&](int64_t b) { return p.rows_q(b); }, config.scaling);
+  quantize(
+      ops.k, p.batch, [&](int64_t b) { return p.rows_k(b); }, config.scaling);
+  quantize(
+      ops.v, p.batch, [&](int64_t b) { return p.rows_k(b); }, config.scaling);
+  return ops;
+}
+
+}  // namespace
+
+Fp8Config fa3_fp8_config(int64_t head_dim) {
+  Fp8Config config;
+  if (head_dim <= 64) {
+    config.block_q = 192, config.block_k = 160;
+  } else if (head_dim <= 128) {
+    config.block_q = 128, config.block_k = 224;
+  } else {
+    config.block_q = 128, config.block_k = 128;
+  }
+  return config;
+}
+
+Fp8Config registered_fp8_config(int64_t head_dim) {
+  Fp8Config config = fa3_fp8_config(head_dim);
+  config.smooth_k = true;
+  return config;
+}
+
+std::string why_invalid(const Fp8Config& config) {
+  if (config.block_q < 1) return "block_q (" + std::to_string(config.block_q) + ") must be >= 1";
+  if (config.block_k < 1) return "block_k (" + std::to_string(config.block_k) + ") must be >= 1";
+  // P * p_scale must stay within e4m3's 448 (P <= 1) and be a power of two so that undoing it is exact.
+  int exponent = 0;
+  const bool power_of_two = std::frexp(config.p_scale, &exponent) == 0.5f;
+  if (!(config.p_scale > 0.0f) || !power_of_two || config.p_scale > 256.0f)
+    return "p_scale (" + std::to_string(config.p_scale) + ") must be a power of two in (0, 256]";
+  return "";
+}
+
+void fp8_emulated_attention(const Problem& p, const AttentionInputs& in, AttentionOutputs& out,
+                            const Fp8Config& config) {
+  if (const std::string reason = why_invalid(config); !reason.empty()) fail(reason);
+  const Fp8Operands ops = quantization_prepass(p, in, config);
+  const int64_t tiles_q = (p.seqlen_q + config.block_q - 1) / config.block_q;
+#pragma omp parallel for collapse(3) schedule(dynamic)
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t t = 0; t < tiles_q; ++t)
+        attend_rows(p, ops, config, b, h, t * config.block_q, std::min((t + 1) * config.block_q, p.seqlen_q),
+                    out);
+}
+
+namespace {
+
+const Registration fp8_emulated{{
+    .name = "cuda_v3_hopper/fp8_emulated",
+    .summary = "FA3's FP8 pass emulated exactly: Hadamard, per-tile e4m3 scales, P * 2^8 in e4m3, bf16 out",
+    .device = Device::cpu,
+    .dtypes = {DType::e4m3},
+    .constraints = "any shape, every mask; Hadamard only for power-of-two head_dim; FA3 fp8 tile sizes",
+    .rounds_p = true,
+    .forward =
+        [](const Problem& p, const AttentionInputs& in, AttentionOutputs& out) {
+          fp8_emulated_attention(p, in, out, registered_fp8_config(p.head_dim));
+        },
+}};
+
+}  // namespace
+
+}  // namespace flashlab::hopper
