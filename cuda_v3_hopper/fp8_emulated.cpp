@@ -23,10 +23,24 @@ namespace {
 // One quantized operand (Q, K or V): e4m3 values in the BSHD layout of the input, and the descale of each
 // tile of `block` tokens of each (batch, head): descale[(b * heads + h) * tiles + t]; value * descale ~
 // input.
+struct Outlier {
+  int32_t channel;
+  float value;  // in input units (bf16, exact)
+};
+
 struct Fp8Tensor {
   std::vector<float> values;
   std::vector<float> descale;
+  // Entries taken out of the fp8 tensor (their place there holds 0), per token row (b, s, h): see
+  // Fp8Config::qk_outlier_threshold.
+  std::vector<std::vector<Outlier>> outliers;
   int64_t seqlen = 0, heads = 0, head_dim = 0, block = 0, tiles = 0;
+  bool keep_fp32 = false;  // study knob: skip the e4m3 cast (Fp8Config::quantize_qk / quantize_v)
+  float outlier_threshold = 0.0f;
+
+  const std::vector<Outlier>& row_outliers(int64_t b, int64_t s, int64_t h) const {
+    return outliers[(b * seqlen + s) * heads + h];
+  }
 
   const float* row(int64_t b, int64_t s, int64_t h) const {
     return values.data() + bshd_offset(b, s, h, seqlen, heads, head_dim);
@@ -38,11 +52,26 @@ struct Fp8Tensor {
 
 struct Fp8Operands {
   Fp8Tensor q, k, v;
+  std::vector<float> q_bf16, k_bf16;
   std::vector<float>
       lse_shift;  // [batch, heads_q, seqlen_q]: scale * q_i . mean(K), from K smoothing (else 0)
 };
 
 Fp8Operands quantization_prepass(const Problem& p, const AttentionInputs& in, const Fp8Config& config);
+
+// The part of q . k that involves extracted entries: (q8 dq + q_out) . (k8 dk + k_out) - (q8 dq) . (k8 dk),
+// with q8, k8 zero where an entry was extracted. Exact products of bf16 and e4m3 values, summed in fp32.
+float sparse_score(const std::vector<Outlier>& q_outliers, const std::vector<Outlier>& k_outliers,
+                   const float* q_bf16, const float* k_bf16) {
+  float sum = 0.0f;
+  for (const Outlier& qo : q_outliers) sum += qo.value * k_bf16[qo.channel];
+  for (const Outlier& ko : k_outliers) {
+    bool counted = false;
+    for (const Outlier& qo : q_outliers) counted = counted || qo.channel == ko.channel;
+    if (!counted) sum += q_bf16[ko.channel] * ko.value;
+  }
+  return sum;
+}
 
 // FA3 Algorithm 1 for the rows [i0, i1) of one (batch, query head), one row at a time (each row's arithmetic
 // is the same as in a Br-row tile).
@@ -55,6 +84,7 @@ void attend_rows(const Problem& p, const Fp8Operands& ops, const Fp8Config& conf
   for (int64_t i = i0; i < i1; ++i) {
     const float* q = ops.q.row(b, i, h);
     const float q_descale = ops.q.tile_descale(b, h, i);
+    const std::vector<Outlier>& q_outliers = ops.q.row_outliers(b, i, h);
     SoftmaxState<float> state;
     std::fill(acc.begin(), acc.end(), 0.0f);
     float acc_v_descale = 1.0f;  // the V descale that acc is currently expressed in
@@ -74,6 +104,11 @@ void attend_rows(const Problem& p, const Fp8Operands& ops, const Fp8Config& conf
 #pragma omp simd reduction(+ : dot)
         for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
         s[j - j0] = dot * score_scale;
+        if (config.qk_outlier_threshold > 0.0f)
+          s[j - j0] += softmax_scale *
+                       sparse_score(q_outliers, ops.k.row_outliers(b, j, hk),
+                                    ops.q_bf16.data() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d),
+                                    ops.k_bf16.data() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d));
         block_max = std::max(block_max, s[j - j0]);
       }
       if (block_max == -INFINITY) continue;  // no visible key in this tile: nothing to add, no rescale
@@ -86,11 +121,14 @@ void attend_rows(const Problem& p, const Fp8Operands& ops, const Fp8Config& conf
         if (s[j - j0] == -INFINITY) continue;  // masked: weight 0 (and a NaN in its V must not leak in)
         const float weight = state.weight(s[j - j0]);
         // P in [0, 1] scaled by 2^8 and cast to e4m3 for the P V tensor-core product.
-        const float p8 = round_to_e4m3(weight * config.p_scale);
+        const float p8 = config.round_p ? round_to_e4m3(weight * config.p_scale) : weight * config.p_scale;
         state.add(config.normalize_by_rounded_p ? p8 / config.p_scale : weight);
         const float* v = ops.v.row(b, j, hk);
 #pragma omp simd
         for (int64_t c = 0; c < d; ++c) acc[c] += p8 * v[c];
+        // Extracted V entries: O += P v in fp32, in acc's units (V descale and 2^8 of P).
+        for (const Outlier& outlier : ops.v.row_outliers(b, j, hk))
+          acc[outlier.channel] += weight * outlier.value * (config.p_scale / v_descale);
       }
     }
     // Epilogue: undo the V descale and the 2^8 of P, divide by l (FA2 Alg. 1 line 12), round to bf16.
@@ -111,6 +149,7 @@ Fp8Tensor bf16_copy(const HostTensor& input, int64_t seqlen, int64_t heads, int6
   Fp8Tensor t{.values = input.data, .seqlen = seqlen, .heads = heads, .head_dim = head_dim, .block = block};
   for (float& x : t.values) x = round_to_bf16(x);
   t.tiles = (seqlen + block - 1) / block;
+  t.outliers.resize(static_cast<size_t>(batch * seqlen * heads));
   t.descale.assign(static_cast<size_t>(std::max<int64_t>(1, batch * heads * t.tiles)), 1.0f);
   return t;
 }
@@ -131,6 +170,33 @@ void quantize(Fp8Tensor& t, int64_t batch, ValidRows valid, Fp8Scaling scaling) 
       }
     return amax;
   };
+  if (t.outlier_threshold > 0.0f) {
+    // Outlier extraction: entries beyond `threshold` times their tile's RMS leave the fp8 tensor for a sparse
+    // list kept in bf16, so the fp8 grid only has to cover the bulk of the tile (LLM.int8's decomposition).
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < t.heads; ++h)
+        for (int64_t tile = 0; tile < t.tiles; ++tile) {
+          const int64_t s0 = tile * t.block, s1 = std::min((tile + 1) * t.block, valid(b));
+          double square_sum = 0.0;
+          int64_t count = 0;
+          for (int64_t s = s0; s < s1; ++s)
+            for (int64_t c = 0; c < d; ++c) {
+              const float x = t.row(b, s, h)[c];
+              if (std::isfinite(x)) square_sum += double(x) * x, ++count;
+            }
+          const float limit =
+              t.outlier_threshold * static_cast<float>(std::sqrt(square_sum / std::max<int64_t>(count, 1)));
+          for (int64_t s = s0; s < s1; ++s) {
+            float* x = t.values.data() + bshd_offset(b, s, h, t.seqlen, t.heads, d);
+            for (int64_t c = 0; c < d; ++c)
+              if (std::isfinite(x[c]) && std::fabs(x[c]) > limit) {
+                t.outliers[(b * t.seqlen + s) * t.heads + h].push_back({static_cast<int32_t>(c), x[c]});
+                x[c] = 0.0f;
+              }
+          }
+        }
+  }
   float tensor_amax = 0.0f;
   if (scaling == Fp8Scaling::per_tensor)
     for (int64_t b = 0; b < batch; ++b)
@@ -146,7 +212,8 @@ void quantize(Fp8Tensor& t, int64_t batch, ValidRows valid, Fp8Scaling scaling) 
         t.descale[(b * t.heads + h) * t.tiles + tile] = descale;
         for (int64_t s = tile * t.block; s < std::min((tile + 1) * t.block, t.seqlen); ++s) {
           float* x = t.values.data() + bshd_offset(b, s, h, t.seqlen, t.heads, d);
-          for (int64_t c = 0; c < d; ++c) x[c] = s < valid(b) ? round_to_e4m3(x[c] / descale) : 0.0f;
+          for (int64_t c = 0; c < d; ++c)
+            x[c] = s < valid(b) ? (t.keep_fp32 ? x[c] / descale : round_to_e4m3(x[c] / descale)) : 0.0f;
         }
       }
 }
@@ -193,6 +260,11 @@ Fp8Operands quantization_prepass(const Problem& p, const AttentionInputs& in, co
       for (int64_t r = 0; r < rows; ++r) transform.apply(values->data() + r * d);
     }
   }
+  if (config.qk_outlier_threshold > 0.0f) ops.q_bf16 = ops.q.values, ops.k_bf16 = ops.k.values;
+  ops.q.keep_fp32 = ops.k.keep_fp32 = !config.quantize_qk;
+  ops.v.keep_fp32 = !config.quantize_v;
+  ops.q.outlier_threshold = ops.k.outlier_threshold = config.qk_outlier_threshold;
+  ops.v.outlier_threshold = config.v_outlier_threshold;
   quantize(
       ops.q, p.batch, [&](int64_t b) { return p.rows_q(b); }, config.scaling);
   quantize(
@@ -225,6 +297,10 @@ Fp8Config registered_fp8_config(int64_t head_dim) {
 std::string why_invalid(const Fp8Config& config) {
   if (config.block_q < 1) return "block_q (" + std::to_string(config.block_q) + ") must be >= 1";
   if (config.block_k < 1) return "block_k (" + std::to_string(config.block_k) + ") must be >= 1";
+  if (config.qk_outlier_threshold < 0.0f || config.v_outlier_threshold < 0.0f)
+    return "qk_outlier_threshold and v_outlier_threshold must be >= 0 (0 = off)";
+  if (config.qk_outlier_threshold > 0.0f && config.hadamard)
+    return "qk_outlier_threshold needs hadamard off: the sparse score terms are in the original basis";
   // P * p_scale must stay within e4m3's 448 (P <= 1) and be a power of two so that undoing it is exact.
   int exponent = 0;
   const bool power_of_two = std::frexp(config.p_scale, &exponent) == 0.5f;

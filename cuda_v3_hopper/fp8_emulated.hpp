@@ -41,6 +41,19 @@ struct Fp8Config {
   // Divide by the sum of the rounded P (the weights the P V product actually used) instead of the fp32 P: the
   // output is then an exact convex combination of the fp8 V rows, and the rounding errors of P partly cancel.
   bool normalize_by_rounded_p = false;
+  // Outlier decomposition (LLM.int8-style): entries of Q and K (resp. V) larger than this many times their
+  // tile's RMS leave the fp8 tensor for a sparse list kept in bf16; the scores gain the exact sparse terms
+  // sum over outlier channels c of q_c k_c (with the bf16 values of the other operand), O gains P v_out in
+  // fp32. The fp8 grid then covers only the bulk of each tile, and no outlier product goes through fp8. 0 =
+  // off. For Q and K it replaces incoherent processing (the sparse terms live in the original basis):
+  // hadamard off.
+  float qk_outlier_threshold = 0.0f;
+  float v_outlier_threshold = 0.0f;
+  // Study knobs, emulation only (the kernel always quantizes): switch one rounding off to measure its share
+  // of the error.
+  bool quantize_qk = true;  // Q and K to e4m3 (off: the scaled values are kept in fp32)
+  bool quantize_v = true;   // V to e4m3
+  bool round_p = true;      // P * 2^8 to e4m3
 };
 
 // FA3's fp8 tile sizes (Br x Bc: d <= 64: 192 x 160, d <= 128: 128 x 224, larger: 128 x 128), Hadamard and
