@@ -83,6 +83,7 @@ void check_rounding_against_search(const std::vector<int>& codes) {
       for (float sign : {1.0f, -1.0f}) {
         INFO("x = ", sign * x);
         CHECK(Format::encode(sign * x) == brute_force_encode<Format>(sign * x, codes));
+        CHECK(Format::round(sign * x) == Format::decode(Format::encode(sign * x)));  // the fast path agrees
       }
     // The tie itself: the result is the neighbour whose code is even.
     const uint8_t expected = (Format::encode(low) & 1) == 0 ? Format::encode(low) : Format::encode(high);
@@ -95,6 +96,7 @@ void check_rounding_against_search(const std::vector<int>& codes) {
         static_cast<float>(random.normal() * std::ldexp(1.0, static_cast<int>(random.next() % 40) - 20));
     INFO("x = ", x);
     CHECK(Format::encode(x) == brute_force_encode<Format>(x, codes));
+    CHECK(Format::round(x) == Format::decode(Format::encode(x)));
   }
 }
 
