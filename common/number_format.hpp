@@ -25,6 +25,13 @@ inline float round_to_bf16(float x) {
 inline float round_to_fp16(float x) {
   if (!std::isfinite(x)) return x;
   const float magnitude = std::fabs(x);
+  if (magnitude >= 0x1p-14f && magnitude < 65504.0f) {
+    // Normal range, no overflow possible: drop float32's low 13 mantissa bits on the bit pattern, ties to
+    // even.
+    uint32_t bits = std::bit_cast<uint32_t>(x);
+    bits += 0x0fffu + ((bits >> 13) & 1u);
+    return std::bit_cast<float>(bits & ~0x1fffu);
+  }
   if (magnitude >= 65520.0f)
     return std::copysign(INFINITY, x);  // 65520 is the halfway point to 2^16: rounds up
   int exponent = 0;

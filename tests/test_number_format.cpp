@@ -202,6 +202,18 @@ TEST_CASE("fp8 ties, subnormals, saturation and NaN, spelled out") {
   CHECK(std::isnan(round_to_e5m2(nan)));
 }
 
+TEST_CASE("fp16 rounding agrees with the compiler's _Float16 conversion everywhere") {
+  Random random(5);
+  for (int n = 0; n < 200000; ++n) {
+    const float x =
+        static_cast<float>(random.normal() * std::ldexp(1.0, static_cast<int>(random.next() % 60) - 30));
+    INFO("x = ", x);
+    CHECK(round_to_fp16(x) == static_cast<float>(static_cast<_Float16>(x)));
+  }
+  for (float x : {65504.0f, 65519.0f, 65520.0f, 0x1p-14f, 0x1p-25f, 0x3p-26f, -0x1p-24f})
+    CHECK(round_to_fp16(x) == static_cast<float>(static_cast<_Float16>(x)));
+}
+
 TEST_CASE("an e4m3 problem's tensors are bf16: round_to(e4m3) rounds to bf16") {
   CHECK(round_to(DType::e4m3, 1.00390625f) == round_to_bf16(1.00390625f));
   CHECK(round_to(DType::e4m3, 0.1f) == round_to_bf16(0.1f));

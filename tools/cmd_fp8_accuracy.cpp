@@ -29,7 +29,10 @@ using hopper::Fp8Scaling;
 // Standard attention as a framework runs it in fp16 (FA3 Table 3 "Baseline FP16"): every tensor between the
 // operations is stored in fp16: S = Q K^T rounded, P = softmax(S) normalized and rounded, O = P V rounded;
 // the products accumulate in fp32 and the softmax computes in fp32, as fp16 GEMMs and softmax kernels do.
-AttentionOutputs standard_attention_fp16(const Problem& p, const AttentionInputs& in) {
+AttentionOutputs standard_attention_fp16(const Problem& p, const AttentionInputs& given) {
+  AttentionInputs in = given;  // Q, K and V stored in fp16
+  for (HostTensor* tensor : {&in.q, &in.k, &in.v})
+    for (float& x : tensor->data) x = round_to_fp16(x);
   AttentionOutputs out = AttentionOutputs::poisoned(p);
   const int64_t d = p.head_dim, sk = p.seqlen_k;
   const float scale = round_to_fp16(static_cast<float>(p.softmax_scale()));
@@ -42,7 +45,7 @@ AttentionOutputs standard_attention_fp16(const Problem& p, const AttentionInputs
       for (int64_t j = 0; j < sk; ++j) {
         const float* k = in.k_row(p, 0, j, p.kv_head(h));
         float dot = 0.0f;
-        for (int64_t c = 0; c < d; ++c) dot += round_to_fp16(q[c]) * round_to_fp16(k[c]);
+        for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
         s[j] = round_to_fp16(round_to_fp16(dot) * scale);  // S stored in fp16, then scaled in fp16
         row_max = std::max(row_max, s[j]);
       }
@@ -52,7 +55,7 @@ AttentionOutputs standard_attention_fp16(const Problem& p, const AttentionInputs
       for (int64_t j = 0; j < sk; ++j) {
         const float weight = round_to_fp16(std::exp(s[j] - row_max) / row_sum);  // P stored in fp16
         const float* v = in.v_row(p, 0, j, p.kv_head(h));
-        for (int64_t c = 0; c < d; ++c) o[c] += weight * round_to_fp16(v[c]);
+        for (int64_t c = 0; c < d; ++c) o[c] += weight * v[c];
       }
       float* out_row = out.o_row(p, 0, i, h);
       for (int64_t c = 0; c < d; ++c) out_row[c] = round_to_fp16(o[c]);
