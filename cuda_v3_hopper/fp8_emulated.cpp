@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <vector>
 
 #include "common/error.hpp"
@@ -20,19 +19,19 @@ namespace flashlab::hopper {
 
 namespace {
 
-// One quantized operand (Q, K or V): e4m3 values in the BSHD layout of the input, and the descale of each
-// tile of `block` tokens of each (batch, head): descale[(b * heads + h) * tiles + t]; value * descale ~
-// input.
+// An entry taken out of the fp8 tensor by the outlier decomposition (Fp8Config::qk_outlier_threshold).
 struct Outlier {
   int32_t channel;
   float value;  // in input units (bf16, exact)
 };
 
+// One quantized operand (Q, K or V): e4m3 values in the BSHD layout of the input, and the descale of each
+// tile of `block` tokens of each (batch, head): descale[(b * heads + h) * tiles + t]; value * descale ~
+// input.
 struct Fp8Tensor {
   std::vector<float> values;
   std::vector<float> descale;
-  // Entries taken out of the fp8 tensor (their place there holds 0), per token row (b, s, h): see
-  // Fp8Config::qk_outlier_threshold.
+  // Entries taken out of the fp8 tensor (their place there holds 0), per token row (b, s, h).
   std::vector<std::vector<Outlier>> outliers;
   int64_t seqlen = 0, heads = 0, head_dim = 0, block = 0, tiles = 0;
   bool keep_fp32 = false;  // study knob: skip the e4m3 cast (Fp8Config::quantize_qk / quantize_v)
@@ -52,15 +51,15 @@ struct Fp8Tensor {
 
 struct Fp8Operands {
   Fp8Tensor q, k, v;
-  std::vector<float> q_bf16, k_bf16;
-  std::vector<float>
-      lse_shift;  // [batch, heads_q, seqlen_q]: scale * q_i . mean(K), from K smoothing (else 0)
+  std::vector<float> q_bf16, k_bf16;  // outlier decomposition: the bf16 Q and K its sparse terms read
+  // [batch, heads_q, seqlen_q]: scale * q_i . mean(K) from K smoothing (else 0), added to the LSE.
+  std::vector<float> lse_shift;
 };
 
 Fp8Operands quantization_prepass(const Problem& p, const AttentionInputs& in, const Fp8Config& config);
 
-// The part of q . k that involves extracted entries: (q8 dq + q_out) . (k8 dk + k_out) - (q8 dq) . (k8 dk),
-// with q8, k8 zero where an entry was extracted. Exact products of bf16 and e4m3 values, summed in fp32.
+// The score terms of the outlier decomposition: sum over the channels c extracted from q_i or from k_j of
+// q_bf16[c] * k_bf16[c] (the fp8 product holds 0 on those channels). Exact bf16 products, summed in fp32.
 float sparse_score(const std::vector<Outlier>& q_outliers, const std::vector<Outlier>& k_outliers,
                    const float* q_bf16, const float* k_bf16) {
   float sum = 0.0f;
@@ -122,7 +121,7 @@ void attend_rows(const Problem& p, const Fp8Operands& ops, const Fp8Config& conf
         const float weight = state.weight(s[j - j0]);
         // P in [0, 1] scaled by 2^8 and cast to e4m3 for the P V tensor-core product.
         const float p8 = config.round_p ? round_to_e4m3(weight * config.p_scale) : weight * config.p_scale;
-        state.add(config.normalize_by_rounded_p ? p8 / config.p_scale : weight);
+        state.add(weight);  // l sums the fp32 P, as FA3 does
         const float* v = ops.v.row(b, j, hk);
 #pragma omp simd
         for (int64_t c = 0; c < d; ++c) acc[c] += p8 * v[c];

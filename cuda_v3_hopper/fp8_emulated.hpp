@@ -2,11 +2,10 @@
 // oracle, of the Hopper FP8 kernel in this directory. docs/06-fp8.md explains each step.
 //
 //   pre-pass   inputs in bf16; optional K smoothing (ours); optional incoherent processing Q M, K M with
-//              M = H diag(s) / sqrt(d) (FA3 Sec. 3.3); e4m3 quantization with one scale per Br x d tile of Q
-//              and per Bc x d tile of K and V (block quantization), or one scale per tensor
-//   main loop  FA2/FA3 Algorithm 1 over Bc-key tiles: S = (Q8 K8^T) * (q_descale k_descale softmax_scale) in
-//   fp32,
-//              online softmax (common/softmax_state.hpp), P = exp(S - m) scaled by 2^8 and rounded to e4m3,
+//              M = H diag(s) / sqrt(d) (FA3 Sec. 3.3); e4m3 quantization with one scale per Br x d tile
+//              of Q and per Bc x d tile of K and V (block quantization), or one scale per tensor
+//   main loop  FA2/FA3 Algorithm 1 over Bc-key tiles: S = Q8 K8^T * (q_descale k_descale softmax_scale)
+//              in fp32, online softmax (common/softmax_state.hpp), P = exp(S - m) * 2^8 rounded to e4m3,
 //              O += P8 V8 in fp32; the V tile's descale is folded into the O rescale
 //   epilogue   O = O * v_descale / (2^8 l) rounded to bf16, LSE = m + log l (+ the smoothing shift)
 #pragma once
@@ -38,15 +37,11 @@ struct Fp8Config {
   // scale * q_i . mean, which softmax ignores; the LSE adds it back. Removes a shared offset (a bias, or a
   // shift of all keys) from what the fp8 grid has to cover.
   bool smooth_k = false;
-  // Divide by the sum of the rounded P (the weights the P V product actually used) instead of the fp32 P: the
-  // output is then an exact convex combination of the fp8 V rows, and the rounding errors of P partly cancel.
-  bool normalize_by_rounded_p = false;
-  // Outlier decomposition (LLM.int8-style): entries of Q and K (resp. V) larger than this many times their
-  // tile's RMS leave the fp8 tensor for a sparse list kept in bf16; the scores gain the exact sparse terms
-  // sum over outlier channels c of q_c k_c (with the bf16 values of the other operand), O gains P v_out in
-  // fp32. The fp8 grid then covers only the bulk of each tile, and no outlier product goes through fp8. 0 =
-  // off. For Q and K it replaces incoherent processing (the sparse terms live in the original basis):
-  // hadamard off.
+  // Outlier decomposition (as in LLM.int8; 0 = off): entries of Q and K (v_: of V) above this many times
+  // their tile's RMS leave the fp8 tensor for a sparse list kept in bf16. The scores gain the exact terms
+  // q_c k_c of the extracted channels c (bf16 values of both), O gains P v_out in fp32: no outlier product
+  // goes through fp8. For Q and K it replaces incoherent processing (the sparse terms live in the original
+  // basis), so it needs hadamard off.
   float qk_outlier_threshold = 0.0f;
   float v_outlier_threshold = 0.0f;
   // Study knobs, emulation only (the kernel always quantizes): switch one rounding off to measure its share
