@@ -108,7 +108,8 @@ void attend_rows(const Problem& p, const Fp8Operands& ops, const Fp8Config& conf
                        sparse_score(q_outliers, ops.k.row_outliers(b, j, hk),
                                     ops.q_bf16.data() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d),
                                     ops.k_bf16.data() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d));
-        block_max = std::max(block_max, s[j - j0]);
+        // A NaN score must not pass for "nothing visible": keep it as the max so the row turns NaN.
+        block_max = std::isnan(s[j - j0]) ? s[j - j0] : std::max(block_max, s[j - j0]);
       }
       if (block_max == -INFINITY) continue;  // no visible key in this tile: nothing to add, no rescale
       // FA2 Alg. 1 line 9: O *= exp(m_old - m_new); the same multiply moves acc to this tile's V descale.
@@ -232,11 +233,15 @@ Fp8Operands quantization_prepass(const Problem& p, const AttentionInputs& in, co
       for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
         const int64_t keys = p.rows_k(b);
         if (keys == 0) continue;
-        std::vector<double> sum(static_cast<size_t>(d), 0.0);
+        // Over finite entries only: a NaN key must reach the rows that see it (as in the reference), not
+        // every row through the mean.
+        std::vector<double> sum(static_cast<size_t>(d), 0.0), count(static_cast<size_t>(d), 0.0);
         for (int64_t j = 0; j < keys; ++j)
-          for (int64_t c = 0; c < d; ++c) sum[c] += ops.k.row(b, j, hk)[c];
-        std::vector<float> mean(static_cast<size_t>(d));
-        for (int64_t c = 0; c < d; ++c) mean[c] = static_cast<float>(sum[c] / static_cast<double>(keys));
+          for (int64_t c = 0; c < d; ++c)
+            if (const float x = ops.k.row(b, j, hk)[c]; std::isfinite(x)) sum[c] += x, count[c] += 1.0;
+        std::vector<float> mean(static_cast<size_t>(d), 0.0f);
+        for (int64_t c = 0; c < d; ++c)
+          if (count[c] > 0.0) mean[c] = static_cast<float>(sum[c] / count[c]);
         for (int64_t j = 0; j < keys; ++j) {
           float* k = ops.k.values.data() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
           for (int64_t c = 0; c < d; ++c) k[c] -= mean[c];
