@@ -19,7 +19,10 @@ double tolerance_floor(DType dtype) {
     case DType::bf16:
       return 1e-3;
     case DType::e4m3:
-      return 1e-2;
+      // A quarter of the format's unit roundoff, the rule the other floors follow (bf16: 2^-8 / 4 ~ 1e-3,
+      // fp16: 2^-11 / 4 ~ 1e-4): e4m3's is 2^-4 / 4 = 2^-6. One fp8 score on unit inputs is already off by
+      // about that much, so a case whose error rests on a single score (a row that sees one key) needs it.
+      return 0x1p-6;
   }
   return 0.0;
 }
@@ -87,13 +90,49 @@ Deviation deviation(const Problem& p, const AttentionOutputs& out, const Referen
   return result;
 }
 
-AttentionOutputs baseline_attention(const Problem& p, const AttentionInputs& in, DType dtype, bool rounds_p) {
-  if (dtype == DType::e4m3) fail("dtype e4m3 has no naive baseline yet");
+namespace {
+
+// FlashAttention-3's scale for P before its e4m3 cast: P = exp(s - m) lies in [0, 1], and 2^8 moves it up to
+// [0, 256] so that small probabilities stay above e4m3's subnormal range (its largest finite value is 448). A
+// power of two, so the scaling itself is exact. cuda_v3_hopper/fp8_emulated uses the same default.
+constexpr float kFp8PScale = 256.0f;
+
+// The per-tensor fp8 inputs of the e4m3 baseline (FA3 Table 3's "baseline FP8"): one scale for the whole
+// tensor, the dequantized values e4m3(x / descale) * descale kept as float. Non-finite entries take no part
+// in amax so that one of them does not zero every other entry; NaN stays NaN through the cast.
+HostTensor quantize_per_tensor_e4m3(const HostTensor& tensor) {
+  float amax = 0.0f;
+  for (float x : tensor.data)
+    if (std::isfinite(x)) amax = std::max(amax, std::fabs(x));
+  const float descale = e4m3_descale(amax);
+  HostTensor quantized = tensor;
+  for (float& x : quantized.data) x = round_to_e4m3(x / descale) * descale;
+  return quantized;
+}
+
+}  // namespace
+
+// f32/f16/bf16: inputs, P (when the kernel rounds it) and O rounded to the dtype.
+// e4m3: inputs quantized to fp8 with one scale per tensor, P scaled by 2^8 and rounded to e4m3 (when the
+// kernel rounds it, as every fp8 tensor-core kernel must), O rounded to bf16, the output format of fp8
+// kernels.
+AttentionOutputs baseline_attention(const Problem& p, const AttentionInputs& given, DType dtype,
+                                    bool rounds_p) {
+  const bool fp8 = dtype == DType::e4m3;
+  AttentionInputs quantized;
+  if (fp8)
+    quantized = {quantize_per_tensor_e4m3(given.q), quantize_per_tensor_e4m3(given.k),
+                 quantize_per_tensor_e4m3(given.v)};
+  const AttentionInputs& in = fp8 ? quantized : given;
   const Visibility visibility(p);
   const int64_t d = p.head_dim;
   const float scale = static_cast<float>(p.softmax_scale());
   AttentionOutputs out = AttentionOutputs::poisoned(p);
-  auto rounded = [dtype](float x) { return round_to(dtype, x); };
+  auto rounded = [dtype, fp8](float x) { return fp8 ? x : round_to(dtype, x); };  // inputs already quantized
+  auto rounded_p = [dtype, fp8](float x) {
+    return fp8 ? round_to_e4m3(x * kFp8PScale) / kFp8PScale : round_to(dtype, x);
+  };
+  auto rounded_o = [dtype](float x) { return round_to(dtype, x); };  // bf16 for e4m3
 
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t b = 0; b < p.batch; ++b)
@@ -127,11 +166,11 @@ AttentionOutputs baseline_attention(const Problem& p, const AttentionInputs& in,
           if (s[j] == -INFINITY) continue;
           const float weight = std::exp(s[j] - row_max);
           row_sum += weight;
-          const float p_used = rounds_p ? rounded(weight) : weight;
+          const float p_used = rounds_p ? rounded_p(weight) : weight;
           const float* v = in.v_row(p, b, j, hk);
           for (int64_t c = 0; c < d; ++c) acc[c] += p_used * rounded(v[c]);
         }
-        for (int64_t c = 0; c < d; ++c) o[c] = rounded(acc[c] / row_sum);
+        for (int64_t c = 0; c < d; ++c) o[c] = rounded_o(acc[c] / row_sum);
         out.lse_at(p, b, h, i) = row_max + std::log(row_sum);
       }
     }

@@ -6,6 +6,8 @@
 //  - baseline is naive standard attention computed at the implementation's precision (inputs rounded to its
 //  dtype,
 //    fp32 arithmetic, P rounded to the dtype when the kernel rounds it for a tensor-core product, O rounded);
+//    for e4m3 the inputs are quantized to fp8 with one scale per tensor, P is scaled by 2^8 and rounded to
+//    e4m3, and O is rounded to bf16 (FA3 Table 3's per-tensor fp8 baseline);
 //  - -inf in the reference LSE must be -inf exactly, and NaN in the reference must be NaN in the output (and
 //  only
 //    there): either mismatch counts as an infinite error.

@@ -32,7 +32,7 @@ PreparedCase grid_case(Problem problem, DType dtype, uint64_t seed) {
 std::optional<DType> runnable_dtype(const Implementation& impl, Problem problem) {
   for (DType dtype : impl.dtypes) {
     problem.dtype = dtype;
-    if (dtype != DType::e4m3 && why_cannot_run(impl, problem).empty()) return dtype;
+    if (why_cannot_run(impl, problem).empty()) return dtype;
   }
   return std::nullopt;
 }
