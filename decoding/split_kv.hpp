@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "common/mask.hpp"
@@ -96,12 +97,74 @@ enum class MaxPolicy {
 // Scratch for attend_keys, reused across work items of one thread.
 struct Workspace {
   std::vector<float> scores;  // S, then P, for one block: [rows][kBlockKeys]
-  std::vector<const float*> k_rows, v_rows;
+  std::vector<const float*> k_rows, v_rows, next_k_rows, next_v_rows;
+  std::vector<const float*> q;     // per packed row: its query vector
+  std::vector<int64_t> kv_offset;  // per packed row: where its kv head starts in a token's K/V row
   void reserve(int64_t rows) {
     scores.resize(static_cast<size_t>(rows * kBlockKeys));
-    k_rows.resize(kBlockKeys);
-    v_rows.resize(kBlockKeys);
+    q.resize(static_cast<size_t>(rows));
+    kv_offset.resize(static_cast<size_t>(rows));
+    for (auto* pointers : {&k_rows, &v_rows, &next_k_rows, &next_v_rows}) pointers->resize(kBlockKeys);
   }
+};
+
+// Sixteen floats: one AVX-512 register (two AVX2 ones). The dot product keeps 16 partial sums and reduces
+// them once at the end; a scalar running sum would serialize on the add's latency.
+typedef float Lanes __attribute__((vector_size(64)));
+inline Lanes load_lanes(const float* from) {
+  Lanes lanes;
+  std::memcpy(&lanes, from, sizeof lanes);
+  return lanes;
+}
+// The sum of the 16 lanes, by halving: 8 + 8, 4 + 4, then 4 scalars (a shuffle-and-add tree, not 15 serial
+// adds).
+inline float reduce_lanes(Lanes lanes) {
+  typedef float Half __attribute__((vector_size(32)));
+  typedef float Quarter __attribute__((vector_size(16)));
+  Half low, high;
+  std::memcpy(&low, &lanes, sizeof low);
+  std::memcpy(&high, reinterpret_cast<const char*>(&lanes) + sizeof low, sizeof high);
+  low += high;
+  Quarter a, b;
+  std::memcpy(&a, &low, sizeof a);
+  std::memcpy(&b, reinterpret_cast<const char*>(&low) + sizeof a, sizeof b);
+  a += b;
+  return (a[0] + a[2]) + (a[1] + a[3]);
+}
+inline float dot(const float* q, const float* k, int64_t d) {
+  Lanes partial = {};
+  int64_t c = 0;
+  for (; c + 16 <= d; c += 16) partial += load_lanes(q + c) * load_lanes(k + c);
+  float sum = reduce_lanes(partial);
+  for (; c < d; ++c) sum += q[c] * k[c];
+  return sum;
+}
+
+// Asks for the cache lines of token rows ahead of their use, a few at a time between pieces of arithmetic:
+// one burst of requests (64 for a 4 KiB row: 8 kv heads x 128 dims) would fill the core's miss buffers and
+// stall it, while spread out they overlap with the work. Software prefetch is needed because the hardware
+// prefetcher stops at every 4 KiB memory page, here at every token. Into L2 (locality 2): L1 is too small for
+// a block.
+class Prefetch {
+ public:
+  // Rows rows[0..count), `floats` floats each from `offset`, asked for over `steps` calls of step().
+  Prefetch(const float* const* rows, int64_t count, int64_t offset, int64_t floats, int64_t steps)
+      : rows_(rows),
+        count_(count),
+        offset_(offset),
+        lines_((floats + 15) / 16),
+        per_step_((count * lines_ + steps - 1) / std::max<int64_t>(steps, 1)) {}
+  void step() {
+    for (int64_t n = 0; n < per_step_ && row_ < count_; ++n) {
+      __builtin_prefetch(rows_[row_] + offset_ + 16 * line_, 0, 2);
+      if (++line_ == lines_) line_ = 0, ++row_;
+    }
+  }
+
+ private:
+  const float* const* rows_;
+  int64_t count_, offset_, lines_, per_step_;
+  int64_t row_ = 0, line_ = 0;
 };
 
 // The keys [begin, end) of batch element b against `rows`, continuing each row's state (m, l) in states[r]
@@ -116,6 +179,17 @@ void attend_keys(const Problem& p, const AttentionInputs& in, const KVReader& kv
   const float scale = static_cast<float>(p.softmax_scale());
   workspace.reserve(row_count);
   float* S = workspace.scores.data();
+  // The kv heads these rows read, [kv_first, kv_first + kv_count): what a token's prefetch must bring.
+  const int64_t kv_first = p.kv_head(rows.head_begin), kv_count = p.kv_head(rows.head_end - 1) - kv_first + 1;
+  // Per packed row, its query vector and its kv head's offset in a token row, looked up once: an integer
+  // division per (key, head) would cost more than the key's arithmetic.
+  for (int64_t i = rows.row_begin; i < rows.row_end; ++i)
+    for (int64_t h = rows.head_begin; h < rows.head_end; ++h) {
+      workspace.q[rows.packed(i, h)] = in.q_row(p, b, i, h);
+      workspace.kv_offset[rows.packed(i, h)] = p.kv_head(h) * d;
+    }
+  const float* const* Q = workspace.q.data();
+  const int64_t* kv_offset = workspace.kv_offset.data();
   // Each query row's visible band within [begin, end); the block loop covers their union.
   KeyRange band[kMaxQueryRows];
   int64_t lo = end, hi = begin;
@@ -127,27 +201,31 @@ void attend_keys(const Problem& p, const AttentionInputs& in, const KVReader& kv
       hi = std::max(hi, band[i - rows.row_begin].end);
     }
   }
+  if (lo < hi)
+    kv.gather(b, lo, std::min(lo + kBlockKeys, hi), workspace.next_k_rows.data(),
+              workspace.next_v_rows.data());
   for (int64_t j0 = lo; j0 < hi; j0 += kBlockKeys) {
     const int64_t j1 = std::min(j0 + kBlockKeys, hi), n = j1 - j0;
+    std::swap(workspace.k_rows, workspace.next_k_rows);
+    std::swap(workspace.v_rows, workspace.next_v_rows);
     const float** K = workspace.k_rows.data();
     const float** V = workspace.v_rows.data();
-    kv.gather(b, j0, j1, K, V);
+    const int64_t next_n = std::min(j1 + kBlockKeys, hi) - j1;
+    if (next_n > 0) kv.gather(b, j1, j1 + next_n, workspace.next_k_rows.data(), workspace.next_v_rows.data());
     // S = scale * Q K^T for the block (line 8), -inf where the key is hidden from the row. Token by token,
-    // every head: one token's K for all kv heads is one contiguous row of memory.
+    // every head: one token's K for all kv heads is one contiguous row of memory. Meanwhile this block's V is
+    // fetched.
+    Prefetch v_ahead(V, n, kv_first * d, kv_count * d, n * row_count);
     for (int64_t t = 0; t < n; ++t) {
       const int64_t j = j0 + t;
       for (int64_t i = rows.row_begin; i < rows.row_end; ++i) {
         const KeyRange& range = band[i - rows.row_begin];
         const bool visible = j >= range.begin && j < range.end && visibility.mask_allows(i, j);
-        for (int64_t h = rows.head_begin; h < rows.head_end; ++h) {
-          float dot = 0.0f;
-          if (visible) {
-            const float* q = in.q_row(p, b, i, h);
-            const float* k = K[t] + p.kv_head(h) * d;
-#pragma omp simd reduction(+ : dot)
-            for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
-          }
-          S[rows.packed(i, h) * kBlockKeys + t] = visible ? dot * scale : SoftmaxState<float>::neg_inf;
+        const int64_t first = rows.packed(i, rows.head_begin), last = first + rows.heads();
+        for (int64_t r = first; r < last; ++r) {
+          v_ahead.step();
+          S[r * kBlockKeys + t] =
+              visible ? dot(Q[r], K[t] + kv_offset[r], d) * scale : SoftmaxState<float>::neg_inf;
         }
       }
     }
@@ -172,18 +250,19 @@ void attend_keys(const Problem& p, const AttentionInputs& in, const KVReader& kv
       }
       states[r].add(block_sum);
     }
-    // O~ += P V (line 10), token by token: each V row is read once for every head that uses it.
+    // O~ += P V (line 10), token by token: each V row is read once for every head that uses it (the
+    // accumulators, heads_q x seqlen_q x head_dim floats, stay in L1). Meanwhile the next block's K is
+    // fetched.
+    Prefetch k_ahead(workspace.next_k_rows.data(), next_n, kv_first * d, kv_count * d, n * row_count);
     for (int64_t t = 0; t < n; ++t) {
-      for (int64_t i = rows.row_begin; i < rows.row_end; ++i) {
-        for (int64_t h = rows.head_begin; h < rows.head_end; ++h) {
-          const int64_t r = rows.packed(i, h);
-          const float weight = S[r * kBlockKeys + t];
-          if (weight == 0.0f) continue;  // a hidden key takes no part: a NaN in its V must not leak in
-          const float* v = V[t] + p.kv_head(h) * d;
-          float* o = acc + r * d;
+      for (int64_t r = 0; r < row_count; ++r) {
+        k_ahead.step();
+        const float weight = S[r * kBlockKeys + t];
+        if (weight == 0.0f) continue;  // a hidden key takes no part: a NaN in its V must not leak in
+        const float* v = V[t] + kv_offset[r];
+        float* o = acc + r * d;
 #pragma omp simd
-          for (int64_t c = 0; c < d; ++c) o[c] += weight * v[c];
-        }
+        for (int64_t c = 0; c < d; ++c) o[c] += weight * v[c];
       }
     }
   }
