@@ -116,20 +116,23 @@ inline Lanes load_lanes(const float* from) {
   std::memcpy(&lanes, from, sizeof lanes);
   return lanes;
 }
-// The sum of the 16 lanes, by halving: 8 + 8, 4 + 4, then 4 scalars (a shuffle-and-add tree, not 15 serial
-// adds).
-inline float reduce_lanes(Lanes lanes) {
-  typedef float Half __attribute__((vector_size(32)));
-  typedef float Quarter __attribute__((vector_size(16)));
-  Half low, high;
-  std::memcpy(&low, &lanes, sizeof low);
-  std::memcpy(&high, reinterpret_cast<const char*>(&lanes) + sizeof low, sizeof high);
-  low += high;
-  Quarter a, b;
-  std::memcpy(&a, &low, sizeof a);
-  std::memcpy(&b, reinterpret_cast<const char*>(&low) + sizeof a, sizeof b);
-  a += b;
-  return (a[0] + a[2]) + (a[1] + a[3]);
+// The sum of the 16 lanes by a shuffle-and-add tree (4 steps, not 15 serial adds), all in registers: taking
+// the accumulator's address instead (memcpy, an array) makes the compiler keep it in memory, and every FMA of
+// the dot product then waits for a store and a reload.
+inline float reduce_lanes(Lanes v) {
+#if defined(__clang__)
+  v += __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+  v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+  v += __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+#else
+  typedef int Indices __attribute__((vector_size(64)));
+  v += __builtin_shuffle(v, Indices{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+  v += __builtin_shuffle(v, Indices{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+  v += __builtin_shuffle(v, Indices{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+  v += __builtin_shuffle(v, Indices{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+#endif
+  return v[0];
 }
 inline float dot(const float* q, const float* k, int64_t d) {
   Lanes partial = {};
