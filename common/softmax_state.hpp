@@ -90,4 +90,21 @@ struct SoftmaxState {
   }
 };
 
+// Flash-Decoding's combine: merges `count` partial results of disjoint key sets, partial j given as its
+// normalized output O_j (head_dim values at partial_o + j * o_stride) and its log-sum-exp LSE_j
+// (partial_lse[j * lse_stride]). Each partial is the state from_lse(LSE_j) with acc = O_j, so this is merge,
+// and the result weights O_j by exp(LSE_j - LSE). Writes the unnormalized output to acc (head_dim) and
+// returns the merged state: finalize(acc, out) gives O, lse() gives LSE. Empty partials (LSE_j = -inf) weigh
+// 0, and with no non-empty partial at all the result is O = 0, LSE = -inf.
+template <typename T, typename Partial>
+SoftmaxState<T> combine_partials(int64_t count, const Partial* partial_o, int64_t o_stride,
+                                 const Partial* partial_lse, int64_t lse_stride, T* acc, int64_t head_dim) {
+  SoftmaxState<T> state;
+  std::fill(acc, acc + head_dim, T(0));
+  for (int64_t j = 0; j < count; ++j)
+    state.merge(SoftmaxState<T>::from_lse(static_cast<T>(partial_lse[j * lse_stride])),
+                partial_o + j * o_stride, acc, head_dim);
+  return state;
+}
+
 }  // namespace flashlab

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "common/problem.hpp"
@@ -31,10 +32,16 @@ inline int64_t bshd_offset(int64_t b, int64_t s, int64_t h, int64_t seqlen, int6
   return ((b * seqlen + s) * heads + h) * head_dim;
 }
 
+struct PagedKV;  // common/paged_kv.hpp
+
 struct AttentionInputs {
   HostTensor q;  // [batch, seqlen_q, heads_q, head_dim]
   HostTensor k;  // [batch, seqlen_k, heads_kv, head_dim]
   HostTensor v;  // [batch, seqlen_k, heads_kv, head_dim]
+  // The same K and V stored in pages, when problem.page_size > 0 (attach_paged_kv in paged_kv.hpp). Stages
+  // that read pages read only these; the others keep using k and v. Made from k and v: edit those, then
+  // re-attach.
+  std::shared_ptr<const PagedKV> paged;
 
   const float* q_row(const Problem& p, int64_t b, int64_t i, int64_t h) const {
     return q.ptr() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, p.head_dim);

@@ -49,6 +49,45 @@ Problem padded(Problem p, std::vector<int64_t> seqlens_q, std::vector<int64_t> s
   return p;
 }
 
+Problem paged(Problem p, int64_t page_size) {
+  p.page_size = page_size;
+  return p;
+}
+
+Problem with_tree_mask(Problem p, uint64_t seed) {
+  p.mask = std::make_shared<const std::vector<uint8_t>>(tree_mask(p.seqlen_q, p.seqlen_k - p.seqlen_q, seed));
+  return p;
+}
+
+// Decoding shapes (docs/07-decoding.md): one query row or a few (speculative decoding) against a long KV
+// cache, ragged per-batch KV lengths, GQA, paged K/V (page sizes 1, 16, 256 and one that divides no length),
+// tree masks.
+template <typename Add>
+void add_decode_cases(Add&& add) {
+  add("decode: seqlen_q 1, long KV 4099, GQA 8/2", shape(1, 8, 2, 1, 4099, 128));
+  add("decode: seqlen_q 1, MQA 4/1, batch 3", shape(3, 4, 1, 1, 777, 64));
+  add("decode: ragged KV lengths 2500, 0, 1, 1337",
+      padded(shape(4, 4, 2, 1, 2500, 64), {}, {2500, 0, 1, 1337}));
+  add("decode: seqlen_q 2, causal, KV shorter than seqlen_q in one batch",
+      causal(padded(shape(2, 4, 2, 2, 600, 64), {}, {600, 1})));
+  add("speculative: seqlen_q 5, causal, GQA 6/2", causal(shape(2, 6, 2, 5, 1500, 64)));
+  add("speculative: seqlen_q 16, causal, ragged",
+      causal(padded(shape(2, 4, 4, 16, 700, 32), {16, 3}, {700, 9})));
+  add("speculative: seqlen_q 8, window (256, 0)", window(shape(1, 4, 2, 8, 1200, 64), 256, 0));
+  add("speculative: tree mask, 2000 prefix + 16 draft, GQA 8/2",
+      with_tree_mask(shape(1, 8, 2, 16, 2016, 64), 13));
+  add("paged 1: one token per page", paged(shape(2, 4, 2, 1, 300, 64), 1));
+  add("paged 16: ragged lengths including 0",
+      paged(padded(shape(3, 8, 2, 1, 1000, 128), {}, {1000, 0, 517}), 16));
+  add("paged 256: seqlen_q 3, causal, MQA", paged(causal(shape(1, 4, 1, 3, 3001, 64)), 256));
+  add("paged 100: page size dividing no length",
+      paged(padded(shape(2, 4, 2, 1, 2049, 64), {}, {2049, 250}), 100));
+  add("paged 16: tree mask, 1000 prefix + 8 draft",
+      paged(with_tree_mask(shape(2, 8, 2, 8, 1008, 64), 17), 16));
+  add("decode: large magnitude, scores ~ 1e4", shape(1, 4, 2, 1, 2000, 64), Distribution::large);
+  add("decode: 0.1% outliers, paged 64", paged(shape(1, 8, 2, 1, 3000, 128), 64), Distribution::outliers);
+}
+
 std::vector<Case> build_matrix() {
   std::vector<Case> cases;
   auto add = [&](std::string name, Problem p, Distribution distribution = Distribution::normal) {
@@ -110,6 +149,7 @@ std::vector<Case> build_matrix() {
     p.scale = 0.5;
     add("explicit scale 0.5", p);
   }
+  add_decode_cases(add);
   return cases;
 }
 

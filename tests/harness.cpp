@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <regex>
 
+#include "common/paged_kv.hpp"
+
 namespace flashlab::testing {
 
 std::vector<const Implementation*> selected_implementations() {
@@ -27,6 +29,7 @@ PreparedCase prepare(const Case& test_case, DType dtype) {
   prepared.problem = test_case.problem;
   prepared.problem.dtype = dtype;
   prepared.inputs = random_inputs(prepared.problem, test_case.distribution, test_case.seed);
+  attach_paged_kv(prepared.problem, prepared.inputs, test_case.seed);
   prepared.reference = reference_attention(prepared.problem, prepared.inputs);
   return prepared;
 }

@@ -6,6 +6,7 @@
 
 #include "common/error.hpp"
 #include "common/npy.hpp"
+#include "common/paged_kv.hpp"
 
 namespace flashlab::cli {
 
@@ -156,7 +157,8 @@ ProblemSetup problem_from_args(const Args& args) {
   p.validate();
   // Refuse, rather than be killed by the kernel's OOM killer, when inputs and outputs alone exceed the memory
   // here.
-  const double bytes = 4.0 * (2.0 * p.q_elements() + 2.0 * p.kv_elements() + p.lse_elements());
+  double bytes = 4.0 * (2.0 * p.q_elements() + 2.0 * p.kv_elements() + p.lse_elements());
+  if (p.page_size > 0) bytes += 4.0 * 2.0 * p.kv_elements();  // the paged copy of K and V
   const double physical =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   if (bytes > 0.8 * physical)
@@ -174,6 +176,7 @@ ProblemSetup problem_from_args(const Args& args) {
     setup.inputs = random_inputs(p, distribution, static_cast<uint64_t>(seed));
     setup.input_source = "random " + std::string(to_string(distribution)) + ", seed " + std::to_string(seed);
   }
+  attach_paged_kv(p, setup.inputs);  // --page-size P: K/V also stored in pages behind a shuffled block table
   return setup;
 }
 
