@@ -91,7 +91,8 @@ struct AttentionGradients {
 inline AttentionInputs empty_inputs(const Problem& p) {
   return {HostTensor({p.batch, p.seqlen_q, p.heads_q, p.head_dim}),
           HostTensor({p.batch, p.seqlen_k, p.heads_kv, p.head_dim}),
-          HostTensor({p.batch, p.seqlen_k, p.heads_kv, p.head_dim})};
+          HostTensor({p.batch, p.seqlen_k, p.heads_kv, p.head_dim}),
+          nullptr};  // no paged copy until attach_paged_kv()
 }
 
 }  // namespace flashlab
