@@ -29,12 +29,13 @@ struct Memory {
   std::vector<SoftmaxState<float>> states;
 };
 
-// One thread's on-chip scratch: S^T and per-lane factors.
+// One thread's on-chip scratch: a micro-column of S^T, a copied V_j tile and per-lane factors.
 struct Scratch {
-  std::vector<float> scores, factor, l_old, pre, post, block_max, row_max, block_sum;
-  Scratch(const TileShape& shape)
-      : scores(static_cast<size_t>(shape.bc * shape.br)),
-        factor(static_cast<size_t>(shape.br)),
+  std::vector<float> scores, v_tile, factor, l_old, pre, post, block_max, row_max, block_sum;
+  Scratch(const TileShape& shape, int64_t d)
+      : scores(static_cast<size_t>(shape.bc * micro_width<Vec>())),
+        v_tile(static_cast<size_t>(shape.bc * v_tile_stride(d))),
+        factor(static_cast<size_t>(micro_width<Vec>())),
         l_old(factor.size()),
         pre(factor.size()),
         post(factor.size()),
@@ -58,7 +59,7 @@ void fa1_order(const Problem& p, const AttentionInputs& in, AttentionOutputs& ou
 
 #pragma omp parallel
   {
-    Scratch scratch(shape);
+    Scratch scratch(shape, d);
     for (int64_t b = 0; b < p.batch; ++b) {
       for (int64_t kv_head = 0; kv_head < p.heads_kv; ++kv_head) {
         // lines 1-5: Q in tiles; O = 0, l = 0, m = -inf in memory
@@ -72,37 +73,40 @@ void fa1_order(const Problem& p, const AttentionInputs& in, AttentionOutputs& ou
         }
         for (int64_t j0 = 0; j0 < p.rows_k(b); j0 += shape.bc) {  // line 6
           const int64_t nk = std::min(shape.bc, p.rows_k(b) - j0);
-          const float* k_j = in.k_row(p, b, j0, kv_head);  // line 7: K_j, V_j
-          const float* v_j = in.v_row(p, b, j0, kv_head);
+          // line 7: K_j read in place, V_j copied by every thread (see v_tile_stride)
+          const float* k_j = in.k_row(p, b, j0, kv_head);
+          copy_v_tile(in.v_row(p, b, j0, kv_head), kv_stride, nk, d, scratch.v_tile.data());
 #pragma omp for schedule(dynamic)
           for (int64_t item = 0; item < items; ++item) {  // line 8
-            const int64_t i_tile = item % q_tiles, i0 = i_tile * br, rows = rows_of(i_tile);
-            const TileCover cover = visibility.tile(b, i0, i0 + rows, j0, j0 + nk);
-            if (cover == TileCover::hidden) continue;
-            const int64_t columns = blocks(rows, W), lanes = columns * W;
-            // line 9: Q_i, O_i, l_i, m_i from memory
-            const float* q_i = &memory.q_tiles[item * tile_floats];
-            float* o_i = &memory.o_tiles[item * tile_floats];
-            SoftmaxState<float>* state = &memory.states[item * br];
-            // line 10: S = Q_i K_j^T (scaled), masked where the mask cuts the tile
-            scores_tile<Vec>(q_i, br, columns, k_j, kv_stride, nk, d, scale, scratch.scores.data());
-            if (cover == TileCover::partial)
-              mask_tile(visibility, b, i0, rows, j0, nk, scratch.scores.data(), br);
-            // lines 11-12: m_new = max(m_i, rowmax S), P = exp(S - m_new), l_new = e^(m_i - m_new) l_i +
-            // rowsum P. P is taken against m_new directly, which folds Algorithm 1's e^(m~_ij - m_new) into
-            // P.
-            for (int64_t r = 0; r < lanes; ++r) scratch.l_old[r] = state[r].row_sum;
-            online_softmax_tile<Vec>(
-                scratch.scores.data(), br, nk, lanes, state, scratch.factor.data(),
-                {scratch.block_max.data(), scratch.row_max.data(), scratch.block_sum.data()});
-            // line 13: O_i = diag(l_new)^-1 (diag(l_i) e^(m_i - m_new) O_i + P V_j), written back to memory;
-            // line 14: l_i, m_i were updated in memory by the state.
-            for (int64_t r = 0; r < lanes; ++r) {
-              scratch.post[r] = state[r].normalizer();
-              scratch.pre[r] = scratch.l_old[r] * scratch.factor[r] * scratch.post[r];
+            const int64_t i_tile = item % q_tiles, rows_i = rows_of(i_tile);
+            for (int64_t lane0 = 0; lane0 < rows_i; lane0 += W) {  // one micro-column of W rows at a time
+              const int64_t i0 = i_tile * br + lane0, rows = std::min(W, rows_i - lane0);
+              const TileCover cover = visibility.tile(b, i0, i0 + rows, j0, j0 + nk);
+              if (cover == TileCover::hidden) continue;
+              // line 9: Q_i, O_i, l_i, m_i from memory
+              const float* q_i = &memory.q_tiles[item * tile_floats + lane0];
+              float* o_i = &memory.o_tiles[item * tile_floats + lane0];
+              SoftmaxState<float>* state = &memory.states[item * br + lane0];
+              // line 10: S = Q_i K_j^T (scaled), masked where the mask cuts the tile
+              scores_column<Vec>(q_i, br, k_j, kv_stride, nk, d, scale, scratch.scores.data());
+              if (cover == TileCover::partial)
+                mask_tile(visibility, b, i0, rows, j0, nk, scratch.scores.data(), W);
+              // lines 11-12: m_new = max(m_i, rowmax S), P = exp(S - m_new), l_new = e^(m_i - m_new) l_i +
+              // rowsum P. P is taken against m_new directly, which folds Algorithm 1's e^(m~_ij - m_new) into
+              // P.
+              for (int64_t r = 0; r < W; ++r) scratch.l_old[r] = state[r].row_sum;
+              online_softmax_tile<Vec>(
+                  scratch.scores.data(), W, nk, W, state, scratch.factor.data(),
+                  {scratch.block_max.data(), scratch.row_max.data(), scratch.block_sum.data()});
+              // line 13: O_i = diag(l_new)^-1 (diag(l_i) e^(m_i - m_new) O_i + P V_j), written back to
+              // memory; line 14: l_i, m_i were updated in memory by the state.
+              for (int64_t r = 0; r < W; ++r) {
+                scratch.post[r] = state[r].normalizer();
+                scratch.pre[r] = scratch.l_old[r] * scratch.factor[r] * scratch.post[r];
+              }
+              output_column<Vec>(scratch.scores.data(), scratch.v_tile.data(), v_tile_stride(d), nk, d,
+                                 scratch.pre.data(), scratch.post.data(), o_i, br);
             }
-            output_tile<Vec>(scratch.scores.data(), br, columns, v_j, kv_stride, nk, d, scratch.pre.data(),
-                             scratch.post.data(), o_i);
           }
         }
         // line 17: O (already normalized) and LSE = m + log l to the outputs

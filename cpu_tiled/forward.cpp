@@ -21,20 +21,22 @@ namespace flashlab::cpu_tiled {
 
 namespace {
 
-// One thread's tiles: per query head of the item Q_i^T and O~_i^T (d x Br) and the row states; one S^T tile.
+// One thread's tiles: per query head of the item, Q_i^T and O~_i^T (d x Br) and the row states; one
+// micro-column of S^T (Bc x W) and one copied V_j tile.
 struct Workspace {
-  std::vector<float> q_tiles, o_tiles, scores, factor, ones, block_max, row_max, block_sum;
+  std::vector<float> q_tiles, o_tiles, scores, v_tile, ones, factor, block_max, row_max, block_sum;
   std::vector<SoftmaxState<float>> states;
 
   Workspace(const TileShape& shape, int64_t d)
       : q_tiles(static_cast<size_t>(shape.heads_per_item * d * shape.br)),
         o_tiles(q_tiles.size()),
-        scores(static_cast<size_t>(shape.bc * shape.br)),
-        factor(static_cast<size_t>(shape.br)),
-        ones(static_cast<size_t>(shape.br), 1.0f),
-        block_max(factor.size()),
-        row_max(factor.size()),
-        block_sum(factor.size()),
+        scores(static_cast<size_t>(shape.bc * micro_width<Vec>())),
+        v_tile(static_cast<size_t>(shape.bc * v_tile_stride(d))),
+        ones(static_cast<size_t>(micro_width<Vec>()), 1.0f),
+        factor(ones.size()),
+        block_max(ones.size()),
+        row_max(ones.size()),
+        block_sum(ones.size()),
         states(static_cast<size_t>(shape.heads_per_item * shape.br)) {}
 };
 
@@ -46,37 +48,45 @@ struct QTile {
 void attend_q_tile(const Problem& p, const Visibility& visibility, const TileShape& shape, const QTile& tile,
                    const AttentionInputs& in, AttentionOutputs& out, Workspace& ws) {
   constexpr int64_t W = micro_width<Vec>();
-  const int64_t d = p.head_dim, br = shape.br, tile_floats = d * br;
-  const int64_t columns = blocks(tile.rows, W), lanes = columns * W;
+  const int64_t d = p.head_dim, br = shape.br, tile_floats = d * br, columns = blocks(tile.rows, W);
   const float scale = static_cast<float>(p.softmax_scale());
   const int64_t q_stride = p.heads_q * d, kv_stride = p.heads_kv * d;
 
   for (int64_t g = 0; g < tile.heads; ++g) {  // lines 4-5: load Q_i; O~_i = 0, l_i = 0, m_i = -inf
-    pack_q_transposed(in.q_row(p, tile.b, tile.i0, tile.first_head + g), q_stride, tile.rows, lanes, d, br,
-                      &ws.q_tiles[g * tile_floats]);
+    pack_q_transposed(in.q_row(p, tile.b, tile.i0, tile.first_head + g), q_stride, tile.rows, columns * W, d,
+                      br, &ws.q_tiles[g * tile_floats]);
     std::fill_n(&ws.o_tiles[g * tile_floats], tile_floats, 0.0f);
     std::fill_n(&ws.states[g * br], br, SoftmaxState<float>{});
   }
-  // K/V tiles that no row of this Q tile sees (causal, window, padding) are skipped without a look.
+  // K/V tiles that no row of this Q tile sees (causal, window, padding) are never visited.
   const KeyRange span = tile_key_span(visibility, tile.b, tile.i0, tile.rows);
   for (int64_t j0 = span.begin; j0 < span.end; j0 += shape.bc) {  // line 6
     const int64_t nk = std::min(shape.bc, span.end - j0);
-    const TileCover cover = visibility.tile(tile.b, tile.i0, tile.i0 + tile.rows, j0, j0 + nk);
-    if (cover == TileCover::hidden) continue;
-    const float* k_j = in.k_row(p, tile.b, j0, tile.kv_head);  // line 7: K_j, V_j, read in place
-    const float* v_j = in.v_row(p, tile.b, j0, tile.kv_head);
-    for (int64_t g = 0; g < tile.heads; ++g) {  // every query head of the group while K_j, V_j are hot
-      // line 8: S = Q_i K_j^T (scaled), then the mask, only where it cuts this tile
-      scores_tile<Vec>(&ws.q_tiles[g * tile_floats], br, columns, k_j, kv_stride, nk, d, scale,
-                       ws.scores.data());
-      if (cover == TileCover::partial)
-        mask_tile(visibility, tile.b, tile.i0, tile.rows, j0, nk, ws.scores.data(), br);
-      // line 9: m, P~ = exp(S - m), l
-      online_softmax_tile<Vec>(ws.scores.data(), br, nk, lanes, &ws.states[g * br], ws.factor.data(),
-                               {ws.block_max.data(), ws.row_max.data(), ws.block_sum.data()});
-      // line 10: O~ = diag(exp(m_old - m_new)) O~ + P~ V_j, the rescale fused into the product's store
-      output_tile<Vec>(ws.scores.data(), br, columns, v_j, kv_stride, nk, d, ws.factor.data(), ws.ones.data(),
-                       &ws.o_tiles[g * tile_floats]);
+    if (visibility.tile(tile.b, tile.i0, tile.i0 + tile.rows, j0, j0 + nk) == TileCover::hidden) continue;
+    // line 7: K_j read in place, V_j copied (see v_tile_stride); the next tile's rows requested meanwhile
+    const float* k_j = in.k_row(p, tile.b, j0, tile.kv_head);
+    copy_v_tile(in.v_row(p, tile.b, j0, tile.kv_head), kv_stride, nk, d, ws.v_tile.data());
+    const int64_t next = std::min(shape.bc, span.end - j0 - nk);
+    prefetch_rows(k_j + nk * kv_stride, kv_stride, next, d);
+    prefetch_rows(in.v_row(p, tile.b, j0, tile.kv_head) + nk * kv_stride, kv_stride, next, d);
+    for (int64_t g = 0; g < tile.heads; ++g) {       // every query head of the group while K_j, V_j are hot
+      for (int64_t col = 0; col < columns; ++col) {  // one micro-column of W rows at a time, S^T in L1
+        const int64_t lane0 = col * W, i0 = tile.i0 + lane0, rows = std::min(W, tile.rows - lane0);
+        const TileCover cover = visibility.tile(tile.b, i0, i0 + rows, j0, j0 + nk);
+        if (cover == TileCover::hidden) continue;
+        SoftmaxState<float>* state = &ws.states[g * br + lane0];
+        float* o_tile = &ws.o_tiles[g * tile_floats + lane0];
+        // line 8: S = Q_i K_j^T (scaled), then the mask, only where it cuts this tile
+        scores_column<Vec>(&ws.q_tiles[g * tile_floats + lane0], br, k_j, kv_stride, nk, d, scale,
+                           ws.scores.data());
+        if (cover == TileCover::partial) mask_tile(visibility, tile.b, i0, rows, j0, nk, ws.scores.data(), W);
+        // line 9: m_new = max(m, rowmax S), P~ = exp(S - m_new), l = exp(m - m_new) l + rowsum P~
+        online_softmax_tile<Vec>(ws.scores.data(), W, nk, W, state, ws.factor.data(),
+                                 {ws.block_max.data(), ws.row_max.data(), ws.block_sum.data()});
+        // line 10: O~ = diag(exp(m - m_new)) O~ + P~ V_j, the rescale fused into the product's store
+        output_column<Vec>(ws.scores.data(), ws.v_tile.data(), v_tile_stride(d), nk, d, ws.factor.data(),
+                           ws.ones.data(), o_tile, br);
+      }
     }
   }
   for (int64_t g = 0; g < tile.heads;

@@ -3,13 +3,16 @@
 //
 // Every tile is kept transposed, one query row per SIMD lane, so that per-row softmax statistics are plain
 // vertical vector operations and neither K nor V needs repacking:
-//   S^T = K_j Q_i^T    scores_tile():  St[c][r] = scale * sum_k K[c][k] Qt[k][r]      (FA2 Alg. 1 line 8)
-//   O^T = a O^T + b V_j^T P^T   output_tile():  Ot[k][r] = pre[r] Ot[k][r] + post[r] sum_c V[c][k] Pt[c][r]
-//                                                                                    (FA2 Alg. 1 line 10)
-// Qt (d x Br) is packed once per Q tile and reused for every K/V tile; K and V rows are read in place from
-// the BSHD tensors, one scalar broadcast per row. A micro-kernel keeps an MR x NV block of vectors in
-// registers (MR keys or head dims by NV vectors of query rows) and streams the shared dimension through it:
-// per step NV vector loads and MR broadcasts feed MR * NV FMAs.
+//   S^T = K_j Q_i^T           scores_column():  St[c][r] = scale sum_k K[c][k] Qt[k][r]   (FA2 Alg. 1 line 8)
+//   O^T = a O^T + b V_j^T P^T  output_column():  Ot[k][r] = pre[r] Ot[k][r] + post[r] sum_c V[c][k] Pt[c][r]
+//                                                                                          (FA2 Alg. 1 line
+//                                                                                          10)
+// Qt (d x Br) is packed once per Q tile and reused for every K/V tile; K rows are read in place from the BSHD
+// tensor and V rows from a copy of the tile, one scalar broadcast per element. A micro-kernel keeps an
+// MR x NV block of vectors in registers (MR keys or head dims by NV vectors of query rows) and streams the
+// shared dimension through it: per step NV vector loads and MR broadcasts feed MR * NV FMAs. The tile
+// functions below work on one micro-column (NV vectors = micro_width() query rows), whose S^T/P^T slice
+// (Bc x micro_width floats) stays in L1 from the score product through the softmax to the output product.
 #pragma once
 
 #include <algorithm>
@@ -48,10 +51,11 @@ constexpr int micro_width() {
 
 // S^T rows c0 .. c0+MR-1 (clamped to nk) of one micro-column: St[c][r] = scale * K[c] . Qt[:, r].
 // Rows past nk repeat the last key (so the block needs no tail variant) and are not stored.
+// Kept out of line: inlined into the tile loops, GCC spills accumulators and folds the loads into the FMAs.
 template <class V>
-inline void score_block(const float* qt, int64_t ld, const float* k, int64_t k_stride, int64_t c0, int64_t nk,
-                        int64_t d, float scale, float* st) {
-  constexpr int NV = Blocking<V>::nv, MR = Blocking<V>::mr, L = V::lanes;
+[[gnu::noinline]] void score_block(const float* qt, int64_t ld_q, const float* k, int64_t k_stride,
+                                   int64_t c0, int64_t nk, int64_t d, float scale, float* st) {
+  constexpr int NV = Blocking<V>::nv, MR = Blocking<V>::mr, L = V::lanes, W = NV * L;
   const float* key[MR];
   for (int m = 0; m < MR; ++m) key[m] = k + std::min<int64_t>(c0 + m, nk - 1) * k_stride;
   V acc[MR][NV];
@@ -59,7 +63,7 @@ inline void score_block(const float* qt, int64_t ld, const float* k, int64_t k_s
     for (int v = 0; v < NV; ++v) acc[m][v] = V::zero();
   for (int64_t kk = 0; kk < d; ++kk) {
     V q[NV];
-    for (int v = 0; v < NV; ++v) q[v] = V::load(qt + kk * ld + v * L);
+    for (int v = 0; v < NV; ++v) q[v] = V::load(qt + kk * ld_q + v * L);
     for (int m = 0; m < MR; ++m) {
       const V k_m = V::splat(key[m][kk]);
       for (int v = 0; v < NV; ++v) acc[m][v] = fma(k_m, q[v], acc[m][v]);
@@ -69,28 +73,27 @@ inline void score_block(const float* qt, int64_t ld, const float* k, int64_t k_s
   const V scale_v = V::splat(scale);
   for (int m = 0; m < MR; ++m) {
     if (c0 + m >= nk) break;
-    for (int v = 0; v < NV; ++v) (acc[m][v] * scale_v).store(st + (c0 + m) * ld + v * L);
+    for (int v = 0; v < NV; ++v) (acc[m][v] * scale_v).store(st + (c0 + m) * W + v * L);
   }
 }
 
-// S^T for nk keys x `columns` micro-columns. Each micro-column's slice of Qt (d x NV*lanes floats) stays in
-// L1 while every key of the tile streams past it.
+// S^T (nk x micro_width, dense) of one micro-column against nk keys. The micro-column's slice of Qt
+// (d x micro_width floats, row stride ld_q) stays in L1 while the keys stream past it.
 template <class V>
-void scores_tile(const float* qt, int64_t ld, int64_t columns, const float* k, int64_t k_stride, int64_t nk,
-                 int64_t d, float scale, float* st) {
-  constexpr int MR = Blocking<V>::mr, W = micro_width<V>();
-  for (int64_t col = 0; col < columns; ++col)
-    for (int64_t c0 = 0; c0 < nk; c0 += MR)
-      score_block<V>(qt + col * W, ld, k, k_stride, c0, nk, d, scale, st + col * W);
+void scores_column(const float* qt, int64_t ld_q, const float* k, int64_t k_stride, int64_t nk, int64_t d,
+                   float scale, float* st) {
+  for (int64_t c0 = 0; c0 < nk; c0 += Blocking<V>::mr)
+    score_block<V>(qt, ld_q, k, k_stride, c0, nk, d, scale, st);
 }
 
 // O^T rows k0 .. k0+MR-1 of one micro-column, rows below `first` left as they are:
 //   Ot[k][r] = pre[r] Ot[k][r] + post[r] sum_c V[c][k] Pt[c][r].
 // kClamp: the head dim is narrower than MR, so the extra rows repeat the last dim (and are not stored).
 template <class V, bool kClamp>
-inline void output_block(const float* pt, int64_t ld, const float* v_rows, int64_t v_stride, int64_t nk,
-                         int64_t k0, int first, int64_t d, const float* pre, const float* post, float* ot) {
-  constexpr int NV = Blocking<V>::nv, MR = Blocking<V>::mr, L = V::lanes;
+[[gnu::noinline]] void output_block(const float* pt, const float* v_rows, int64_t v_stride, int64_t nk,
+                                    int64_t k0, int first, int64_t d, const float* pre, const float* post,
+                                    float* ot, int64_t ld_o) {
+  constexpr int NV = Blocking<V>::nv, MR = Blocking<V>::mr, L = V::lanes, W = NV * L;
   int64_t dim[MR];
   for (int m = 0; m < MR; ++m) dim[m] = kClamp ? std::min<int64_t>(k0 + m, d - 1) : k0 + m;
   V acc[MR][NV];
@@ -98,7 +101,7 @@ inline void output_block(const float* pt, int64_t ld, const float* v_rows, int64
     for (int v = 0; v < NV; ++v) acc[m][v] = V::zero();
   for (int64_t c = 0; c < nk; ++c) {
     V p[NV];
-    for (int v = 0; v < NV; ++v) p[v] = V::load(pt + c * ld + v * L);
+    for (int v = 0; v < NV; ++v) p[v] = V::load(pt + c * W + v * L);
     const float* v_row = v_rows + c * v_stride;
     for (int m = 0; m < MR; ++m) {
       const V v_m = V::splat(v_row[dim[m]]);
@@ -110,32 +113,29 @@ inline void output_block(const float* pt, int64_t ld, const float* v_rows, int64
     const V pre_v = V::load(pre + v * L), post_v = V::load(post + v * L);
     for (int m = first; m < MR; ++m) {
       if (k0 + m >= d) break;
-      float* out = ot + (k0 + m) * ld + v * L;
+      float* out = ot + (k0 + m) * ld_o + v * L;
       fma(acc[m][v], post_v, V::load(out) * pre_v).store(out);
     }
   }
 }
 
-// O^T = diag(pre) O^T + diag(post) V^T P^T over nk keys, all head dims, `columns` micro-columns.
+// O^T = diag(pre) O^T + diag(post) V^T P^T for one micro-column (P^T dense nk x micro_width, O^T row stride
+// ld_o), all head dims.
 template <class V>
-void output_tile(const float* pt, int64_t ld, int64_t columns, const float* v_rows, int64_t v_stride,
-                 int64_t nk, int64_t d, const float* pre, const float* post, float* ot) {
-  constexpr int MR = Blocking<V>::mr, W = micro_width<V>();
-  for (int64_t col = 0; col < columns; ++col) {
-    const int64_t lane = col * W;
-    if (d < MR) {
-      output_block<V, true>(pt + lane, ld, v_rows, v_stride, nk, 0, 0, d, pre + lane, post + lane, ot + lane);
-      continue;
-    }
-    int64_t k0 = 0;
-    for (; k0 + MR <= d; k0 += MR)
-      output_block<V, false>(pt + lane, ld, v_rows, v_stride, nk, k0, 0, d, pre + lane, post + lane,
-                             ot + lane);
-    // The last dims: a block shifted back to end at d, storing only the rows not yet written.
-    if (k0 < d)
-      output_block<V, false>(pt + lane, ld, v_rows, v_stride, nk, d - MR, static_cast<int>(k0 - (d - MR)), d,
-                             pre + lane, post + lane, ot + lane);
+void output_column(const float* pt, const float* v_rows, int64_t v_stride, int64_t nk, int64_t d,
+                   const float* pre, const float* post, float* ot, int64_t ld_o) {
+  constexpr int MR = Blocking<V>::mr;
+  if (d < MR) {
+    output_block<V, true>(pt, v_rows, v_stride, nk, 0, 0, d, pre, post, ot, ld_o);
+    return;
   }
+  int64_t k0 = 0;
+  for (; k0 + MR <= d; k0 += MR)
+    output_block<V, false>(pt, v_rows, v_stride, nk, k0, 0, d, pre, post, ot, ld_o);
+  // The last dims: a block shifted back to end at d, storing only the rows not yet written.
+  if (k0 < d)
+    output_block<V, false>(pt, v_rows, v_stride, nk, d - MR, static_cast<int>(k0 - (d - MR)), d, pre, post,
+                           ot, ld_o);
 }
 
 }  // namespace flashlab::cpu_tiled

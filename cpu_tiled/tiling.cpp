@@ -24,16 +24,15 @@ TileShape tile_shape(const Problem& p) {
   const CacheSizes& cache = cache_sizes();
   const int64_t d = p.head_dim;
   TileShape shape;
-  // Br: while one micro-column of Q^T (d x W floats) is multiplied by every key of a tile, it should sit in
-  // L1 beside the MR key rows being broadcast: 2/3 of L1 for it. Bigger Br also means fewer re-reads of K/V.
-  shape.br = std::max<int64_t>(W, (cache.l1d * 2 / 3) / (f32 * d) / W * W);
-  // Bc: in O^T += V^T P^T, a micro-column of P^T (Bc x W floats) is read once per MR head dims: half of L1
-  // for it. A multiple of MR, and K_j plus V_j (2 Bc d floats) within a quarter of L2.
+  // Br: the Q^T and O~^T tiles (2 d Br floats) take at most a quarter of L2, so that they stay there for the
+  // whole sweep over K/V; at most 256 rows, to leave enough Q tiles to balance the threads. The bigger Br,
+  // the fewer times K and V are read from memory (once per Q tile).
+  shape.br = std::clamp<int64_t>((cache.l2 / 4) / (2 * f32 * d) / W * W, W, std::max<int64_t>(W, 256));
+  // Bc: a micro-column of S^T = P^T (Bc x W floats) stays in L1 from the score product through the softmax
+  // to the output product, which reads it once per MR head dims: half of L1 for it. A multiple of MR.
   int64_t bc = (cache.l1d / 2) / (f32 * W) / MR * MR;
-  bc = std::min<int64_t>(bc, (cache.l2 / 4) / (2 * f32 * d) / MR * MR);
-  shape.bc = std::clamp<int64_t>(bc, MR, 256);
-  // GQA: the query heads that share a K/V tile keep their Q^T and O^T tiles (2 d Br floats each) in half of
-  // L2.
+  shape.bc = std::clamp<int64_t>(bc, MR, 256 / MR * MR);
+  // GQA: the query heads that share a K/V tile keep their Q^T and O~^T tiles in half of L2.
   const int64_t per_head = 2 * f32 * d * shape.br;
   shape.heads_per_item = std::clamp<int64_t>((cache.l2 / 2) / per_head, 1, p.group_size());
   return shape;
