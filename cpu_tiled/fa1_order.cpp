@@ -3,8 +3,9 @@
 //
 // K/V tiles outer, Q tiles inner, with O, l and m kept in memory and read and rewritten at every K/V tile, O
 // normalized each time (line 13). Same tiles, micro-kernels and softmax state as cpu_tiled/forward: the only
-// difference is the loop order, so the measured gap between the two is what the order costs. The Q tiles of
-// one K/V tile are independent and run in parallel; the K/V tiles run one after another.
+// difference is the loop order, so the measured gap between the two is what the order costs. Like a CUDA
+// thread block of FlashAttention-1, each thread runs Algorithm 1 over its own share of the Q tiles (tile t
+// goes to thread t mod T, which balances causal rows), with no synchronization inside the K/V loop.
 #include <omp.h>
 
 #include <algorithm>
@@ -60,11 +61,11 @@ void fa1_order(const Problem& p, const AttentionInputs& in, AttentionOutputs& ou
 #pragma omp parallel
   {
     Scratch scratch(shape, d);
+    const int64_t thread = omp_get_thread_num(), threads = omp_get_num_threads();
     for (int64_t b = 0; b < p.batch; ++b) {
       for (int64_t kv_head = 0; kv_head < p.heads_kv; ++kv_head) {
         // lines 1-5: Q in tiles; O = 0, l = 0, m = -inf in memory
-#pragma omp for schedule(static)
-        for (int64_t item = 0; item < items; ++item) {
+        for (int64_t item = thread; item < items; item += threads) {
           const int64_t g = item / q_tiles, i_tile = item % q_tiles, rows = rows_of(i_tile);
           pack_q_transposed(in.q_row(p, b, i_tile * br, kv_head * group + g), q_stride, rows,
                             blocks(rows, W) * W, d, br, &memory.q_tiles[item * tile_floats]);
@@ -76,8 +77,7 @@ void fa1_order(const Problem& p, const AttentionInputs& in, AttentionOutputs& ou
           // line 7: K_j read in place, V_j copied by every thread (see v_tile_stride)
           const float* k_j = in.k_row(p, b, j0, kv_head);
           copy_v_tile(in.v_row(p, b, j0, kv_head), kv_stride, nk, d, scratch.v_tile.data());
-#pragma omp for schedule(dynamic)
-          for (int64_t item = 0; item < items; ++item) {  // line 8
+          for (int64_t item = thread; item < items; item += threads) {  // line 8
             const int64_t i_tile = item % q_tiles, rows_i = rows_of(i_tile);
             for (int64_t lane0 = 0; lane0 < rows_i; lane0 += W) {  // one micro-column of W rows at a time
               const int64_t i0 = i_tile * br + lane0, rows = std::min(W, rows_i - lane0);
@@ -110,8 +110,7 @@ void fa1_order(const Problem& p, const AttentionInputs& in, AttentionOutputs& ou
           }
         }
         // line 17: O (already normalized) and LSE = m + log l to the outputs
-#pragma omp for schedule(static)
-        for (int64_t item = 0; item < items; ++item) {
+        for (int64_t item = thread; item < items; item += threads) {
           const int64_t g = item / q_tiles, i_tile = item % q_tiles, rows = rows_of(i_tile);
           const float* o_i = &memory.o_tiles[item * tile_floats];
           const SoftmaxState<float>* state = &memory.states[item * br];
