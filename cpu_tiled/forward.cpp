@@ -94,11 +94,16 @@ void attend_q_tile(const Problem& p, const Visibility& visibility, const TileSha
     const float* o_tile = &ws.o_tiles[g * tile_floats];
     const SoftmaxState<float>* state = &ws.states[g * br];
     const int64_t h = tile.first_head + g;
-    for (int64_t r = 0; r < tile.rows; ++r) {
-      const float inverse = state[r].normalizer();
-      float* o = out.o_row(p, tile.b, tile.i0 + r, h);
-      for (int64_t k = 0; k < d; ++k) o[k] = o_tile[k * br + r] * inverse;
-      out.lse_at(p, tile.b, h, tile.i0 + r) = state[r].lse();
+    float inverse[16];
+    for (int64_t r0 = 0; r0 < tile.rows; r0 += 16) {  // 16 rows at a time: one line of O~^T per k
+      const int64_t r1 = std::min(tile.rows, r0 + 16);
+      for (int64_t r = r0; r < r1; ++r) {
+        inverse[r - r0] = state[r].normalizer();
+        out.lse_at(p, tile.b, h, tile.i0 + r) = state[r].lse();
+      }
+      for (int64_t k = 0; k < d; ++k)
+        for (int64_t r = r0; r < r1; ++r)
+          out.o_row(p, tile.b, tile.i0 + r, h)[k] = o_tile[k * br + r] * inverse[r - r0];
     }
   }
 }

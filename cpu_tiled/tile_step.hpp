@@ -17,8 +17,12 @@ namespace flashlab::cpu_tiled {
 inline void pack_q_transposed(const float* q, int64_t q_stride, int64_t rows, int64_t lanes, int64_t d,
                               int64_t ld, float* qt) {
   for (int64_t k = 0; k < d; ++k) std::fill(qt + k * ld + rows, qt + k * ld + lanes, 0.0f);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t k = 0; k < d; ++k) qt[k * ld + r] = q[r * q_stride + k];
+  // In blocks of 16 rows: each k writes one cache line of Qt, and the block's 16 rows of Q stay in L1.
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    const int64_t r1 = std::min(rows, r0 + 16);
+    for (int64_t k = 0; k < d; ++k)
+      for (int64_t r = r0; r < r1; ++r) qt[k * ld + r] = q[r * q_stride + k];
+  }
 }
 
 // Row stride for a copied V tile: at least d, a multiple of 16 floats and an odd number of 64-byte lines, so
@@ -57,16 +61,21 @@ inline KeyRange tile_key_span(const Visibility& visibility, int64_t b, int64_t i
   return span;
 }
 
-// On a tile the mask cuts (TileCover::partial): scores of hidden keys become -inf, which weighs 0.
+// On a tile the mask cuts (TileCover::partial): scores of hidden keys become -inf, which weighs 0. A row's
+// visible keys from causal, window and padding are one range, so only the keys before and after it are
+// written (no test per score); the explicit mask, when there is one, is then tested inside the range.
 inline void mask_tile(const Visibility& visibility, int64_t b, int64_t i0, int64_t rows, int64_t j0,
                       int64_t nk, float* st, int64_t ld) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r;
     const KeyRange range = visibility.key_range(b, i);
-    for (int64_t c = 0; c < nk; ++c) {
-      const int64_t j = j0 + c;
-      if (j < range.begin || j >= range.end || !visibility.mask_allows(i, j)) st[c * ld + r] = -INFINITY;
-    }
+    const int64_t lo = std::clamp<int64_t>(range.begin - j0, 0, nk);
+    const int64_t hi = std::clamp<int64_t>(range.end - j0, lo, nk);
+    for (int64_t c = 0; c < lo; ++c) st[c * ld + r] = -INFINITY;
+    for (int64_t c = hi; c < nk; ++c) st[c * ld + r] = -INFINITY;
+    if (!visibility.has_explicit_mask()) continue;
+    for (int64_t c = lo; c < hi; ++c)
+      if (!visibility.mask_allows(i, j0 + c)) st[c * ld + r] = -INFINITY;
   }
 }
 
