@@ -78,6 +78,10 @@ struct SoftmaxState {
       acc[c] = acc[c] * factor_self + static_cast<T>(other_acc[c]) * factor_other;
   }
 
+  // 1 / l, the factor finalize() applies: 0 for a row that saw no key, rather than 1/0. For kernels that
+  // normalize in their own layout (SIMD lanes, FA1's per-tile normalization of O).
+  FLASHLAB_HOST_DEVICE T normalizer() const { return row_sum == T(0) ? T(0) : T(1) / row_sum; }
+
   // log(sum_j exp(s_j)) = m + log(l); -inf for a row that saw no key (the log of an empty sum).
   FLASHLAB_HOST_DEVICE T lse() const { return row_sum == T(0) ? neg_inf : row_max + std::log(row_sum); }
 
@@ -85,7 +89,7 @@ struct SoftmaxState {
   // key writes 0 rather than 0/0.
   template <typename Out>
   FLASHLAB_HOST_DEVICE void finalize(const T* acc, Out* out, int64_t head_dim) const {
-    const T inverse = row_sum == T(0) ? T(0) : T(1) / row_sum;
+    const T inverse = normalizer();
     for (int64_t c = 0; c < head_dim; ++c) out[c] = static_cast<Out>(acc[c] * inverse);
   }
 };

@@ -1,0 +1,149 @@
+// cpu_tiled/forward: FlashAttention-2's loop order on the CPU (FA2 paper, Algorithm 1), docs/02-cpu-tiled.md.
+//
+// Q tiles of Br rows outer, K/V tiles of Bc keys inner: a Q tile's running output O~, max m and sum l stay in
+// this thread's cache for the whole sweep over K/V, and O and LSE are written once. Work items are
+// (batch, kv head, Q tile), dynamically scheduled over the OpenMP threads (causal tiles have unequal work);
+// the query heads of a GQA group share each K/V tile while it is in cache.
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "common/mask.hpp"
+#include "common/registry.hpp"
+#include "common/softmax_state.hpp"
+#include "cpu_tiled/micro_kernel.hpp"
+#include "cpu_tiled/tile_step.hpp"
+#include "cpu_tiled/tiling.hpp"
+#include "cpu_tiled/traffic.hpp"
+
+namespace flashlab::cpu_tiled {
+
+namespace {
+
+// One thread's tiles: per query head of the item, Q_i^T and O~_i^T (d x Br) and the row states; one
+// micro-column of S^T (Bc x W) and one copied V_j tile.
+struct Workspace {
+  std::vector<float> q_tiles, o_tiles, scores, v_tile, ones, factor, block_max, row_max, block_sum;
+  std::vector<SoftmaxState<float>> states;
+
+  Workspace(const TileShape& shape, int64_t d)
+      : q_tiles(static_cast<size_t>(shape.heads_per_item * d * shape.br)),
+        o_tiles(q_tiles.size()),
+        scores(static_cast<size_t>(shape.bc * micro_width<Vec>())),
+        v_tile(static_cast<size_t>(shape.bc * v_tile_stride(d))),
+        ones(static_cast<size_t>(micro_width<Vec>()), 1.0f),
+        factor(ones.size()),
+        block_max(ones.size()),
+        row_max(ones.size()),
+        block_sum(ones.size()),
+        states(static_cast<size_t>(shape.heads_per_item * shape.br)) {}
+};
+
+struct QTile {
+  int64_t b, kv_head, first_head, heads, i0, rows;
+};
+
+// FA2 Algorithm 1, lines 4-15, for one Q tile of `tile.heads` query heads sharing one K/V head.
+void attend_q_tile(const Problem& p, const Visibility& visibility, const TileShape& shape, const QTile& tile,
+                   const AttentionInputs& in, AttentionOutputs& out, Workspace& ws) {
+  constexpr int64_t W = micro_width<Vec>();
+  const int64_t d = p.head_dim, br = shape.br, tile_floats = d * br, columns = blocks(tile.rows, W);
+  const float scale = static_cast<float>(p.softmax_scale());
+  const int64_t q_stride = p.heads_q * d, kv_stride = p.heads_kv * d;
+
+  for (int64_t g = 0; g < tile.heads; ++g) {  // lines 4-5: load Q_i; O~_i = 0, l_i = 0, m_i = -inf
+    pack_q_transposed(in.q_row(p, tile.b, tile.i0, tile.first_head + g), q_stride, tile.rows, columns * W, d,
+                      br, &ws.q_tiles[g * tile_floats]);
+    std::fill_n(&ws.o_tiles[g * tile_floats], tile_floats, 0.0f);
+    std::fill_n(&ws.states[g * br], br, SoftmaxState<float>{});
+  }
+  // K/V tiles that no row of this Q tile sees (causal, window, padding) are never visited.
+  const KeyRange span = tile_key_span(visibility, tile.b, tile.i0, tile.rows);
+  for (int64_t j0 = span.begin; j0 < span.end; j0 += shape.bc) {  // line 6
+    const int64_t nk = std::min(shape.bc, span.end - j0);
+    if (visibility.tile(tile.b, tile.i0, tile.i0 + tile.rows, j0, j0 + nk) == TileCover::hidden) continue;
+    // line 7: K_j read in place, V_j copied (see v_tile_stride); the next tile's rows requested meanwhile
+    const float* k_j = in.k_row(p, tile.b, j0, tile.kv_head);
+    copy_v_tile(in.v_row(p, tile.b, j0, tile.kv_head), kv_stride, nk, d, ws.v_tile.data());
+    const int64_t next = std::min(shape.bc, span.end - j0 - nk);
+    prefetch_rows(k_j + nk * kv_stride, kv_stride, next, d);
+    prefetch_rows(in.v_row(p, tile.b, j0, tile.kv_head) + nk * kv_stride, kv_stride, next, d);
+    for (int64_t g = 0; g < tile.heads; ++g) {       // every query head of the group while K_j, V_j are hot
+      for (int64_t col = 0; col < columns; ++col) {  // one micro-column of W rows at a time, S^T in L1
+        const int64_t lane0 = col * W, i0 = tile.i0 + lane0, rows = std::min(W, tile.rows - lane0);
+        const TileCover cover = visibility.tile(tile.b, i0, i0 + rows, j0, j0 + nk);
+        if (cover == TileCover::hidden) continue;
+        SoftmaxState<float>* state = &ws.states[g * br + lane0];
+        float* o_tile = &ws.o_tiles[g * tile_floats + lane0];
+        // line 8: S = Q_i K_j^T (scaled), then the mask, only where it cuts this tile
+        scores_column<Vec>(&ws.q_tiles[g * tile_floats + lane0], br, k_j, kv_stride, nk, d, scale,
+                           ws.scores.data());
+        if (cover == TileCover::partial) mask_tile(visibility, tile.b, i0, rows, j0, nk, ws.scores.data(), W);
+        // line 9: m_new = max(m, rowmax S), P~ = exp(S - m_new), l = exp(m - m_new) l + rowsum P~
+        online_softmax_tile<Vec>(ws.scores.data(), W, nk, W, state, ws.factor.data(),
+                                 {ws.block_max.data(), ws.row_max.data(), ws.block_sum.data()});
+        // line 10: O~ = diag(exp(m - m_new)) O~ + P~ V_j, the rescale fused into the product's store
+        output_column<Vec>(ws.scores.data(), ws.v_tile.data(), v_tile_stride(d), nk, d, ws.factor.data(),
+                           ws.ones.data(), o_tile, br);
+      }
+    }
+  }
+  for (int64_t g = 0; g < tile.heads;
+       ++g) {  // lines 12-15: O_i = diag(l)^-1 O~_i, L_i = m + log l, written once
+    const float* o_tile = &ws.o_tiles[g * tile_floats];
+    const SoftmaxState<float>* state = &ws.states[g * br];
+    const int64_t h = tile.first_head + g;
+    float inverse[16];
+    for (int64_t r0 = 0; r0 < tile.rows; r0 += 16) {  // 16 rows at a time: one line of O~^T per k
+      const int64_t r1 = std::min(tile.rows, r0 + 16);
+      for (int64_t r = r0; r < r1; ++r) {
+        inverse[r - r0] = state[r].normalizer();
+        out.lse_at(p, tile.b, h, tile.i0 + r) = state[r].lse();
+      }
+      for (int64_t k = 0; k < d; ++k)
+        for (int64_t r = r0; r < r1; ++r)
+          out.o_row(p, tile.b, tile.i0 + r, h)[k] = o_tile[k * br + r] * inverse[r - r0];
+    }
+  }
+}
+
+void forward(const Problem& p, const AttentionInputs& in, AttentionOutputs& out) {
+  const TileShape shape = tile_shape(p);
+  const Visibility visibility(p);
+  const int64_t q_tiles = blocks(p.seqlen_q, shape.br);
+  const int64_t head_chunks = blocks(p.group_size(), shape.heads_per_item);
+  const int64_t items = p.batch * p.heads_kv * head_chunks * q_tiles;
+#pragma omp parallel
+  {
+    Workspace ws(shape, p.head_dim);
+#pragma omp for schedule(dynamic)
+    for (int64_t item = 0; item < items; ++item) {
+      // Last Q tiles first: under a causal mask they see the most keys, and starting them early balances.
+      const int64_t i_tile = q_tiles - 1 - item % q_tiles;
+      const int64_t chunk = item / q_tiles % head_chunks;
+      const int64_t kv_head = item / (q_tiles * head_chunks) % p.heads_kv;
+      const int64_t b = item / (q_tiles * head_chunks * p.heads_kv);
+      const int64_t first_head = kv_head * p.group_size() + chunk * shape.heads_per_item;
+      const QTile tile{b,
+                       kv_head,
+                       first_head,
+                       std::min(shape.heads_per_item, (kv_head + 1) * p.group_size() - first_head),
+                       i_tile * shape.br,
+                       std::min(shape.br, p.seqlen_q - i_tile * shape.br)};
+      attend_q_tile(p, visibility, shape, tile, in, out, ws);
+    }
+  }
+}
+
+const Registration registration{{
+    .name = "cpu_tiled/forward",
+    .summary = "FlashAttention-2 loop order on the CPU: Q tiles outer, SIMD tile products, OpenMP",
+    .constraints = std::string("any shape, every mask; O(N d) memory; ") + Vec::name + " micro-kernel",
+    .forward = forward,
+    .bytes_moved = fa2_order_bytes,
+}};
+
+}  // namespace
+
+}  // namespace flashlab::cpu_tiled

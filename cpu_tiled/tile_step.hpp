@@ -1,0 +1,119 @@
+// The per-tile steps both loop orders share: pack a Q tile transposed, mask a tile the mask cuts, and the
+// online softmax on one tile of scores. Tiles are transposed (one query row per lane, see micro_kernel.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "common/mask.hpp"
+#include "common/softmax_state.hpp"
+#include "cpu_tiled/micro_kernel.hpp"
+
+namespace flashlab::cpu_tiled {
+
+// Qt[k][r] = Q[r][k] for the `rows` rows of a Q tile; lanes up to `lanes` (padding to the micro-kernel width)
+// are 0, so they compute finite throw-away values.
+inline void pack_q_transposed(const float* q, int64_t q_stride, int64_t rows, int64_t lanes, int64_t d,
+                              int64_t ld, float* qt) {
+  for (int64_t k = 0; k < d; ++k) std::fill(qt + k * ld + rows, qt + k * ld + lanes, 0.0f);
+  // In blocks of 16 rows: each k writes one cache line of Qt, and the block's 16 rows of Q stay in L1.
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    const int64_t r1 = std::min(rows, r0 + 16);
+    for (int64_t k = 0; k < d; ++k)
+      for (int64_t r = r0; r < r1; ++r) qt[k * ld + r] = q[r * q_stride + k];
+  }
+}
+
+// Row stride for a copied V tile: at least d, a multiple of 16 floats and an odd number of 64-byte lines, so
+// that the rows of a tile fall in different L1 sets. (Read in place, the rows of V are heads_kv * d floats
+// apart, often a multiple of 4 KiB over a few rows, and output_column's per-row broadcasts then evict each
+// other: measured 30% slower at d = 128.)
+constexpr int64_t v_tile_stride(int64_t d) {
+  const int64_t lines = (d + 15) / 16;
+  return 16 * (lines % 2 == 1 ? lines : lines + 1);
+}
+
+// V_j copied into a dense buffer with v_tile_stride(d) between rows.
+inline void copy_v_tile(const float* v, int64_t v_stride, int64_t nk, int64_t d, float* tile) {
+  const int64_t ld = v_tile_stride(d);
+  for (int64_t c = 0; c < nk; ++c) std::copy_n(v + c * v_stride, d, tile + c * ld);
+}
+
+// Asks for the rows of the next K/V tile to be brought into L2 while this one is computed: the rows of one
+// head are strided in BSHD, which the hardware prefetchers follow poorly.
+inline void prefetch_rows(const float* rows, int64_t stride, int64_t count, int64_t d) {
+  for (int64_t c = 0; c < count; ++c)
+    for (int64_t k = 0; k < d; k += 16) __builtin_prefetch(rows + c * stride + k, 0, 2);
+}
+
+// The union of the key ranges of rows [i0, i0 + rows): K/V tiles outside it are hidden from the whole Q tile
+// and are never visited. Empty when every row is fully masked.
+inline KeyRange tile_key_span(const Visibility& visibility, int64_t b, int64_t i0, int64_t rows) {
+  KeyRange span{0, 0};
+  for (int64_t r = 0; r < rows; ++r) {
+    const KeyRange range = visibility.key_range(b, i0 + r);
+    if (range.empty()) continue;
+    if (span.empty()) span = range;
+    span.begin = std::min(span.begin, range.begin);
+    span.end = std::max(span.end, range.end);
+  }
+  return span;
+}
+
+// On a tile the mask cuts (TileCover::partial): scores of hidden keys become -inf, which weighs 0. A row's
+// visible keys from causal, window and padding are one range, so only the keys before and after it are
+// written (no test per score); the explicit mask, when there is one, is then tested inside the range.
+inline void mask_tile(const Visibility& visibility, int64_t b, int64_t i0, int64_t rows, int64_t j0,
+                      int64_t nk, float* st, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r;
+    const KeyRange range = visibility.key_range(b, i);
+    const int64_t lo = std::clamp<int64_t>(range.begin - j0, 0, nk);
+    const int64_t hi = std::clamp<int64_t>(range.end - j0, lo, nk);
+    for (int64_t c = 0; c < lo; ++c) st[c * ld + r] = -INFINITY;
+    for (int64_t c = hi; c < nk; ++c) st[c * ld + r] = -INFINITY;
+    if (!visibility.has_explicit_mask()) continue;
+    for (int64_t c = lo; c < hi; ++c)
+      if (!visibility.mask_allows(i, j0 + c)) st[c * ld + r] = -INFINITY;
+  }
+}
+
+// Scratch for online_softmax_tile, one float per lane each.
+struct LaneScratch {
+  float* block_max;
+  float* row_max;
+  float* block_sum;
+};
+
+// FA2 Alg. 1 line 9 on one tile, S^T (nk keys x `lanes` rows) turned into P^T in place:
+//   m_new = max(m_old, rowmax(S)),  P = exp(S - m_new),  l_new = exp(m_old - m_new) l_old + rowsum(P).
+// The per-row state is SoftmaxState (raise_max, add); the row maxima and sums over the tile and the
+// exponentials are vector operations down the lanes. factor[r] = exp(m_old - m_new), for rescaling O.
+template <class V>
+void online_softmax_tile(float* st, int64_t ld, int64_t nk, int64_t lanes, SoftmaxState<float>* state,
+                         float* factor, LaneScratch scratch) {
+  constexpr int L = V::lanes;
+  for (int64_t lane = 0; lane < lanes; lane += L) {  // rowmax(S), a NaN score kept
+    V block_max = V::splat(-INFINITY);
+    for (int64_t c = 0; c < nk; ++c) block_max = max_keep_nan(block_max, V::load(st + c * ld + lane));
+    block_max.store(scratch.block_max + lane);
+  }
+  for (int64_t r = 0; r < lanes; ++r) {
+    factor[r] = state[r].raise_max(scratch.block_max[r]);
+    scratch.row_max[r] = state[r].row_max;
+  }
+  for (int64_t lane = 0; lane < lanes; lane += L) {  // P = exp(S - m_new) and rowsum(P)
+    const V row_max = V::load(scratch.row_max + lane);
+    V block_sum = V::zero();
+    for (int64_t c = 0; c < nk; ++c) {
+      const V weight = V::exp_weight(V::load(st + c * ld + lane), row_max);
+      weight.store(st + c * ld + lane);
+      block_sum = block_sum + weight;
+    }
+    block_sum.store(scratch.block_sum + lane);
+  }
+  for (int64_t r = 0; r < lanes; ++r) state[r].add(scratch.block_sum[r]);
+}
+
+}  // namespace flashlab::cpu_tiled

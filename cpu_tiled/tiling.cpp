@@ -1,0 +1,41 @@
+#include "cpu_tiled/tiling.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "cpu_tiled/micro_kernel.hpp"
+
+namespace flashlab::cpu_tiled {
+
+const CacheSizes& cache_sizes() {
+  static const CacheSizes sizes = [] {
+    CacheSizes found;
+    const long l1d = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l1d > 0) found.l1d = l1d;  // 0 or -1: unknown (some containers and virtual machines)
+    if (l2 > 0) found.l2 = l2;
+    return found;
+  }();
+  return sizes;
+}
+
+TileShape tile_shape(const Problem& p) {
+  constexpr int64_t W = micro_width<Vec>(), MR = Blocking<Vec>::mr, f32 = 4;
+  const CacheSizes& cache = cache_sizes();
+  const int64_t d = p.head_dim;
+  TileShape shape;
+  // Br: the Q^T and O~^T tiles (2 d Br floats) take at most a quarter of L2, so that they stay there for the
+  // whole sweep over K/V; at most 256 rows, to leave enough Q tiles to balance the threads. The bigger Br,
+  // the fewer times K and V are read from memory (once per Q tile).
+  shape.br = std::clamp<int64_t>((cache.l2 / 4) / (2 * f32 * d) / W * W, W, std::max<int64_t>(W, 256));
+  // Bc: a micro-column of S^T = P^T (Bc x W floats) stays in L1 from the score product through the softmax
+  // to the output product, which reads it once per MR head dims: half of L1 for it. A multiple of MR.
+  int64_t bc = (cache.l1d / 2) / (f32 * W) / MR * MR;
+  shape.bc = std::clamp<int64_t>(bc, MR, 256 / MR * MR);
+  // GQA: the query heads that share a K/V tile keep their Q^T and O~^T tiles in half of L2.
+  const int64_t per_head = 2 * f32 * d * shape.br;
+  shape.heads_per_item = std::clamp<int64_t>((cache.l2 / 2) / per_head, 1, p.group_size());
+  return shape;
+}
+
+}  // namespace flashlab::cpu_tiled
