@@ -7,6 +7,10 @@
 //  2. padding: keys j >= seqlens_k[b] are hidden, rows i >= seqlens_q[b] see nothing;
 //  3. the explicit boolean mask [seqlen_q, seqlen_k].
 // Rules 1 and 2 give every row one contiguous key range, which is what lets tiled stages skip whole tiles.
+//
+// Rules 1 and 2 (band_key_range) and rule 3 (explicit_mask_allows) are free functions that compile for the
+// host and, under nvcc, for the device too: the CUDA kernels call these very functions, so the rules exist
+// once.
 #pragma once
 
 #include <algorithm>
@@ -14,14 +18,42 @@
 
 #include "common/problem.hpp"
 
+// Marks a function callable from host and device code when nvcc compiles it; plain inline C++ otherwise.
+#if defined(__CUDACC__)
+#define FLASHLAB_HOST_DEVICE __host__ __device__
+#else
+#define FLASHLAB_HOST_DEVICE
+#endif
+
 namespace flashlab {
 
 struct KeyRange {
   int64_t begin = 0;  // first visible key
   int64_t end = 0;    // one past the last visible key
-  bool empty() const { return end <= begin; }
-  int64_t size() const { return empty() ? 0 : end - begin; }
+  FLASHLAB_HOST_DEVICE constexpr bool empty() const { return end <= begin; }
+  FLASHLAB_HOST_DEVICE constexpr int64_t size() const { return empty() ? 0 : end - begin; }
 };
+
+// Rules 1 and 2 for row i of a batch element with rows_q valid query rows and rows_k valid keys: the
+// contiguous range of keys that causal, window and padding leave to the row. (Ternaries rather than std::min
+// and std::max, which are not device functions.)
+FLASHLAB_HOST_DEVICE constexpr KeyRange band_key_range(int64_t i, int64_t rows_q, int64_t rows_k, bool causal,
+                                                       int64_t window_left, int64_t window_right) {
+  if (i >= rows_q) return {0, 0};  // padded query row: fully masked
+  const int64_t diagonal = i + rows_k - rows_q;
+  int64_t right = window_right;
+  if (causal) right = 0;  // causal == window (-1, 0): it caps any right extent at the diagonal
+  KeyRange range{0, rows_k};
+  if (window_left >= 0 && diagonal - window_left > range.begin) range.begin = diagonal - window_left;
+  if (right >= 0 && diagonal + right + 1 < range.end) range.end = diagonal + right + 1;
+  return range;
+}
+
+// Rule 3 alone: the explicit boolean mask [seqlen_q, seqlen_k] (1 = visible); every key when there is none.
+FLASHLAB_HOST_DEVICE constexpr bool explicit_mask_allows(const uint8_t* mask, int64_t seqlen_k, int64_t i,
+                                                         int64_t j) {
+  return mask == nullptr || mask[i * seqlen_k + j] != 0;
+}
 
 // How a (rows x keys) tile meets the mask: tiled stages skip hidden tiles and mask only partial ones.
 enum class TileCover { hidden, partial, full };
@@ -32,21 +64,15 @@ class Visibility {
 
   // The contiguous range that causal, window and padding leave to row i of batch b (the explicit mask aside).
   KeyRange key_range(int64_t b, int64_t i) const {
-    const int64_t sq = p_.rows_q(b), sk = p_.rows_k(b);
-    if (i >= sq) return {0, 0};  // padded query row: fully masked
-    const int64_t diagonal = i + sk - sq;
-    int64_t right = p_.window_right;
-    if (p_.causal) right = right < 0 ? 0 : std::min<int64_t>(right, 0);
-    KeyRange range{0, sk};
-    if (p_.window_left >= 0) range.begin = std::max<int64_t>(range.begin, diagonal - p_.window_left);
-    if (right >= 0) range.end = std::min<int64_t>(range.end, diagonal + right + 1);
-    return range;
+    return band_key_range(i, p_.rows_q(b), p_.rows_k(b), p_.causal, p_.window_left, p_.window_right);
   }
 
   bool has_explicit_mask() const { return p_.mask != nullptr; }
 
   // The explicit mask alone (true when there is none).
-  bool mask_allows(int64_t i, int64_t j) const { return !p_.mask || (*p_.mask)[i * p_.seqlen_k + j] != 0; }
+  bool mask_allows(int64_t i, int64_t j) const {
+    return explicit_mask_allows(p_.mask ? p_.mask->data() : nullptr, p_.seqlen_k, i, j);
+  }
 
   bool visible(int64_t b, int64_t i, int64_t j) const {
     const KeyRange range = key_range(b, i);

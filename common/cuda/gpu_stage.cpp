@@ -1,0 +1,38 @@
+#include "common/cuda/gpu_stage.hpp"
+
+#include "common/cuda/device.hpp"
+#include "common/error.hpp"
+
+#if FLASHLAB_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "common/cuda/check.hpp"
+#include "common/cuda/device_problem.hpp"
+#endif
+
+namespace flashlab {
+
+Implementation gpu_implementation(Implementation impl, DeviceLauncher launcher) {
+  impl.device = Device::cuda;
+  if (launcher == nullptr) {
+    impl.availability = [] { return std::string("built without CUDA"); };
+    impl.forward = [name = impl.name](const Problem&, const AttentionInputs&, AttentionOutputs&) {
+      fail(name, " cannot run: built without CUDA");
+    };
+    return impl;
+  }
+  impl.availability = [] { return cuda::unavailable_reason(); };
+  impl.forward_device = launcher;
+#if FLASHLAB_HAVE_CUDA
+  impl.forward = [launcher, workspace = impl.device_workspace_bytes](
+                     const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs) {
+    const cuda::DeviceProblem device(problem, inputs, workspace ? workspace(problem) : 0);
+    launcher(problem, device.tensors());
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());  // a fault inside the kernel surfaces here, checked
+    device.download(outputs);
+  };
+#endif
+  return impl;
+}
+
+}  // namespace flashlab
