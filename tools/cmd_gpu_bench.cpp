@@ -7,12 +7,14 @@
 //
 // Shape sets: "sweep" (FlashAttention's benchmark: batch * seqlen = 16k tokens, 2048 hidden, seqlen 1k..16k,
 // head_dim 64 and 128, causal or not), "occupancy" (8 heads against 256 (batch, head) pairs at seqlen 4k),
-// "quick" (two small shapes, for trying the command), "all" (sweep + occupancy).
+// "quick" (two small shapes, for trying the command), "all" (sweep + occupancy). With --json the output also
+// holds the GPU's measured ceilings (common/cuda/ceilings.hpp).
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "common/cuda/ceilings.hpp"
 #include "common/cuda/device.hpp"
 #include "common/error.hpp"
 #include "common/flops.hpp"
@@ -97,9 +99,9 @@ BenchRow bench_one(const Implementation& impl, const Problem& p, int max_repeats
     copies.push_back(std::make_unique<cuda::DeviceProblem>(p, inputs, workspace));
   auto run = [&](int n) { impl.forward_device(p, copies[n % copies.size()]->tensors()); };
 
-  // Repeats: as many as fit about 2 s of GPU time, at least 3 (the slow baseline stages take seconds at 16k).
+  // Repeats: as many as fit about 1 s of GPU time, at least 3 (the slow baseline stages take a second at 16k).
   const double first_ms = cuda::median_event_ms(1, 1, run);
-  const int repeats = std::clamp(static_cast<int>(2000.0 / std::max(first_ms, 1e-3)), 3, max_repeats);
+  const int repeats = std::clamp(static_cast<int>(1000.0 / std::max(first_ms, 1e-3)), 3, max_repeats);
   BenchRow row{impl.name, p};
   row.repeats = repeats;
   row.time_ms = cuda::median_event_ms(0, repeats, run);
@@ -180,7 +182,12 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
   progress("");
   if (args.has("--json")) {
     Json json;
-    json.begin_object().field("device", cuda::device_properties()->name).key("rows").begin_array();
+    progress("measuring the GPU's copy bandwidth and bf16 GEMM rate ...");
+    const cuda::GpuCeilings ceilings = *cuda::gpu_ceilings();
+    progress("");
+    json.begin_object().field("device", ceilings.name).field("sm_count", ceilings.sm_count);
+    json.field("copy_gbps", ceilings.copy_gbps).field("bf16_gemm_tflops", ceilings.bf16_gemm_tflops);
+    json.key("rows").begin_array();
     for (const BenchRow& row : rows) {
       json.begin_object().field("impl", row.impl).field("dtype", to_string(row.problem.dtype));
       shape_json(json, row.problem);
