@@ -90,7 +90,9 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
   using Tiles = SharedTiles<kHeadDim>;
   constexpr int Br = Tiles::Br;
-  constexpr int kDimsPerLane = kHeadDim / 32;  // output columns per lane in P~ V
+  constexpr int kDimsPerLane = kHeadDim / 32;    // output columns per lane in P~ V
+  constexpr int kThreadsPerRow = kThreads / Br;  // threads per row of O_i in the update (lines 10-13)
+  static_assert(kThreads % Br == 0 && kHeadDim % 32 == 0);
   constexpr float neg_inf = -INFINITY;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   Tiles& t = *reinterpret_cast<Tiles*>(shared_bytes);
@@ -227,39 +229,46 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
       // The split-K reduction: every warp's partials are in shared memory before any thread combines them.
       __syncthreads();
 
-      // Lines 10-13, one element (r, dim) of O_i per thread and step. The block-wide m~_ij, l~_ij and
-      // P~_ij V_j merge the warps' partials, each rescaled from its own max to the common one (the softmax
-      // state merge of common/softmax_state.hpp); then the global O_i, l_i, m_i are updated.
-      for (int e = threadIdx.x; e < Br * kHeadDim; e += kThreads) {
-        const int r = e / kHeadDim, dim = e % kHeadDim;
-        const int64_t i = i0 + r;
-        if (i >= rows_q || dim >= d) continue;
-        float m_tilde = neg_inf;  // line 10: m~_ij = rowmax(S_ij) over all the block's columns
+      // Lines 10-13: kThreadsPerRow threads per row of O_i. The block-wide m~_ij, l~_ij and P~_ij V_j merge
+      // the warps' partials, each rescaled from its own max to the common one (the merge of
+      // common/softmax_state.hpp); then O_i, l_i, m_i are updated in global memory. Each thread works out its
+      // row's factors once and applies them to its columns dim = lane_in_row, lane_in_row + kThreadsPerRow,
+      // ...
+      const int r = threadIdx.x / kThreadsPerRow, lane_in_row = threadIdx.x % kThreadsPerRow;
+      const int64_t i = i0 + r;
+      float m_tilde = neg_inf;  // line 10: m~_ij = rowmax(S_ij) over all the block's columns
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float m_w = t.m_part[w][r];
+        m_tilde = (m_w > m_tilde || m_w != m_w) ? m_w : m_tilde;  // NaN-propagating, as in warp_max
+      }
+      // A row past the last query, or one that sees no key of K_j, keeps its O_i, l_i and m_i.
+      if (i < rows_q && m_tilde != neg_inf) {
+        float rescale[kWarps];  // e^(m_w - m~_ij): 0 for a warp that saw no key of the row
+        float l_tilde = 0.0f;   // line 10: l~_ij = rowsum(P~_ij)
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) {
-          const float m_w = t.m_part[w][r];
-          m_tilde = (m_w > m_tilde || m_w != m_w) ? m_w : m_tilde;  // NaN-propagating, as in warp_max
-        }
-        if (m_tilde == neg_inf) continue;  // row i sees no key of K_j: O_i, l_i, m_i stay as they are
-        float l_tilde = 0.0f, pv_tilde = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-          const float rescale = expf(t.m_part[w][r] - m_tilde);  // 0 for a warp that saw no key of the row
-          l_tilde += rescale * t.l_part[w][r];
-          pv_tilde += rescale * t.o_part[w][r][dim];
+          rescale[w] = expf(t.m_part[w][r] - m_tilde);
+          l_tilde += rescale[w] * t.l_part[w][r];
         }
         // Line 11: m_new = max(m_i, m~_ij), l_new = e^(m_i - m_new) l_i + e^(m~_ij - m_new) l~_ij.
         const float m_old = t.m_old[r], l_old = t.l_old[r];
         const float m_new = m_old > m_tilde ? m_old : m_tilde;  // m_tilde is finite or NaN here, never -inf
         const float old_scale = expf(m_old - m_new);            // 0 while m_i is still -inf (nothing seen)
         const float new_scale = expf(m_tilde - m_new);
-        const float l_new = old_scale * l_old + new_scale * l_tilde;
+        const float l_new = old_scale * l_old + new_scale * l_tilde;  // >= e^0 = 1 (the row max's own term)
         // Line 12: O_i = diag(l_new)^-1 (diag(l_i) e^(m_i - m_new) O_i + e^(m~_ij - m_new) P~_ij V_j).
-        float* o = o_head + i * q_stride + dim;
-        *o = (l_old * old_scale * *o + new_scale * pv_tilde) / l_new;
-        // Line 13: l_i = l_new, m_i = m_new, written once per row. Nobody else reads them in this Q block
-        // (every thread took m_i, l_i from m_old, l_old).
-        if (dim == 0) {
+        const float o_weight = l_old * old_scale / l_new, pv_weight = new_scale / l_new;
+        for (int dim = lane_in_row; dim < d; dim += kThreadsPerRow) {
+          float pv_tilde = 0.0f;  // the block's P~_ij V_j: the warps' partials, brought to m~_ij
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w) pv_tilde = fmaf(rescale[w], t.o_part[w][r][dim], pv_tilde);
+          float* o = o_head + i * q_stride + dim;
+          *o = o_weight * *o + pv_weight * pv_tilde;
+        }
+        // Line 13: l_i = l_new, m_i = m_new, once per row. Nobody reads them again in this Q block (every
+        // thread took m_i, l_i from m_old, l_old).
+        if (lane_in_row == 0) {
           m_head[i] = m_new;
           l_head[i] = l_new;
         }
