@@ -99,7 +99,8 @@ BenchRow bench_one(const Implementation& impl, const Problem& p, int max_repeats
     copies.push_back(std::make_unique<cuda::DeviceProblem>(p, inputs, workspace));
   auto run = [&](int n) { impl.forward_device(p, copies[n % copies.size()]->tensors()); };
 
-  // Repeats: as many as fit about 1 s of GPU time, at least 3 (the slow baseline stages take a second at 16k).
+  // Repeats: as many as fit about 1 s of GPU time, at least 3 (the slow baseline stages take a second at
+  // 16k).
   const double first_ms = cuda::median_event_ms(1, 1, run);
   const int repeats = std::clamp(static_cast<int>(1000.0 / std::max(first_ms, 1e-3)), 3, max_repeats);
   BenchRow row{impl.name, p};
