@@ -135,7 +135,7 @@ def main():
                     with warnings.catch_warnings(record=True) as caught:
                         warnings.simplefilter("always")
                         row.update(run_one(s, dtype_name, BACKENDS[name], args.repeat, props.L2_cache_size))
-                except (RuntimeError, torch.cuda.OutOfMemoryError) as error:
+                except Exception as error:  # any refusal is recorded, never a crash
                     # The backend refused the shape (or memory ran out): its own reasons are in the warnings.
                     reasons = [str(w.message).strip().splitlines()[0] for w in caught] + [str(error).splitlines()[0]]
                     row.update({"time_ms": None, "tflops": None, "gbps": None, "max_err_o": None,
