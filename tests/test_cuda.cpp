@@ -33,8 +33,8 @@ TEST_CASE("GPU implementations are listed, and say why when they cannot run here
     if (impl.device != Device::cuda) continue;
     INFO(impl.name);
     REQUIRE(impl.availability);
-    CHECK(impl.availability() == here);  // every GPU stage reports the machine's one reason
-    CHECK(impl.forward);                 // the adapter exists in every build
+    if (!here.empty()) CHECK(impl.availability() == here);  // the machine's reason comes first, everywhere
+    CHECK(impl.forward);                                    // the adapter exists in every build
 #if FLASHLAB_HAVE_CUDA
     CHECK(impl.forward_device);  // the launcher on device pointers, for benchmarks
 #else

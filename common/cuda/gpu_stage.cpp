@@ -1,5 +1,8 @@
 #include "common/cuda/gpu_stage.hpp"
 
+#include <string>
+#include <utility>
+
 #include "common/cuda/device.hpp"
 #include "common/error.hpp"
 
@@ -21,7 +24,12 @@ Implementation gpu_implementation(Implementation impl, DeviceLauncher launcher) 
     };
     return impl;
   }
-  impl.availability = [] { return cuda::unavailable_reason(); };
+  // The machine's reason first; then the stage's own, if it has one (e.g. an architecture it needs).
+  impl.availability = [own = std::move(impl.availability)]() -> std::string {
+    const std::string& reason = cuda::unavailable_reason();
+    if (!reason.empty() || !own) return reason;
+    return own();
+  };
   impl.forward_device = launcher;
 #if FLASHLAB_HAVE_CUDA
   impl.forward = [launcher, workspace = impl.device_workspace_bytes](

@@ -10,7 +10,8 @@
 //
 // gpu_implementation() completes the entry: device cuda; `availability` says "built without CUDA" or
 // "no CUDA device: ..." when it cannot run here (so the implementation is still listed, and its tests are
-// skipped with that reason); `forward_device` is the launcher (benchmarks time it on device pointers); and
+// skipped with that reason), and otherwise what the stage's own `availability` says, if it set one (e.g. a
+// compute capability it needs); `forward_device` is the launcher (benchmarks time it on device pointers); and
 // `forward` is the registry adapter: it copies the host float32 inputs to the device in the problem's storage
 // format, runs the launcher, and copies O and LSE back, so the harness and the tool treat a GPU
 // implementation like a CPU one.
