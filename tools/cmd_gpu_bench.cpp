@@ -3,7 +3,7 @@
 // SPEC "Measuring".
 //
 //   flashlab gpu-bench --list-shapes [--shapes SET]      the shapes as JSON (the peers script reads them)
-//   flashlab gpu-bench [IMPL...] [--shapes SET] [--repeat N] [--json]
+//   flashlab gpu-bench [IMPL...] [--shapes SET] [--repeat N] [--max-seconds S] [--json]
 //
 // Shape sets: "sweep" (FlashAttention's benchmark: batch * seqlen = 16k tokens, 2048 hidden, seqlen 1k..16k,
 // head_dim 64 and 128, causal or not), "occupancy" (8 heads against 256 (batch, head) pairs at seqlen 4k),
@@ -28,6 +28,7 @@
 
 #if FLASHLAB_HAVE_CUDA
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 
@@ -134,7 +135,7 @@ BenchRow bench_one(const Implementation& impl, const Problem& p, int max_repeats
 #endif
 
 int gpu_bench_command(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--shapes", "--repeat"}, {"--json", "--list-shapes"});
+  const Args args(argv, {"--shapes", "--repeat", "--max-seconds"}, {"--json", "--list-shapes"});
   const std::vector<Problem> shapes = shape_set(args.get("--shapes").value_or("all"));
   if (args.has("--list-shapes")) {
     Json json;
@@ -149,6 +150,10 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
   }
   const int64_t max_repeats = args.get_int("--repeat", 20);
   if (max_repeats < 3) fail("--repeat (", max_repeats, ") must be >= 3");
+  // A time budget: once spent, the remaining shapes are skipped (and named on stderr), so that a caller with
+  // a deadline still gets the rows measured so far.
+  const double max_seconds = args.get_double("--max-seconds", 1e30);
+  if (!(max_seconds > 0)) fail("--max-seconds (", max_seconds, ") must be > 0");
   std::vector<const Implementation*> chosen;
   for (const std::string& name : args.positional()) {
     const Implementation* impl = find_implementation(name);
@@ -162,10 +167,16 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
   if (const std::string& reason = cuda::unavailable_reason(); !reason.empty())
     fail("gpu-bench needs a GPU: ", reason);
 #if FLASHLAB_HAVE_CUDA
+  const auto start = std::chrono::steady_clock::now();
   std::vector<BenchRow> rows;
   for (const Implementation* impl : chosen) {
     for (Problem p : shapes) {
       p.dtype = impl->dtypes.front();
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > max_seconds) {
+        std::fprintf(stderr, "gpu-bench: --max-seconds %g spent, %s not measured on %s\n", max_seconds,
+                     impl->name.c_str(), p.describe().c_str());
+        continue;
+      }
       if (const std::string reason = why_cannot_run(*impl, p); !reason.empty()) {
         std::fprintf(stderr, "gpu-bench: %s skips %s: %s\n", impl->name.c_str(), p.describe().c_str(),
                      reason.c_str());
@@ -203,7 +214,8 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
 
 const CommandRegistration gpu_bench{
     {"gpu-bench",
-     "flashlab gpu-bench [IMPL...] [--shapes sweep|occupancy|quick|all] [--repeat N] [--json]\n"
+     "flashlab gpu-bench [IMPL...] [--shapes sweep|occupancy|quick|all] [--repeat N] [--max-seconds S] "
+     "[--json]\n"
      "flashlab gpu-bench --list-shapes [--shapes SET]   (the benchmark shapes as JSON)",
      gpu_bench_command}};
 
