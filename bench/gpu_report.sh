@@ -30,10 +30,15 @@ summary=()
 note() { summary+=("$1"); echo "== $1"; }
 elapsed() { echo "$(( $(date +%s) - started ))s"; }
 
-# ---- 1. build
-if [[ ! -f build/build.ninja ]]; then
-  cmake --preset release >"$out/configure.log" 2>&1 || { note "configure FAILED (see configure.log)"; exit 1; }
+nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true  # driver, clocks and what else runs on the device
+
+# ---- 1. build (CUDA required: configuring with FLASHLAB_CUDA=ON fails clearly when nvcc is missing)
+if [[ -f build/CMakeCache.txt ]]; then
+  configure=(cmake -S . -B build -DFLASHLAB_CUDA=ON)
+else
+  configure=(cmake --preset release -DFLASHLAB_CUDA=ON)
 fi
+"${configure[@]}" >"$out/configure.log" 2>&1 || { note "configure FAILED (see configure.log)"; exit 1; }
 if ! timeout 300 cmake --build build -j"$(nproc)" >"$out/build.log" 2>&1; then
   note "build FAILED (see build.log)"
   exit 1
