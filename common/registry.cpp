@@ -6,6 +6,10 @@
 
 #include "common/error.hpp"
 
+// A program may rename everything it registers by defining this function: the course exercises register a
+// student's copy of a stage as "exercise/ID/<name>" (tools/exercise.py). Ordinary programs do not define it.
+extern "C" const char* flashlab_registration_prefix() __attribute__((weak));
+
 namespace flashlab {
 
 std::string_view to_string(Device device) {
@@ -20,6 +24,8 @@ std::vector<Implementation>& mutable_registry() {
 }  // namespace
 
 Registration::Registration(Implementation implementation) {
+  if (flashlab_registration_prefix != nullptr)
+    implementation.name = flashlab_registration_prefix() + implementation.name;
   auto& registry = mutable_registry();
   if (find_implementation(implementation.name) != nullptr) {
     std::fprintf(stderr, "flashlab: implementation '%s' registered twice\n", implementation.name.c_str());

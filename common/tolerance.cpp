@@ -45,35 +45,44 @@ std::string describe_element(const char* tensor, const std::string& where, doubl
 
 }  // namespace
 
-Deviation deviation(const Problem& p, const AttentionOutputs& out, const ReferenceResult& ref) {
+Deviation deviation(const Problem& p, const AttentionOutputs& out, const ReferenceResult& ref,
+                    const Tolerance* tolerance) {
   Deviation result;
+  // Tracks the largest error and, when a tolerance is given, the first element (in memory order) beyond it.
+  auto visit = [](double err, double limit, double& max_err, std::string& worst, std::string& first,
+                  auto describe) {
+    if (err > max_err || (std::isinf(err) && worst.empty())) {
+      max_err = err;
+      worst = describe();
+    }
+    if (err > limit && first.empty()) first = describe();
+  };
+  const double limit_o = tolerance ? tolerance->o : kInf, limit_lse = tolerance ? tolerance->lse : kInf;
   const int64_t d = p.head_dim;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t i = 0; i < p.seqlen_q; ++i)
       for (int64_t h = 0; h < p.heads_q; ++h) {
         const int64_t base = bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
         for (int64_t c = 0; c < d; ++c) {
-          const double err = element_error(out.o.data[base + c], ref.o[base + c]);
-          if (err > result.max_err_o || (std::isinf(err) && result.worst_o.empty())) {
-            result.max_err_o = err;
-            result.worst_o = describe_element("O",
-                                              "b=" + std::to_string(b) + ", i=" + std::to_string(i) +
-                                                  ", h=" + std::to_string(h) + ", c=" + std::to_string(c),
-                                              out.o.data[base + c], ref.o[base + c]);
-          }
+          const double x = out.o.data[base + c], r = ref.o[base + c];
+          visit(element_error(x, r), limit_o, result.max_err_o, result.worst_o, result.first_o, [&] {
+            return describe_element("O",
+                                    "b=" + std::to_string(b) + ", i=" + std::to_string(i) +
+                                        ", h=" + std::to_string(h) + ", c=" + std::to_string(c),
+                                    x, r);
+          });
         }
       }
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads_q; ++h)
       for (int64_t i = 0; i < p.seqlen_q; ++i) {
         const int64_t index = (b * p.heads_q + h) * p.seqlen_q + i;
-        const double err = element_error(out.lse.data[index], ref.lse[index]);
-        if (err > result.max_err_lse || (std::isinf(err) && result.worst_lse.empty())) {
-          result.max_err_lse = err;
-          result.worst_lse = describe_element(
-              "LSE", "b=" + std::to_string(b) + ", h=" + std::to_string(h) + ", i=" + std::to_string(i),
-              out.lse.data[index], ref.lse[index]);
-        }
+        const double x = out.lse.data[index], r = ref.lse[index];
+        visit(element_error(x, r), limit_lse, result.max_err_lse, result.worst_lse, result.first_lse, [&] {
+          return describe_element(
+              "LSE", "b=" + std::to_string(b) + ", h=" + std::to_string(h) + ", i=" + std::to_string(i), x,
+              r);
+        });
       }
   return result;
 }
@@ -136,7 +145,7 @@ Tolerance tolerance_from_baseline(DType dtype, const Deviation& baseline) {
 
 Verdict judge(const Problem& p, const AttentionOutputs& out, const ReferenceResult& ref,
               const Tolerance& tol) {
-  return {deviation(p, out, ref), tol};
+  return {deviation(p, out, ref, &tol), tol};
 }
 
 std::string Verdict::explain() const {
@@ -144,8 +153,10 @@ std::string Verdict::explain() const {
   text.precision(3);
   text << "max error O " << deviation.max_err_o << " (tolerance " << tolerance.o << "), LSE "
        << deviation.max_err_lse << " (tolerance " << tolerance.lse << ")";
-  if (deviation.max_err_o > tolerance.o) text << "\n  worst: " << deviation.worst_o;
-  if (deviation.max_err_lse > tolerance.lse) text << "\n  worst: " << deviation.worst_lse;
+  if (deviation.max_err_o > tolerance.o)
+    text << "\n  first wrong: " << deviation.first_o << "\n  worst:       " << deviation.worst_o;
+  if (deviation.max_err_lse > tolerance.lse)
+    text << "\n  first wrong: " << deviation.first_lse << "\n  worst:       " << deviation.worst_lse;
   return text.str();
 }
 

@@ -23,30 +23,34 @@ namespace flashlab {
 // The floor added to twice the baseline's error; fp32's is 2e-5 (SPEC).
 double tolerance_floor(DType dtype);
 
-// Error of an output against the fp64 reference, with the first worst element described for humans.
+struct Tolerance {
+  double o = 0.0;
+  double lse = 0.0;
+};
+
+// Error of an output against the fp64 reference, with elements described for humans.
 struct Deviation {
   double max_err_o = 0.0;
   double max_err_lse = 0.0;
-  std::string worst_o;    // e.g. "O[b=0, i=97, h=1, c=3] = 0.51 but the reference is 0.49"
+  std::string worst_o;    // the largest error, e.g. "O[b=0, i=97, h=1, c=3] = 0.51 but the reference is 0.49"
   std::string worst_lse;  // likewise for LSE
+  std::string first_o;    // the first element (memory order) beyond the tolerance, when one was given
+  std::string first_lse;
 };
-Deviation deviation(const Problem& problem, const AttentionOutputs& out, const ReferenceResult& ref);
+Deviation deviation(const Problem& problem, const AttentionOutputs& out, const ReferenceResult& ref,
+                    const Tolerance* tolerance = nullptr);
 
 // Naive standard attention at `dtype` precision (see above), the yardstick for the tolerance.
 AttentionOutputs baseline_attention(const Problem& problem, const AttentionInputs& inputs, DType dtype,
                                     bool rounds_p);
 
-struct Tolerance {
-  double o = 0.0;
-  double lse = 0.0;
-};
 Tolerance tolerance_from_baseline(DType dtype, const Deviation& baseline);
 
 struct Verdict {
   Deviation deviation;
   Tolerance tolerance;
   bool passed() const { return deviation.max_err_o <= tolerance.o && deviation.max_err_lse <= tolerance.lse; }
-  std::string explain() const;  // one or two lines: errors, tolerances, and the worst element when failing
+  std::string explain() const;  // errors and tolerances; when failing, the first wrong and the worst element
 };
 Verdict judge(const Problem& problem, const AttentionOutputs& out, const ReferenceResult& ref,
               const Tolerance& tol);

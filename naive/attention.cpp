@@ -46,7 +46,8 @@ void materialized_attention(const Problem& p, const AttentionInputs& in, Attenti
         }
       }
       for (int64_t i = 0; i < sq; ++i)  // P = softmax(S), row by row
-        out.lse_at(p, b, h, i) = row_softmax({&S[i * sk], size_t(sk)}, {&P[i * sk], size_t(sk)});
+        out.lse_at(p, b, h, i) =
+            row_softmax({S.data() + i * sk, size_t(sk)}, {P.data() + i * sk, size_t(sk)});
       for (int64_t i = 0; i < sq; ++i) {  // O = P V
         float* o = out.o_row(p, b, i, h);
         std::fill(o, o + d, 0.0f);
@@ -83,7 +84,20 @@ void one_pass_attention(const Problem& p, const AttentionInputs& in, AttentionOu
           float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
           for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
-          state.push(dot * scale, in.v_row(p, b, j, hk), acc.data(), d);
+          const float score = dot * scale;
+          const float* v = in.v_row(p, b, j, hk);
+          // EXERCISE BEGIN one-pass
+          // teaches: the one-pass output recurrence that removes S: acc' = acc exp(m - m') + exp(s - m') v
+          // difficulty: 2
+          // docs: docs/01-softmax.md#4. One pass
+          // hint: with the key's score and its value row v: raise the running max to include the score
+          //   (factor = state.raise_max(score) is exp(m_old - m_new)), get p = state.weight(score), add p to
+          //   the running sum (state.add), and update every acc[c] to acc[c] * factor + p * v[c].
+          const float factor = state.raise_max(score);
+          const float weight = state.weight(score);
+          state.add(weight);
+          for (int64_t c = 0; c < d; ++c) acc[c] = acc[c] * factor + weight * v[c];
+          // EXERCISE END one-pass
         }
         state.finalize(acc.data(), out.o_row(p, b, i, h), d);
         out.lse_at(p, b, h, i) = state.lse();
@@ -114,7 +128,8 @@ void standard_gemm_attention(const Problem& p, const AttentionInputs& in, Attent
       for (int64_t i = 0; i < sq; ++i) {
         for (int64_t j = 0; j < sk; ++j)
           if (!visibility.visible(b, i, j)) S(i, j) = -INFINITY;
-        out.lse_at(p, b, h, i) = softmax_three_pass({&S(i, 0), size_t(sk)}, {&S(i, 0), size_t(sk)});
+        out.lse_at(p, b, h, i) =
+            softmax_three_pass({S.data() + i * sk, size_t(sk)}, {S.data() + i * sk, size_t(sk)});
       }
       O.noalias() = S * V;
     }

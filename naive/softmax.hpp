@@ -32,10 +32,18 @@ inline float softmax_three_pass(std::span<const float> x, std::span<float> y) {
 // normalizes.
 inline float softmax_online(std::span<const float> x, std::span<float> y) {
   SoftmaxState<float> state;
+  // EXERCISE BEGIN online-softmax
+  // teaches: the online normalizer: the running max m and the running sum l in one pass over the row
+  // difficulty: 1
+  // docs: docs/01-softmax.md#3. The online normalizer
+  // hint: pass 1 must leave state.row_max = max_j x_j and state.row_sum = sum_j exp(x_j - row_max). For each
+  //   value: raise the running max to include it (state.raise_max rescales row_sum by exp(m_old - m_new)),
+  //   then add its weight exp(value - row_max) (state.weight gives it, state.add adds it).
   for (float value : x) {  // pass 1: m and l together
     state.raise_max(value);
     state.add(state.weight(value));
   }
+  // EXERCISE END online-softmax
   const float inverse = state.row_sum == 0.0f ? 0.0f : 1.0f / state.row_sum;
   for (size_t j = 0; j < x.size(); ++j) y[j] = state.weight(x[j]) * inverse;  // pass 2
   return state.lse();

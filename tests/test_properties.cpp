@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <optional>
 
@@ -139,6 +140,27 @@ TEST_CASE("every stage agrees with every other on the same inputs") {
           CHECK(verdict.passed());
         }
     }
+  }
+}
+
+TEST_CASE("NaN and Inf inputs never crash and propagate to the affected rows like the reference") {
+  for (const Implementation* impl : selected_implementations()) {
+    const Problem p = property_problem(true);  // causal: a poisoned key reaches only the rows that see it
+    const auto dtype = runnable_dtype(*impl, p);
+    if (!dtype) continue;
+    PreparedCase c = grid_case(p, *dtype, 25);
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    c.inputs.q.data[(0 * p.seqlen_q + 3) * p.heads_q * p.head_dim + 5] =
+        nan;  // query row 3 of batch 0, head 0
+    c.inputs.k.data[((1 * p.seqlen_k) + 60) * p.heads_kv * p.head_dim + 1] =
+        nan;  // key 60 of batch 1, kv head 0
+    c.inputs.q.data[(1 * p.seqlen_q + 10) * p.heads_q * p.head_dim + 3 * p.head_dim] =
+        inf;  // batch 1, row 10, head 3
+    c.reference = reference_attention(c.problem, c.inputs);
+    const AttentionOutputs out = run_forward(*impl, c.problem, c.inputs);
+    const Verdict verdict = judge(c.problem, out, c.reference, c.tolerance(impl->rounds_p));
+    INFO(impl->name, ": ", verdict.explain());
+    CHECK(verdict.passed());  // NaN exactly where the reference has NaN, finite and accurate elsewhere
   }
 }
 

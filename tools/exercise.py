@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""Course exercises made from the real stage sources (docs/exercises.md).
+
+An exercise is a region of a stage's source between two marker comments:
+
+    // EXERCISE BEGIN online-softmax
+    // teaches: the running max and sum in one pass
+    // difficulty: 1
+    // docs: docs/01-softmax.md#3. The online normalizer
+    // hint: raise the running max with state.raise_max, then add exp(x - max)
+    ...the lines the student writes...
+    // EXERCISE END online-softmax
+
+The comment lines right after BEGIN are the exercise's description (kept in the student's copy); the rest of the
+region is the solution (replaced by a TODO in the student's copy). An exercise may have several regions, in one or
+more files of one stage; the description is given once. No solution exists anywhere but in the stage itself.
+
+    exercise.py list
+    exercise.py start ID [--dir DIR]      write a workspace (default exercises/ID)
+    exercise.py check ID [--dir DIR]      build it and run the shared harness on exercise/ID only
+    exercise.py solution ID               print the reference lines
+    exercise.py selftest --build-dir DIR  every skeleton builds and fails; with the solution pasted back it passes
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STAGES = ["naive", "cpu_tiled", "decoding"]  # CPU stages whose sources can be turned into exercises
+SOURCE_SUFFIXES = (".cpp", ".hpp", ".h")
+BEGIN = re.compile(r"^\s*//\s*EXERCISE BEGIN\s+([a-z0-9-]+)\s*$")
+END = re.compile(r"^\s*//\s*EXERCISE END\s+([a-z0-9-]+)\s*$")
+FIELD = re.compile(r"^\s*//\s*(teaches|difficulty|docs|hint):\s?(.*)$")
+# The harness's test cases a student's copy is checked by: the case matrix and the invariance properties.
+TEST_CASES = "*case matrix*,*adding a constant*,*permuting keys*"
+
+
+class Failure(Exception):
+    """A user mistake: printed as one line, exit code 2."""
+
+
+def stage_sources(stage):
+    folder = os.path.join(ROOT, stage)
+    if not os.path.isdir(folder):
+        return []
+    return sorted(os.path.join(stage, name) for name in os.listdir(folder) if name.endswith(SOURCE_SUFFIXES))
+
+
+def scan():
+    """All exercises: id -> {stage, files: {path: [regions]}, teaches, difficulty, docs, hint}."""
+    exercises = {}
+    for stage in STAGES:
+        for path in stage_sources(stage):
+            lines = open(os.path.join(ROOT, path)).read().split("\n")
+            n = 0
+            while n < len(lines):
+                begin = BEGIN.match(lines[n])
+                n += 1
+                if not begin:
+                    continue
+                exercise_id = begin.group(1)
+                entry = exercises.setdefault(exercise_id, {"id": exercise_id, "stage": stage, "files": {}})
+                if entry["stage"] != stage:
+                    raise Failure(f"exercise {exercise_id} spans stages {entry['stage']} and {stage}")
+                start = n - 1
+                field = None
+                while n < len(lines) and lines[n].strip().startswith("//") and not END.match(lines[n]):
+                    match = FIELD.match(lines[n])
+                    if match:
+                        field = match.group(1)
+                        entry[field] = match.group(2).strip()
+                    elif field:  # a continuation line of the previous field
+                        entry[field] += " " + lines[n].strip().lstrip("/").strip()
+                    n += 1
+                solution_start = n
+                while n < len(lines) and not END.match(lines[n]):
+                    if BEGIN.match(lines[n]):
+                        raise Failure(f"{path}:{n + 1}: exercise regions cannot nest")
+                    n += 1
+                if n == len(lines) or END.match(lines[n]).group(1) != exercise_id:
+                    raise Failure(f"{path}:{start + 1}: EXERCISE BEGIN {exercise_id} has no matching END")
+                entry["files"].setdefault(path, []).append((start, solution_start, n))
+                n += 1
+    for entry in exercises.values():
+        for field in ("teaches", "difficulty", "hint"):
+            if field not in entry:
+                raise Failure(f"exercise {entry['id']} has no '{field}:' line after its first BEGIN")
+    return exercises
+
+
+def find(exercise_id):
+    exercises = scan()
+    if exercise_id not in exercises:
+        raise Failure(f"unknown exercise '{exercise_id}' (see ./flashlab exercise list)")
+    return exercises[exercise_id]
+
+
+def workspace_dir(exercise_id, given):
+    return os.path.abspath(given or os.path.join(ROOT, "exercises", exercise_id))
+
+
+def target_name(exercise_id, folder):
+    """A CMake target per workspace: the default folder gets the plain name, others a short hash of their path."""
+    name = "flashlab_exercise_" + exercise_id.replace("-", "_")
+    if folder != os.path.join(ROOT, "exercises", exercise_id):
+        name += "_" + hashlib.sha1(folder.encode()).hexdigest()[:8]
+    return name
+
+
+def docs_section(reference):
+    """The text of docs section 'docs/FILE.md#Heading start', from its heading to the next of the same level."""
+    if not reference:
+        return ""
+    path, _, heading = reference.partition("#")
+    full = os.path.join(ROOT, path)
+    if not os.path.exists(full):
+        return ""
+    lines, out, level = open(full).read().split("\n"), [], None
+    for line in lines:
+        match = re.match(r"^(#+)\s+(.*)$", line)
+        if level is None:
+            if match and match.group(2).startswith(heading.strip()):
+                level = len(match.group(1))
+                out.append(line)
+        elif match and len(match.group(1)) <= level:
+            break
+        else:
+            out.append(line)
+    return "\n".join(out).strip()
+
+
+def write_workspace(entry, folder, keep_solution):
+    """Copies the stage's sources into the workspace; the exercise's regions become TODOs unless keep_solution."""
+    exercise_id, stage = entry["id"], entry["stage"]
+    if os.path.exists(folder):
+        shutil.rmtree(folder)
+    os.makedirs(os.path.join(folder, stage))
+    todo_files = []
+    for path in stage_sources(stage):
+        lines = open(os.path.join(ROOT, path)).read().split("\n")
+        for start, solution_start, end in reversed(entry["files"].get(path, [])):
+            indent = re.match(r"^\s*", lines[solution_start]).group(0)
+            if keep_solution:
+                replacement = lines[solution_start:end]
+            else:
+                replacement = [f"{indent}// TODO(exercise {exercise_id}): write the lines described above."]
+            lines[start:end + 1] = lines[start:solution_start] + replacement + [lines[end]]
+        if path in entry["files"]:
+            todo_files.append(path)
+        with open(os.path.join(folder, path), "w") as out:
+            out.write("\n".join(lines))
+    cpp = [path for path in stage_sources(stage) if path.endswith(".cpp")]
+    target = target_name(exercise_id, folder)
+    with open(os.path.join(folder, "exercise.cmake"), "w") as out:
+        out.write("# Generated by ./flashlab exercise start: the student's copy of the stage, checked by the harness.\n")
+        out.write(f"flashlab_add_exercise({target} {exercise_id} ${{CMAKE_CURRENT_LIST_DIR}}\n  ")
+        out.write("\n  ".join(cpp) + ")\n")
+    with open(os.path.join(folder, "exercise.json"), "w") as out:
+        json.dump({"id": exercise_id, "stage": stage, "target": target, "files": todo_files}, out, indent=2)
+    with open(os.path.join(folder, "TASK.md"), "w") as out:
+        out.write(f"# Exercise {exercise_id} ({stage}, difficulty {entry['difficulty']})\n\n")
+        out.write(f"**What it teaches:** {entry['teaches']}\n\n")
+        out.write("**Your task:** fill in the TODO in " + ", ".join(f"`{f}`" for f in todo_files) + ".\n\n")
+        out.write(f"**Hint:** {entry['hint']}\n\n")
+        out.write(f"**Check:** `./flashlab exercise check {exercise_id}` builds your copy and runs the shared test\n")
+        out.write(f"harness on it (`exercise/{exercise_id}/...`); it passes when every case matches the fp64 reference.\n")
+        section = docs_section(entry.get("docs", ""))
+        if section:
+            out.write(f"\n## Background (from {entry['docs'].partition('#')[0]})\n\n{section}\n")
+    return target
+
+
+def cache_value(build_dir, name):
+    cache = os.path.join(build_dir, "CMakeCache.txt")
+    if not os.path.exists(cache):
+        return None
+    for line in open(cache):
+        if line.startswith(name + ":"):
+            return line.split("=", 1)[1].strip()
+    return None
+
+
+def configure_with(build_dir, folders):
+    """Adds workspace folders to the build's FLASHLAB_EXERCISE_DIRS (dropping ones that no longer exist)."""
+    current = [d for d in (cache_value(build_dir, "FLASHLAB_EXERCISE_DIRS") or "").split(";") if d and os.path.isdir(d)]
+    wanted = current + [f for f in folders if f not in current]
+    args = ["cmake", "-S", ROOT, "-B", build_dir, "-DFLASHLAB_EXERCISE_DIRS=" + ";".join(wanted)]
+    if cache_value(build_dir, "CMAKE_BUILD_TYPE") is None:
+        args[1:1] = ["--preset", "release"]
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+
+
+def build_target(build_dir, target, quiet=False):
+    result = subprocess.run(["cmake", "--build", build_dir, "--target", target], capture_output=True, text=True)
+    if result.returncode != 0 and not quiet:
+        errors = [line for line in result.stdout.split("\n") if "error" in line or "note:" in line]
+        print("Your copy does not compile:\n" + "\n".join(errors[:20] or result.stdout.split("\n")[-30:]))
+    return result.returncode == 0
+
+
+def run_harness(build_dir, target, exercise_id, quiet=False):
+    """Runs the harness on exercise/ID only; returns (passed, output)."""
+    env = dict(os.environ, FLASHLAB_IMPL=f"^exercise/{exercise_id}/", FLASHLAB_VERBOSE="1")
+    program = os.path.join(build_dir, "exercises", target)
+    result = subprocess.run([program, f"--test-case={TEST_CASES}", "--no-version"], env=env,
+                            capture_output=True, text=True)
+    return result.returncode == 0, result.stdout + result.stderr
+
+
+def command_list(_):
+    exercises = scan()
+    print(f"{'exercise':22} {'stage':10} {'level':5}  what it teaches")
+    for entry in sorted(exercises.values(), key=lambda e: (STAGES.index(e["stage"]), e["difficulty"], e["id"])):
+        print(f"{entry['id']:22} {entry['stage']:10} {entry['difficulty']:5}  {entry['teaches']}")
+
+
+def command_start(args):
+    entry = find(args.id)
+    folder = workspace_dir(args.id, args.dir)
+    write_workspace(entry, folder, keep_solution=False)
+    print(f"wrote {os.path.relpath(folder, os.getcwd())}/: your copy of {entry['stage']}/ with the TODO, and TASK.md")
+    for path in json.load(open(os.path.join(folder, "exercise.json")))["files"]:
+        print(f"  edit {os.path.relpath(os.path.join(folder, path), os.getcwd())}")
+    extra = f" --dir {args.dir}" if args.dir else ""
+    print(f"then: ./flashlab exercise check {args.id}{extra}")
+
+
+def command_check(args):
+    folder = workspace_dir(args.id, args.dir)
+    meta_path = os.path.join(folder, "exercise.json")
+    if not os.path.exists(meta_path):
+        raise Failure(f"no workspace for {args.id} in {folder} (run ./flashlab exercise start {args.id} first)")
+    target = json.load(open(meta_path))["target"]
+    build_dir = os.path.join(ROOT, "build")
+    configure_with(build_dir, [folder])
+    print(f"building your copy ({target}) ...", flush=True)
+    if not build_target(build_dir, target):
+        return 1
+    passed, output = run_harness(build_dir, target, args.id)
+    # Group the harness's per-case lines: one line for a case every implementation passes, details for failures.
+    cases, order = {}, []
+    current = None
+    for line in output.split("\n"):
+        match = re.match(r"^  (PASS|FAIL) (\S+) \[(\w+)\] on '(.*)' \((.*)\)$", line)
+        if match:
+            key = (match.group(4), match.group(5))
+            if key not in cases:
+                cases[key] = []
+                order.append(key)
+            current = [match.group(1), match.group(2), []]
+            cases[key].append(current)
+        elif line.startswith("    ") and current is not None:
+            current[2].append(line)
+    failed_cases = 0
+    for key in order:
+        runs = cases[key]
+        if all(run[0] == "PASS" for run in runs):
+            print(f"  PASS  {key[0]}  ({key[1]})")
+            continue
+        failed_cases += 1
+        print(f"  FAIL  {key[0]}  ({key[1]})")
+        for status, name, detail in runs:
+            if status == "FAIL":
+                print(f"        {name}:")
+                for line in detail:
+                    print("      " + line.strip())
+    if passed:
+        print(f"\nexercise {args.id}: every case passed.")
+        return 0
+    if failed_cases == 0:  # failed outside the case matrix (a property), or crashed: show the harness's own words
+        print("\n".join(output.split("\n")[-40:]))
+    else:
+        print(f"\nexercise {args.id}: {failed_cases} of {len(order)} cases failed. Start with the first: its shape and "
+              "mask,\nand the first wrong element, with the reference's value beside yours.")
+    return 1
+
+
+def command_solution(args):
+    entry = find(args.id)
+    for path, regions in entry["files"].items():
+        lines = open(os.path.join(ROOT, path)).read().split("\n")
+        for _, solution_start, end in regions:
+            print(f"--- {path}:{solution_start + 1}-{end}")
+            print("\n".join(lines[solution_start:end]))
+
+
+def command_selftest(args):
+    """For every exercise: the skeleton builds and fails the check; the solution pasted back passes."""
+    build_dir = os.path.abspath(args.build_dir)
+    exercises = scan()
+    if not exercises:
+        raise Failure("no exercise regions found")
+    scratch = tempfile.mkdtemp(prefix="flashlab-exercises-")
+    original = cache_value(build_dir, "FLASHLAB_EXERCISE_DIRS") or ""
+    passed = failed = 0
+    try:
+        plans = []
+        for exercise_id, entry in sorted(exercises.items()):
+            for variant, keep in (("skeleton", False), ("solution", True)):
+                folder = os.path.join(scratch, variant, exercise_id)
+                plans.append((exercise_id, variant, folder, write_workspace(entry, folder, keep)))
+        configure_with(build_dir, [plan[2] for plan in plans])
+        targets = [plan[3] for plan in plans]
+        subprocess.run(["cmake", "--build", build_dir, "--target"] + targets, check=True, stdout=subprocess.DEVNULL)
+        for exercise_id, variant, _, target in plans:
+            ok, output = run_harness(build_dir, target, exercise_id)
+            expected = variant == "solution"
+            good = ok == expected
+            passed, failed = passed + good, failed + (not good)
+            verdict = "passes" if ok else "fails"
+            print(f"  {'ok  ' if good else 'BAD '} {exercise_id}: the {variant} {verdict} the check")
+            if not good:
+                print(output[-3000:])
+    finally:
+        subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-DFLASHLAB_EXERCISE_DIRS=" + original],
+                       stdout=subprocess.DEVNULL)
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+def main():
+    parser = argparse.ArgumentParser(prog="flashlab exercise", description="course exercises from the stage sources")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="the exercises, their stage, what they teach, difficulty")
+    for name, text in (("start", "write a workspace with the TODO"), ("check", "build and grade a workspace")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("id")
+        p.add_argument("--dir", help="workspace folder (default: exercises/ID)")
+    p = sub.add_parser("solution", help="print the reference lines (for instructors)")
+    p.add_argument("id")
+    p = sub.add_parser("selftest", help="prove the mechanism on every exercise")
+    p.add_argument("--build-dir", required=True)
+    args = parser.parse_args()
+    handlers = {"list": command_list, "start": command_start, "check": command_check, "solution": command_solution,
+                "selftest": command_selftest}
+    try:
+        return handlers[args.command](args) or 0
+    except Failure as error:
+        print(f"flashlab: {error}", file=sys.stderr)
+        return 2
+    except subprocess.CalledProcessError as error:
+        print(f"flashlab: {' '.join(error.cmd[:3])} ... failed (exit {error.returncode})", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
