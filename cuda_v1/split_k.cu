@@ -85,6 +85,14 @@ __device__ float warp_sum(float x) {
   return x;
 }
 
+// Whether row i sees any key at all under every mask rule (rare path: only asked for rows with l = 0).
+__device__ bool row_sees_a_key(const Params& p, int64_t i, int64_t rows_q, int64_t rows_k) {
+  const KeyRange keys = band_key_range(i, rows_q, rows_k, p.causal, p.window_left, p.window_right);
+  for (int64_t j = keys.begin; j < keys.end; ++j)
+    if (explicit_mask_allows(p.mask, p.seqlen_k, i, j)) return true;
+  return false;
+}
+
 // One block = one (batch, head): the whole of Algorithm 1 for that head.
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
@@ -187,8 +195,9 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
         // A select, not a product: a NaN in a hidden key's K must not reach the score.
         const float score = visible ? s[r] * p.scale : neg_inf;
         const float m_w = warp_max(score);
-        // A masked score weighs exactly 0, also when this warp sees no key of the row (m_w = -inf), where
-        // exp(-inf - (-inf)) would be NaN.
+        // A score of -inf (hidden, or an infinite input) weighs exactly 0, also when this warp has no other
+        // score for the row (m_w = -inf), where exp(-inf - (-inf)) would be NaN. (A row whose visible scores
+        // are all -inf is turned NaN at the end, as the reference has it.)
         const float p_ij = score == neg_inf ? 0.0f : expf(score - m_w);
         const float l_w = warp_sum(p_ij);
         t.p[r][c] = p_ij;
@@ -242,7 +251,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
         const float m_w = t.m_part[w][r];
         m_tilde = (m_w > m_tilde || m_w != m_w) ? m_w : m_tilde;  // NaN-propagating, as in warp_max
       }
-      // A row past the last query, or one that sees no key of K_j, keeps its O_i, l_i and m_i.
+      // A row past the last query, or one with no score above -inf in K_j, keeps its O_i, l_i and m_i.
       if (i < rows_q && m_tilde != neg_inf) {
         float rescale[kWarps];  // e^(m_w - m~_ij): 0 for a warp that saw no key of the row
         float l_tilde = 0.0f;   // line 10: l~_ij = rowsum(P~_ij)
@@ -253,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
         }
         // Line 11: m_new = max(m_i, m~_ij), l_new = e^(m_i - m_new) l_i + e^(m~_ij - m_new) l~_ij.
         const float m_old = t.m_old[r], l_old = t.l_old[r];
-        const float m_new = m_old > m_tilde ? m_old : m_tilde;  // m_tilde is finite or NaN here, never -inf
+        const float m_new = m_old > m_tilde ? m_old : m_tilde;  // m~_ij is finite or NaN here, never -inf
         const float old_scale = expf(m_old - m_new);            // 0 while m_i is still -inf (nothing seen)
         const float new_scale = expf(m_tilde - m_new);
         const float l_new = old_scale * l_old + new_scale * l_tilde;  // >= e^0 = 1 (the row max's own term)
@@ -283,6 +292,12 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
   for (int64_t i = threadIdx.x; i < p.seqlen_q; i += kThreads) {
     const float l = l_head[i];
     lse_head[i] = l == 0.0f ? neg_inf : m_head[i] + logf(l);  // the log of an empty sum is -inf
+    // l = 0 with a visible key: every visible score was -inf (infinite inputs). The reference's
+    // exp(-inf - (-inf)) makes that row NaN; so does this stage (a fully masked row keeps O = 0, LSE = -inf).
+    if (l == 0.0f && row_sees_a_key(p, i, rows_q, rows_k)) {
+      lse_head[i] = NAN;
+      for (int dim = 0; dim < d; ++dim) o_head[i * q_stride + dim] = NAN;
+    }
   }
 }
 
