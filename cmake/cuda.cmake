@@ -13,22 +13,18 @@ if(NOT FLASHLAB_CUDA STREQUAL "OFF")
   if(CMAKE_CUDA_COMPILER)
     set(CMAKE_CUDA_ARCHITECTURES OFF)
     enable_language(CUDA)
-    # CMake 3.25 knows nvcc's flags only up to C++17; nvcc >= 12 accepts -std=c++20.
-    if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    # CMake 3.25 does not know nvcc's C++20 flag (nvcc 12+ accepts -std=c++20): teach it, or CMAKE_CUDA_STANDARD 20
+    # fails at generation time.
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
       set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
       set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_COMPILE_FEATURES cuda_std_20)
+      list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
     endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
     set(FLASHLAB_HAVE_CUDA ON)
-    # Every .cu file: the -gencode pairs above, and -lineinfo so that compute-sanitizer reports source lines
-    # (it changes no generated code).
-    foreach(flag IN LISTS FLASHLAB_CUDA_GENCODE)
-      string(REPLACE "," "$<COMMA>" flag "${flag}")
-      add_compile_options("$<$<COMPILE_LANGUAGE:CUDA>:${flag}>")
-    endforeach()
-    add_compile_options("$<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>")
   elseif(FLASHLAB_CUDA STREQUAL "ON")
     message(FATAL_ERROR "FLASHLAB_CUDA=ON but no CUDA compiler (nvcc) was found")
   endif()

@@ -7,10 +7,6 @@
 //  2. padding: keys j >= seqlens_k[b] are hidden, rows i >= seqlens_q[b] see nothing;
 //  3. the explicit boolean mask [seqlen_q, seqlen_k].
 // Rules 1 and 2 give every row one contiguous key range, which is what lets tiled stages skip whole tiles.
-//
-// Rules 1 and 2 (band_key_range) and rule 3 (explicit_mask_allows) are free functions that compile for the
-// host and, under nvcc, for the device too: the CUDA kernels call these very functions, so the rules exist
-// once.
 #pragma once
 
 #include <algorithm>
@@ -18,7 +14,7 @@
 
 #include "common/problem.hpp"
 
-// Marks a function callable from host and device code when nvcc compiles it; plain inline C++ otherwise.
+// Device code (the CUDA stages) calls the band rule below too, so the rule stays in this one place.
 #if defined(__CUDACC__)
 #define FLASHLAB_HOST_DEVICE __host__ __device__
 #else
@@ -30,28 +26,28 @@ namespace flashlab {
 struct KeyRange {
   int64_t begin = 0;  // first visible key
   int64_t end = 0;    // one past the last visible key
-  FLASHLAB_HOST_DEVICE constexpr bool empty() const { return end <= begin; }
-  FLASHLAB_HOST_DEVICE constexpr int64_t size() const { return empty() ? 0 : end - begin; }
+  FLASHLAB_HOST_DEVICE bool empty() const { return end <= begin; }
+  FLASHLAB_HOST_DEVICE int64_t size() const { return empty() ? 0 : end - begin; }
 };
 
-// Rules 1 and 2 for row i of a batch element with rows_q valid query rows and rows_k valid keys: the
-// contiguous range of keys that causal, window and padding leave to the row. (Ternaries rather than std::min
-// and std::max, which are not device functions.)
-FLASHLAB_HOST_DEVICE constexpr KeyRange band_key_range(int64_t i, int64_t rows_q, int64_t rows_k, bool causal,
-                                                       int64_t window_left, int64_t window_right) {
-  if (i >= rows_q) return {0, 0};  // padded query row: fully masked
-  const int64_t diagonal = i + rows_k - rows_q;
+// Rules 1 and 2 for row i of a batch element with sq valid query rows and sk valid keys: the one definition
+// of the band, shared by Visibility (host) and the GPU kernels (device).
+FLASHLAB_HOST_DEVICE inline KeyRange band_key_range(int64_t i, int64_t sq, int64_t sk, bool causal,
+                                                    int64_t window_left, int64_t window_right) {
+  if (i >= sq) return {0, 0};  // padded query row: fully masked
+  const int64_t diagonal = i + sk - sq;
   int64_t right = window_right;
-  if (causal) right = 0;  // causal == window (-1, 0): it caps any right extent at the diagonal
-  KeyRange range{0, rows_k};
+  if (causal) right = 0;  // causal == window (-1, 0); with a window it caps the right side at the diagonal
+  KeyRange range{0, sk};
   if (window_left >= 0 && diagonal - window_left > range.begin) range.begin = diagonal - window_left;
   if (right >= 0 && diagonal + right + 1 < range.end) range.end = diagonal + right + 1;
   return range;
 }
 
 // Rule 3 alone: the explicit boolean mask [seqlen_q, seqlen_k] (1 = visible); every key when there is none.
-FLASHLAB_HOST_DEVICE constexpr bool explicit_mask_allows(const uint8_t* mask, int64_t seqlen_k, int64_t i,
-                                                         int64_t j) {
+// Shared by Visibility (host) and the GPU kernels (device), like the band rule.
+FLASHLAB_HOST_DEVICE inline bool explicit_mask_allows(const uint8_t* mask, int64_t seqlen_k, int64_t i,
+                                                      int64_t j) {
   return mask == nullptr || mask[i * seqlen_k + j] != 0;
 }
 

@@ -1,8 +1,7 @@
 // The CUDA plumbing (common/cuda/): GPU implementations are listed everywhere and say why they cannot run;
 // the storage formats the registry adapter converts to round exactly like common/number_format.hpp; the mask
-// rules the kernels share are usable at compile time (as device code needs them). GPU implementations'
-// numerics are checked by the shared harness (test_matrix.cpp), run for them by the `harness_cuda` ctest
-// entry.
+// rules the kernels share. GPU implementations' numerics are checked by the shared harness (test_matrix.cpp),
+// run for them by the `harness_cuda` ctest entry.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -72,11 +71,15 @@ TEST_CASE("the adapter's storage formats round like common/number_format.hpp") {
 }
 #endif
 
-// The band rule is constexpr, so the same function serves host code, device code and compile-time checks.
-static_assert(band_key_range(0, 3, 5, true, -1, -1).end == 3);   // bottom-right causal: row 0 sees keys 0..2
-static_assert(band_key_range(0, 5, 3, true, -1, -1).empty());    // sq > sk: the first rows see nothing
-static_assert(band_key_range(4, 5, 5, false, 2, 0).begin == 2);  // window (2, 0)
-static_assert(band_key_range(5, 5, 9, false, -1, -1).empty());   // a padded row sees nothing
-static_assert(explicit_mask_allows(nullptr, 4, 1, 2));
+TEST_CASE("the mask rules the kernels call are the ones Visibility uses") {
+  CHECK(band_key_range(0, 3, 5, true, -1, -1).end == 3);   // bottom-right causal: row 0 sees keys 0..2
+  CHECK(band_key_range(0, 5, 3, true, -1, -1).empty());    // sq > sk: the first rows see nothing
+  CHECK(band_key_range(4, 5, 5, false, 2, 0).begin == 2);  // window (2, 0)
+  CHECK(band_key_range(5, 5, 9, false, -1, -1).empty());   // a padded row sees nothing
+  const std::vector<uint8_t> mask{1, 0, 0, 1};             // [2, 2]
+  CHECK(explicit_mask_allows(nullptr, 2, 1, 0));
+  CHECK(!explicit_mask_allows(mask.data(), 2, 1, 0));
+  CHECK(explicit_mask_allows(mask.data(), 2, 1, 1));
+}
 
 }  // namespace flashlab::testing

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Compile-time evidence for cuda_v3_hopper/ws, no GPU needed (HOPPER.md):
+#  1. the PTX holds wgmma.mma_async, cp.async.bulk.tensor, mbarrier.try_wait.parity and setmaxnreg;
+#  2. ptxas -v reports no spills and no C7508 (setmaxnreg ignored) / C7513 (wgmma serialized) warnings;
+#  3. the SASS holds HGMMA and no local-memory loads or stores.
+# Usage: cuda_v3_hopper/check_ptx.sh [output-dir]   (from the repository root; nvcc from /usr/local/cuda)
+set -euo pipefail
+out=${1:-build/hopper_evidence}
+nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+mkdir -p "$out"
+flags=(-std=c++20 -O3 -I. -gencode arch=compute_90a,code=sm_90a)
+
+"$nvcc" "${flags[@]}" -ptx cuda_v3_hopper/ws_launch.cu -o "$out/ws_launch.ptx"
+status=0
+for instruction in wgmma.mma_async cp.async.bulk.tensor mbarrier.try_wait.parity setmaxnreg; do
+  count=$(grep -c "$instruction" "$out/ws_launch.ptx" || true)
+  echo "PTX  $instruction: $count"
+  [[ $count -gt 0 ]] || status=1
+done
+
+"$nvcc" "${flags[@]}" -Xptxas -v -c cuda_v3_hopper/ws_launch.cu -o "$out/ws_launch.o" 2> "$out/ptxas.txt"
+kernels=$(grep -c "Compiling entry function" "$out/ptxas.txt" || true)
+spilling=$(grep "spill" "$out/ptxas.txt" | grep -vc "0 bytes spill stores, 0 bytes spill loads" || true)
+warnings=$(grep -cE "C7508|C7513|C7519|warning" "$out/ptxas.txt" || true)
+echo "ptxas  kernels: $kernels, with spills: $spilling, C75xx/other warnings: $warnings"
+grep -E "Used [0-9]+ registers" "$out/ptxas.txt" | sort | uniq -c
+[[ $kernels -gt 0 && $spilling -eq 0 && $warnings -eq 0 ]] || status=1
+
+# The SASS (cuobjdump reads the cubin without a GPU): tensor-core wgmma is HGMMA; LDL/STL would be local memory.
+cuobjdump=${CUOBJDUMP:-/usr/local/cuda/bin/cuobjdump}
+if [[ -x $cuobjdump ]]; then
+  "$cuobjdump" -sass "$out/ws_launch.o" > "$out/ws_launch.sass"
+  hgmma=$(grep -c "HGMMA" "$out/ws_launch.sass" || true)
+  local_memory=$(grep -cE "\b(LDL|STL)\b" "$out/ws_launch.sass" || true)
+  echo "SASS  HGMMA: $hgmma, LDL/STL: $local_memory"
+  [[ $hgmma -gt 0 && $local_memory -eq 0 ]] || status=1
+else
+  echo "SASS  not checked: $cuobjdump is not installed here"
+fi
+echo "$([[ $status -eq 0 ]] && echo PASS || echo FAIL): compile-time evidence"
+exit $status

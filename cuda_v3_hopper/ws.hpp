@@ -1,0 +1,68 @@
+// cuda_v3_hopper/ws: FlashAttention-3's forward pass on Hopper (sm_90a), on device pointers.
+//
+// One producer warpgroup loads Q once and K_j, V_j into a circular shared-memory buffer with TMA; two
+// consumer warpgroups compute S = Q K_j^T and O += P V_j with wgmma, the online softmax in registers between
+// them. Ping-pong scheduling and intra-warpgroup overlap (FA3 section 3.1 and Algorithm 2) hide the softmax
+// under the matrix products. HopperAblation switches each ingredient off, so the ladder of the paper's Table
+// 2 can be measured.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace flashlab::hopper {
+
+enum class HopperDType { bf16, f16 };
+
+// The ingredients of FA3's Table 2 ablation. The ladder: all off (plain TMA + wgmma, every warpgroup computes
+// and one thread also issues the copies) -> + warp specialization -> + ping-pong -> + intra-warpgroup
+// overlap. Ping-pong needs warp specialization (the producer must never wait behind a consumer's turn).
+struct HopperAblation {
+  bool warp_specialization = true;
+  bool ping_pong = true;
+  bool intra_warpgroup_overlap = true;
+};
+
+struct HopperParams {
+  HopperDType dtype = HopperDType::bf16;
+  // Device pointers, BSHD: q and o [batch, seqlen_q, heads_q, head_dim], k and v [batch, seqlen_k, heads_kv,
+  // head_dim], all of `dtype`, head_dim contiguous, 16-byte aligned. lse: float [batch, heads_q, seqlen_q].
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  int batch = 1;
+  int heads_q = 1;
+  int heads_kv = 1;  // GQA/MQA: query head h reads kv head h / (heads_q / heads_kv)
+  int seqlen_q = 1;
+  int seqlen_k = 1;
+  int head_dim = 128;  // 64, 128 or 256
+  // Strides in elements (the head_dim stride is 1). Packed BSHD: stride_seq = heads * head_dim, stride_head =
+  // head_dim, stride_batch = seqlen * heads * head_dim.
+  int64_t q_stride_batch = 0, q_stride_seq = 0, q_stride_head = 0;
+  int64_t k_stride_batch = 0, k_stride_seq = 0, k_stride_head = 0;
+  int64_t v_stride_batch = 0, v_stride_seq = 0, v_stride_head = 0;
+  int64_t o_stride_batch = 0, o_stride_seq = 0, o_stride_head = 0;
+  float scale = 0.0f;    // softmax scale (> 0), usually 1/sqrt(head_dim)
+  bool causal = false;   // bottom-right aligned
+  int window_left = -1;  // sliding window, -1 = unbounded
+  int window_right = -1;
+  // Per-batch valid lengths (padding), device int arrays of `batch` entries, or null for seqlen_q / seqlen_k.
+  const int* seqlens_q = nullptr;
+  const int* seqlens_k = nullptr;
+  HopperAblation ablation;
+};
+
+// Fills the strides of packed BSHD tensors from the sizes.
+void set_packed_strides(HopperParams& params);
+
+// Why the launcher cannot run these parameters, or empty when it can (head dim, dtype, ablation, alignment).
+const char* hopper_ws_unsupported(const HopperParams& params);
+
+// Launches the forward pass on `stream`. Throws flashlab::Error naming the field for unsupported parameters,
+// and on any CUDA failure.
+void hopper_ws_forward(const HopperParams& params, cudaStream_t stream);
+
+}  // namespace flashlab::hopper

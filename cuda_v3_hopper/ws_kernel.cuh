@@ -1,0 +1,569 @@
+// The FlashAttention-3 forward kernel (sm_90a): roles, pipeline and schedule.
+//
+// One CTA computes a tile of kBlockM = 128 query rows of one (batch, head). Its warpgroups:
+//   producer   (warpgroup 0, registers lowered to 24): one thread loads Q once and K_j, V_j for every visible
+//              key block into a circular buffer of kStages shared-memory stages with TMA; each load completes
+//              on the stage's "full" mbarrier, and the producer reuses a stage once its "empty" barrier says
+//              both consumers are done with it.
+//   consumers  (warpgroups 1 and 2, registers raised to 240): each owns 64 of the 128 query rows and runs
+//   FA2's
+//              loop on them with wgmma: S = Q K_j^T (both operands in shared memory), the online softmax in
+//              registers, O += P V_j (P from registers), normalization at the end; O goes back through shared
+//              memory with a TMA store.
+// Ping-pong (FA3 section 3.1): named barriers make the two consumers take turns issuing their matrix
+// products, so one warpgroup's softmax runs while the other's wgmma keep the tensor cores busy.
+// Intra-warpgroup overlap (FA3 Algorithm 2): a consumer issues S_next = Q K_j^T and O += P V_{j-1} together
+// and runs the softmax of S_next while P V_{j-1} is still in flight.
+// Without warp specialization (the ablation's first rung) there is no producer warpgroup: one consumer thread
+// issues the same loads a few blocks ahead, between its own matrix products.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "common/mask.hpp"
+#include "cuda_v3_hopper/pipeline.cuh"
+#include "cuda_v3_hopper/tma.cuh"
+#include "cuda_v3_hopper/warpgroup.cuh"
+#include "cuda_v3_hopper/wgmma.cuh"
+
+namespace flashlab::hopper {
+
+template <typename Element_, int kHeadDim_, int kBlockN_, bool kWarpSpecialized_, bool kPingPong_,
+          bool kIntraWarpgroupOverlap_>
+struct WsConfig {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = kBlockN_;  // Bc: keys per block
+  static constexpr bool kWarpSpecialized = kWarpSpecialized_;
+  static constexpr bool kPingPong = kPingPong_;
+  static constexpr bool kIntraWarpgroupOverlap = kIntraWarpgroupOverlap_;
+  static_assert(!kPingPong || kWarpSpecialized, "ping-pong needs a producer warpgroup");
+  // Without a producer, the issuing consumer thread would wait for a V stage that it releases itself only
+  // later in the same iteration of Algorithm 2's loop.
+  static_assert(!kIntraWarpgroupOverlap || kWarpSpecialized, "the overlap needs a producer warpgroup");
+  static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0, "tile shapes of the wgmma instructions");
+
+  static constexpr int kConsumers = 2;             // consumer warpgroups
+  static constexpr int kBlockM = 64 * kConsumers;  // Br: query rows per CTA, 64 per consumer
+  static constexpr int kStages = 2;                // shared-memory stages of K and V
+  static constexpr int kPanels = kHeadDim / 64;    // 128-byte-wide column panels of a tile
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? 128 : 0);
+  // FA3's split for two consumer warpgroups: 24 + 2 * 240 registers per thread (65,536 per SM in all).
+  static constexpr uint32_t kProducerRegisters = 24;
+  static constexpr uint32_t kConsumerRegisters = 240;
+
+  static constexpr uint32_t kQPanelBytes = kBlockM * kSwizzleRowBytes;
+  static constexpr uint32_t kKvPanelBytes = kBlockN * kSwizzleRowBytes;
+  static constexpr uint32_t kQBytes = kQPanelBytes * kPanels;
+  static constexpr uint32_t kKvTileBytes = kKvPanelBytes * kPanels;
+  // Shared memory: Q (reused for O at the end), K stages, V stages, then the barriers.
+  static constexpr uint32_t kKOffset = kQBytes;
+  static constexpr uint32_t kVOffset = kKOffset + kStages * kKvTileBytes;
+  static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKvTileBytes;
+  static constexpr uint32_t kBarrierCount = 1 + 4 * kStages;
+  static constexpr uint32_t kSharedBytes = kBarrierOffset + 8 * kBarrierCount + kSwizzleAtomBytes;  // + align
+  static_assert(kSharedBytes <= 232448, "227 KB of shared memory per block on H100");
+};
+
+// Kernel arguments besides the tensor maps.
+struct WsArgs {
+  float* lse;
+  const int* seqlens_q;  // null: every batch element has seqlen_q rows
+  const int* seqlens_k;
+  int seqlen_q, seqlen_k;
+  int heads_q, heads_kv;
+  int causal, window_left, window_right;
+  int num_m_blocks;
+  float scale_log2;  // scale * log2(e): the softmax runs on exp2
+};
+
+// The CTA's view of shared memory.
+template <class Config>
+struct SharedTiles {
+  uint8_t* base;
+  __device__ explicit SharedTiles(uint8_t* raw)
+      // TMA's 128-byte swizzle and the wgmma descriptors assume 1024-byte aligned tiles.
+      : base(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + kSwizzleAtomBytes - 1) &
+                                        ~uintptr_t(kSwizzleAtomBytes - 1))) {}
+  __device__ uint8_t* q() const { return base; }
+  __device__ uint8_t* k(int stage) const { return base + Config::kKOffset + stage * Config::kKvTileBytes; }
+  __device__ uint8_t* v(int stage) const { return base + Config::kVOffset + stage * Config::kKvTileBytes; }
+  __device__ uint64_t* barriers() const { return reinterpret_cast<uint64_t*>(base + Config::kBarrierOffset); }
+  __device__ uint64_t* q_full() const { return barriers(); }
+  __device__ uint64_t* k_full(int stage) const { return barriers() + 1 + stage; }
+  __device__ uint64_t* k_empty(int stage) const { return barriers() + 1 + Config::kStages + stage; }
+  __device__ uint64_t* v_full(int stage) const { return barriers() + 1 + 2 * Config::kStages + stage; }
+  __device__ uint64_t* v_empty(int stage) const { return barriers() + 1 + 3 * Config::kStages + stage; }
+};
+
+// Which rows and key blocks this CTA covers; every thread computes the same.
+struct BlockWork {
+  int m_block, head, batch, kv_head;
+  int rows_q, rows_k;  // this batch element's valid lengths (padding)
+  int n_begin, n_end;  // key blocks that some row of the tile sees; the rest are skipped unloaded
+};
+
+template <class Config>
+__device__ inline BlockWork block_work(const WsArgs& args) {
+  BlockWork work;
+  // Tiles of later rows see more keys under a causal mask: launch them first so the long ones do not trail.
+  work.m_block = args.num_m_blocks - 1 - static_cast<int>(blockIdx.x);
+  work.head = blockIdx.y;
+  work.batch = blockIdx.z;
+  work.kv_head = work.head / (args.heads_q / args.heads_kv);
+  work.rows_q = args.seqlens_q ? args.seqlens_q[work.batch] : args.seqlen_q;
+  work.rows_k = args.seqlens_k ? args.seqlens_k[work.batch] : args.seqlen_k;
+  work.n_begin = work.n_end = 0;
+  const int first_row = work.m_block * Config::kBlockM;
+  if (first_row < work.rows_q) {
+    const int last_row = min(first_row + Config::kBlockM, work.rows_q) - 1;
+    // Both ends of a row's key range grow with the row (mask.hpp), so the first row has the smallest begin
+    // and the last row the largest end.
+    const KeyRange first =
+        band_key_range(first_row, work.rows_q, work.rows_k, args.causal, args.window_left, args.window_right);
+    const KeyRange last =
+        band_key_range(last_row, work.rows_q, work.rows_k, args.causal, args.window_left, args.window_right);
+    if (last.end > first.begin) {
+      work.n_begin = static_cast<int>(first.begin / Config::kBlockN);
+      work.n_end = static_cast<int>((last.end + Config::kBlockN - 1) / Config::kBlockN);
+    }
+  }
+  return work;
+}
+
+// --- Producer: TMA loads into the circular buffer ---
+template <class Config>
+struct Producer {
+  // Q of the CTA's rows, once: kPanels boxes of 64 columns x kBlockM rows. Rows past seqlen_q read as zero.
+  __device__ static void load_q(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
+                                const BlockWork& work) {
+    mbarrier_arrive_expect_tx(tiles.q_full(), Config::kQBytes);
+#pragma unroll
+    for (int panel = 0; panel < Config::kPanels; ++panel)
+      tma_load_4d(tiles.q() + panel * Config::kQPanelBytes, q_map, tiles.q_full(), 64 * panel,
+                  work.m_block * Config::kBlockM, work.head, work.batch);
+  }
+
+  // K_j and V_j of key block n_block into stage iteration % kStages, once both consumers have released it.
+  // GQA/MQA: the kv head is a tensor-map coordinate, so query heads of one group read the same K and V.
+  __device__ static void load_kv(const SharedTiles<Config>& tiles, const CUtensorMap* k_map,
+                                 const CUtensorMap* v_map, const BlockWork& work, int iteration) {
+    const int stage = iteration % Config::kStages;
+    const uint32_t phase = (iteration / Config::kStages) & 1;
+    const int key = (work.n_begin + iteration) * Config::kBlockN;
+    mbarrier_wait(tiles.k_empty(stage), phase ^ 1);
+    mbarrier_arrive_expect_tx(tiles.k_full(stage), Config::kKvTileBytes);
+#pragma unroll
+    for (int panel = 0; panel < Config::kPanels; ++panel)
+      tma_load_4d(tiles.k(stage) + panel * Config::kKvPanelBytes, k_map, tiles.k_full(stage), 64 * panel, key,
+                  work.kv_head, work.batch);
+    mbarrier_wait(tiles.v_empty(stage), phase ^ 1);
+    mbarrier_arrive_expect_tx(tiles.v_full(stage), Config::kKvTileBytes);
+#pragma unroll
+    for (int panel = 0; panel < Config::kPanels; ++panel)
+      tma_load_4d(tiles.v(stage) + panel * Config::kKvPanelBytes, v_map, tiles.v_full(stage), 64 * panel, key,
+                  work.kv_head, work.batch);
+  }
+
+  // The producer warpgroup's whole job (warp-specialized kernel): one elected thread issues every load.
+  __device__ static void run(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
+                             const CUtensorMap* k_map, const CUtensorMap* v_map, const BlockWork& work) {
+    if (threadIdx.x != 0) return;
+    const int blocks = work.n_end - work.n_begin;
+    if (blocks == 0) return;  // nothing visible: the consumers only write O = 0 and LSE = -inf
+    load_q(tiles, q_map, work);
+    for (int iteration = 0; iteration < blocks; ++iteration) load_kv(tiles, k_map, v_map, work, iteration);
+  }
+};
+
+// --- Ping-pong scheduling between the two consumer warpgroups (FA3 section 3.1) ---
+// Named barrier 1 + w is "warpgroup w may issue its matrix products". A warpgroup waits for its own barrier,
+// issues, then arrives on the other's. Warpgroup 1 arrives once at the start (warpgroup 0 goes first) and
+// warpgroup 0 waits once at the end, so every barrier sees as many arrivals as waits.
+template <class Config>
+struct PingPong {
+  static constexpr uint32_t kThreads = 256;  // both consumer warpgroups take part in each barrier
+  __device__ static void start(int consumer) {
+    if constexpr (Config::kPingPong)
+      if (consumer == 1) named_barrier_arrive(1, kThreads);
+  }
+  __device__ static void wait_turn(int consumer) {
+    if constexpr (Config::kPingPong) named_barrier_sync(1 + consumer, kThreads);
+  }
+  __device__ static void pass_turn(int consumer) {
+    if constexpr (Config::kPingPong) named_barrier_arrive(1 + (1 - consumer), kThreads);
+  }
+  __device__ static void finish(int consumer) {
+    if constexpr (Config::kPingPong)
+      if (consumer == 0) named_barrier_sync(1, kThreads);
+  }
+};
+
+__device__ inline float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <typename Element>
+__device__ inline uint32_t pack_pair(float lo, float hi);
+
+template <>
+__device__ inline uint32_t pack_pair<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+template <>
+__device__ inline uint32_t pack_pair<__half>(float lo, float hi) {
+  const __half2 pair = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+// --- Consumer: one warpgroup, 64 query rows ---
+// Thread layout of a 64 x N accumulator (wgmma.cuh): warp w of the warpgroup holds rows 16w + lane/4 ("half"
+// 0) and 16w + lane/4 + 8 (half 1); register 4*i + 2*half + e is column 8*i + 2*(lane%4) + e.
+template <class Config>
+struct Consumer {
+  using Element = typename Config::Element;
+  static constexpr int kD = Config::kHeadDim;
+  static constexpr int kN = Config::kBlockN;
+
+  float o[kD / 2];     // O, unnormalized, fp32
+  float s[kN / 2];     // S of the current key block, then its probabilities
+  uint32_t p[kN / 4];  // P rounded to Element, packed in pairs: the A operand of O += P V
+  float row_max[2];    // m, in raw score units
+  float row_sum[2];    // l, this thread's partial sum (the quad's four partials are added at the end)
+  KeyRange rows[2];    // the visible keys of this thread's two rows
+  int64_t tile_begin_max, tile_end_min;  // over the warpgroup's rows: a key block inside both needs no mask
+  const uint8_t* q_tile;                 // this warpgroup's 64 rows of Q in shared memory
+  int consumer, warp, lane;
+
+  __device__ Consumer(const SharedTiles<Config>& tiles, const WsArgs& args, const BlockWork& work,
+                      int consumer_index) {
+    consumer = consumer_index;
+    warp = (threadIdx.x / 32) % 4;
+    lane = threadIdx.x % 32;
+    q_tile = tiles.q() + consumer * 64 * kSwizzleRowBytes;
+    const int64_t first_row = work.m_block * Config::kBlockM + consumer * 64;
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      rows[half] = band_key_range(first_row + 16 * warp + lane / 4 + 8 * half, work.rows_q, work.rows_k,
+                                  args.causal, args.window_left, args.window_right);
+    const int64_t last_row = min(first_row + 63, static_cast<int64_t>(work.rows_q) - 1);
+    tile_end_min =
+        band_key_range(first_row, work.rows_q, work.rows_k, args.causal, args.window_left, args.window_right)
+            .end;
+    tile_begin_max =
+        band_key_range(last_row, work.rows_q, work.rows_k, args.causal, args.window_left, args.window_right)
+            .begin;
+#pragma unroll
+    for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      row_max[half] = -INFINITY;
+      row_sum[half] = 0.0f;
+    }
+  }
+
+  // S = Q K_j^T: kD/16 wgmma over the head dim, the first one overwriting S (scale-d 0). Committed, not
+  // waited.
+  __device__ void issue_qk(const uint8_t* k_tile) {
+    pin_registers(s);
+    wgmma_fence();
+#pragma unroll
+    for (int k_step = 0; k_step < kD / 16; ++k_step)
+      Wgmma<kN, Element>::ss(s, k_major_descriptor(q_tile, Config::kQPanelBytes, k_step),
+                             k_major_descriptor(k_tile, Config::kKvPanelBytes, k_step), k_step > 0);
+    wgmma_commit();
+    pin_registers(s);
+  }
+
+  // O += P V_j: kN/16 wgmma over the keys, P from registers. Committed, not waited.
+  __device__ void issue_pv(const uint8_t* v_tile) {
+    pin_registers(o);
+    pin_registers(p);
+    wgmma_fence();
+#pragma unroll
+    for (int k_step = 0; k_step < kN / 16; ++k_step) {
+      const uint32_t a[4] = {p[4 * k_step], p[4 * k_step + 1], p[4 * k_step + 2], p[4 * k_step + 3]};
+      Wgmma<kD, Element>::rs(o, a, mn_major_descriptor(v_tile, Config::kKvPanelBytes, k_step), 1);
+    }
+    wgmma_commit();
+    pin_registers(o);
+  }
+
+  // The online softmax on S of key block n_block (FA2 Algorithm 1 lines 9-10, in base 2): masks the keys the
+  // rows do not see, updates m and l, turns S into exp2(S * scale_log2 - m * scale_log2), and returns through
+  // `correction` the factor exp(m_old - m_new) by which O must still be rescaled.
+  __device__ void softmax(int n_block, float scale_log2, float (&correction)[2]) {
+    pin_registers(s);
+    const int64_t key0 = static_cast<int64_t>(n_block) * kN;
+    const bool needs_mask = key0 < tile_begin_max || key0 + kN > tile_end_min;
+    if (needs_mask) {
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int64_t key = key0 + 8 * i + 2 * (lane % 4) + e;
+            if (key < rows[half].begin || key >= rows[half].end) s[4 * i + 2 * half + e] = -INFINITY;
+          }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i)
+        tile_max = fmaxf(tile_max, fmaxf(s[4 * i + 2 * half], s[4 * i + 2 * half + 1]));
+      // The four threads of a quad hold the same row.
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
+      const float new_max = fmaxf(row_max[half], tile_max);
+      // A row that has seen only masked keys keeps m = -inf; subtract 0 instead, so that its (masked) scores
+      // give exp2(-inf) = 0 and not exp2(-inf + inf) = NaN.
+      const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
+      correction[half] = exp2_approx(row_max[half] * scale_log2 - max_scaled);
+      row_max[half] = new_max;
+      float tile_sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& score = s[4 * i + 2 * half + e];
+          score = exp2_approx(fmaf(score, scale_log2, -max_scaled));
+          tile_sum += score;
+        }
+      row_sum[half] = row_sum[half] * correction[half] + tile_sum;
+    }
+  }
+
+  // FA2 Algorithm 1 line 10: O <- diag(exp(m_old - m_new)) O.
+  __device__ void rescale_o(const float (&correction)[2]) {
+#pragma unroll
+    for (int i = 0; i < kD / 8; ++i)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        o[4 * i + 2 * half] *= correction[half];
+        o[4 * i + 2 * half + 1] *= correction[half];
+      }
+  }
+
+  // P in Element for the tensor cores. The accumulator layout of S is the A-operand layout of the next
+  // product, 16 columns per k-step, so P is S's registers paired in order.
+  __device__ void convert_p() {
+#pragma unroll
+    for (int i = 0; i < kN / 4; ++i) p[i] = pack_pair<Element>(s[2 * i], s[2 * i + 1]);
+  }
+
+  // One warp's arrival per warpgroup on an "empty" barrier (count: 4 warps x kConsumers).
+  __device__ void release(uint64_t* empty) const {
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(empty);
+  }
+};
+
+// The consumer's main loop, with or without FA3 Algorithm 2's overlap. `prefetch(iteration)` lets the kernel
+// without warp specialization issue loads between the products (no-op otherwise).
+template <class Config, class Prefetch>
+__device__ inline void consumer_mainloop(Consumer<Config>& c, const SharedTiles<Config>& tiles,
+                                         const WsArgs& args, const BlockWork& work, Prefetch&& prefetch) {
+  using Schedule = PingPong<Config>;
+  const int blocks = work.n_end - work.n_begin;
+  auto stage = [](int iteration) { return iteration % Config::kStages; };
+  auto phase = [](int iteration) { return static_cast<uint32_t>((iteration / Config::kStages) & 1); };
+  float correction[2];
+  if (blocks == 0) return;
+  mbarrier_wait(tiles.q_full(), 0);
+
+  if constexpr (!Config::kIntraWarpgroupOverlap) {
+    // FA2's order: S_j, softmax, O += P_j V_j, each product waited for before the next step.
+    for (int it = 0; it < blocks; ++it) {
+      prefetch(it);
+      mbarrier_wait(tiles.k_full(stage(it)), phase(it));
+      Schedule::wait_turn(c.consumer);
+      c.issue_qk(tiles.k(stage(it)));
+      Schedule::pass_turn(c.consumer);
+      wgmma_wait<0>();
+      c.release(tiles.k_empty(stage(it)));
+      c.softmax(work.n_begin + it, args.scale_log2, correction);
+      c.rescale_o(correction);
+      c.convert_p();
+      mbarrier_wait(tiles.v_full(stage(it)), phase(it));
+      Schedule::wait_turn(c.consumer);
+      c.issue_pv(tiles.v(stage(it)));
+      Schedule::pass_turn(c.consumer);
+      wgmma_wait<0>();
+      pin_registers(c.o);
+      c.release(tiles.v_empty(stage(it)));
+    }
+  } else {
+    // FA3 Algorithm 2 (line numbers of the paper's listing). Lines 5-8, the prologue: S_cur = Q K_0^T, its
+    // softmax and P_cur (O is still zero, so no rescale).
+    prefetch(0);
+    mbarrier_wait(tiles.k_full(stage(0)), phase(0));
+    Schedule::wait_turn(c.consumer);
+    c.issue_qk(tiles.k(stage(0)));
+    Schedule::pass_turn(c.consumer);
+    wgmma_wait<0>();
+    c.release(tiles.k_empty(stage(0)));
+    c.softmax(work.n_begin, args.scale_log2, correction);
+    c.convert_p();
+    for (int it = 1; it < blocks; ++it) {
+      prefetch(it);
+      // Line 10: issue S_next = Q K_j^T without waiting for it...
+      mbarrier_wait(tiles.k_full(stage(it)), phase(it));
+      Schedule::wait_turn(c.consumer);
+      c.issue_qk(tiles.k(stage(it)));
+      // ... line 12: and O += P_cur V_{j-1} behind it.
+      mbarrier_wait(tiles.v_full(stage(it - 1)), phase(it - 1));
+      c.issue_pv(tiles.v(stage(it - 1)));
+      Schedule::pass_turn(c.consumer);
+      // Lines 11 and 13: wait for S_next only; the softmax runs while P_cur V_{j-1} is in flight.
+      wgmma_wait<1>();
+      c.release(tiles.k_empty(stage(it)));
+      c.softmax(work.n_begin + it, args.scale_log2, correction);
+      // Line 14: wait for P_cur V_{j-1}, then rescale O by exp(m_old - m_new) and take P_next.
+      wgmma_wait<0>();
+      pin_registers(c.o);
+      c.release(tiles.v_empty(stage(it - 1)));
+      c.rescale_o(correction);
+      c.convert_p();
+    }
+    // Lines 16-17, the epilogue: the last O += P V.
+    mbarrier_wait(tiles.v_full(stage(blocks - 1)), phase(blocks - 1));
+    Schedule::wait_turn(c.consumer);
+    c.issue_pv(tiles.v(stage(blocks - 1)));
+    Schedule::pass_turn(c.consumer);
+    wgmma_wait<0>();
+    pin_registers(c.o);
+    c.release(tiles.v_empty(stage(blocks - 1)));
+  }
+}
+
+// FA2 Algorithm 1 lines 12-13: O / l and LSE = m + log(l); then O through shared memory (this warpgroup's
+// rows of the Q tile, free now) and a TMA store, which drops rows past seqlen_q. Rows with no visible key
+// write O = 0 and LSE = -inf.
+template <class Config>
+__device__ inline void consumer_epilogue(Consumer<Config>& c, const SharedTiles<Config>& tiles,
+                                         const CUtensorMap* o_map, const WsArgs& args,
+                                         const BlockWork& work) {
+  using Element = typename Config::Element;
+  constexpr int kD = Config::kHeadDim;
+  const uint32_t barrier_id = 3 + c.consumer;  // per-warpgroup named barrier (1 and 2 are ping-pong's)
+  const int first_row = work.m_block * Config::kBlockM + c.consumer * 64;
+  float inverse_sum[2];
+  bool seen_row[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float sum = c.row_sum[half];
+    sum += __shfl_xor_sync(0xffffffff, sum, 1);
+    sum += __shfl_xor_sync(0xffffffff, sum, 2);
+    // Empty key range: nothing was seen (the row is padding or lies outside the band). l = 0 would give
+    // 0/0; the SPEC asks for O = 0 and LSE = -inf. (A NaN sum counts as seen, so NaN inputs propagate.)
+    const bool seen = !c.rows[half].empty() && sum != 0.0f;
+    seen_row[half] = seen;
+    inverse_sum[half] = seen ? 1.0f / sum : 0.0f;
+    const int row = first_row + 16 * c.warp + c.lane / 4 + 8 * half;
+    if (c.lane % 4 == 0 && row < args.seqlen_q) {
+      // LSE = ln(l) + m * scale, from the same m * scale_log2 the exponents subtracted (so the rounding of
+      // that product cancels): (m * scale_log2 + log2(l)) * ln(2).
+      const float lse =
+          seen ? (c.row_max[half] * args.scale_log2 + log2f(sum)) * 0.6931471805599453f : -INFINITY;
+      args.lse[(static_cast<int64_t>(work.batch) * args.heads_q + work.head) * args.seqlen_q + row] = lse;
+    }
+  }
+  // Every wgmma of this warpgroup that read its Q rows has completed before the rows are overwritten.
+  named_barrier_sync(barrier_id, 128);
+  uint8_t* o_tile = tiles.q() + c.consumer * 64 * kSwizzleRowBytes;
+#pragma unroll
+  for (int i = 0; i < kD / 8; ++i)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = 16 * c.warp + c.lane / 4 + 8 * half;  // within the warpgroup's 64 rows
+      const int column = 8 * i + 2 * (c.lane % 4);
+      const int panel = column / 64, byte = (column % 64) * 2;
+      // The 128-byte swizzle TMA expects: 16-byte chunk index XOR (row % 8).
+      const int swizzled = (((byte / 16) ^ (row % 8)) * 16) | (byte % 16);
+      *reinterpret_cast<uint32_t*>(o_tile + panel * Config::kQPanelBytes + row * kSwizzleRowBytes +
+                                   swizzled) =
+          // Selected rather than multiplied by 0: an unseen padding row may hold anything, even NaN.
+          seen_row[half] ? pack_pair<Element>(c.o[4 * i + 2 * half] * inverse_sum[half],
+                                              c.o[4 * i + 2 * half + 1] * inverse_sum[half])
+                         : 0u;
+    }
+  fence_proxy_async_shared();  // the TMA store (async proxy) reads what these ordinary stores wrote
+  named_barrier_sync(barrier_id, 128);
+  if (threadIdx.x % 128 == 0) {
+#pragma unroll
+    for (int panel = 0; panel < Config::kPanels; ++panel)
+      tma_store_4d(o_map, o_tile + panel * Config::kQPanelBytes, 64 * panel, first_row, work.head,
+                   work.batch);
+    tma_store_commit();
+    tma_store_wait_read();  // shared memory must outlive the store's reads
+  }
+}
+
+template <class Config>
+__global__ void __launch_bounds__(Config::kThreads, 1)
+    ws_attention_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                        const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
+                        const WsArgs args) {
+  extern __shared__ uint8_t shared_raw[];
+  const SharedTiles<Config> tiles(shared_raw);
+  const BlockWork work = block_work<Config>(args);
+  const int warpgroup = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(tiles.q_full(), 1);
+    for (int stage = 0; stage < Config::kStages; ++stage) {
+      mbarrier_init(tiles.k_full(stage), 1);  // the producer's arrive.expect_tx; TMA completes the bytes
+      mbarrier_init(tiles.v_full(stage), 1);
+      mbarrier_init(tiles.k_empty(stage), 4 * Config::kConsumers);  // one arrival per consumer warp
+      mbarrier_init(tiles.v_empty(stage), 4 * Config::kConsumers);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if constexpr (Config::kWarpSpecialized) {
+    if (warpgroup == 0) {
+      setmaxnreg_dec<Config::kProducerRegisters>();
+      Producer<Config>::run(tiles, &q_map, &k_map, &v_map, work);
+      return;
+    }
+    setmaxnreg_inc<Config::kConsumerRegisters>();
+    Consumer<Config> consumer(tiles, args, work, warpgroup - 1);
+    PingPong<Config>::start(consumer.consumer);
+    consumer_mainloop(consumer, tiles, args, work, [](int) {});
+    PingPong<Config>::finish(consumer.consumer);
+    consumer_epilogue(consumer, tiles, &o_map, args, work);
+  } else {
+    // No producer warpgroup: thread 0 issues Q and the first kStages blocks up front, then at the start of
+    // iteration j the block j + kStages - 1 (its stage freed by block j - 1), between its own products.
+    const int blocks = work.n_end - work.n_begin;
+    const bool issuer = threadIdx.x == 0;
+    if (issuer && blocks > 0) {
+      Producer<Config>::load_q(tiles, &q_map, work);
+      for (int it = 0; it < min(blocks, Config::kStages); ++it)
+        Producer<Config>::load_kv(tiles, &k_map, &v_map, work, it);
+    }
+    __syncwarp();
+    Consumer<Config> consumer(tiles, args, work, warpgroup);
+    auto prefetch = [&](int it) {
+      const int next = it + Config::kStages - 1;
+      if (issuer && it > 0 && next < blocks) Producer<Config>::load_kv(tiles, &k_map, &v_map, work, next);
+      __syncwarp();  // wgmma is warp-aligned: reconverge before the next product
+    };
+    consumer_mainloop(consumer, tiles, args, work, prefetch);
+    consumer_epilogue(consumer, tiles, &o_map, args, work);
+  }
+}
+
+}  // namespace flashlab::hopper

@@ -1,0 +1,200 @@
+// Host side of cuda_v3_hopper/ws: checks the parameters, builds the TMA tensor maps and picks the kernel
+// instantiation (element type, head dim, ablation rung).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+
+#include "common/cuda/check.hpp"
+#include "common/error.hpp"
+#include "cuda_v3_hopper/ws.hpp"
+#include "cuda_v3_hopper/ws_kernel.cuh"
+
+// The lower rungs of the ablation ladder are extra kernel instantiations; a build may leave them out.
+#ifndef FLASHLAB_HOPPER_ABLATION
+#define FLASHLAB_HOPPER_ABLATION 1
+#endif
+
+namespace flashlab::hopper {
+namespace {
+
+// The driver's tensor-map encoder, found through the runtime (no link against libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    FLASHLAB_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                                         cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || function == nullptr)
+      fail("cuTensorMapEncodeTiled: not available from the installed driver");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+  }();
+  return encode;
+}
+
+// A 4-D view (head_dim, seqlen, heads, batch) of a BSHD tensor, moved in boxes of 64 columns x box_rows rows
+// with the 128-byte swizzle the wgmma descriptors expect. Out-of-bounds boxes read zeros and drop writes.
+CUtensorMap bshd_tensor_map(const void* base, HopperDType dtype, int head_dim, int seqlen, int heads,
+                            int batch, int64_t stride_seq, int64_t stride_head, int64_t stride_batch,
+                            int box_rows, const char* tensor) {
+  constexpr int64_t kBytes = 2;  // bf16 and fp16
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(seqlen),
+                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(stride_seq * kBytes),
+                                 static_cast<cuuint64_t>(stride_head * kBytes),
+                                 static_cast<cuuint64_t>(stride_batch * kBytes)};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  CUtensorMap map;
+  const CUresult result = tensor_map_encoder()(
+      &map, dtype == HopperDType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      4, const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) fail("cuTensorMapEncodeTiled failed for ", tensor, " (CUresult ", result, ")");
+  return map;
+}
+
+template <class Config>
+void launch(const HopperParams& params, cudaStream_t stream) {
+  const int num_m_blocks = (params.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
+  // With no keys at all the K and V maps are never read; they still need a valid address, extent and strides,
+  // so they borrow Q's.
+  HopperParams kv = params;
+  if (params.seqlen_k == 0) {
+    kv.k = kv.v = params.q;
+    kv.seqlen_k = 1;
+    kv.heads_kv = params.heads_q;
+    kv.k_stride_batch = kv.v_stride_batch = params.q_stride_batch;
+    kv.k_stride_seq = kv.v_stride_seq = params.q_stride_seq;
+    kv.k_stride_head = kv.v_stride_head = params.q_stride_head;
+  }
+  const CUtensorMap q_map =
+      bshd_tensor_map(params.q, params.dtype, params.head_dim, params.seqlen_q, params.heads_q, params.batch,
+                      params.q_stride_seq, params.q_stride_head, params.q_stride_batch, Config::kBlockM, "q");
+  const CUtensorMap k_map =
+      bshd_tensor_map(kv.k, params.dtype, params.head_dim, kv.seqlen_k, kv.heads_kv, params.batch,
+                      kv.k_stride_seq, kv.k_stride_head, kv.k_stride_batch, Config::kBlockN, "k");
+  const CUtensorMap v_map =
+      bshd_tensor_map(kv.v, params.dtype, params.head_dim, kv.seqlen_k, kv.heads_kv, params.batch,
+                      kv.v_stride_seq, kv.v_stride_head, kv.v_stride_batch, Config::kBlockN, "v");
+  // Each consumer warpgroup stores its own 64 rows.
+  const CUtensorMap o_map =
+      bshd_tensor_map(params.o, params.dtype, params.head_dim, params.seqlen_q, params.heads_q, params.batch,
+                      params.o_stride_seq, params.o_stride_head, params.o_stride_batch, 64, "o");
+  WsArgs args{};
+  args.lse = params.lse;
+  args.seqlens_q = params.seqlens_q;
+  args.seqlens_k = params.seqlens_k;
+  args.seqlen_q = params.seqlen_q;
+  args.seqlen_k = params.seqlen_k;
+  args.heads_q = params.heads_q;
+  args.heads_kv = params.heads_kv;
+  args.causal = params.causal ? 1 : 0;
+  args.window_left = params.window_left;
+  args.window_right = params.window_right;
+  args.num_m_blocks = num_m_blocks;
+  args.scale_log2 = params.scale * 1.4426950408889634f;  // log2(e)
+
+  auto kernel = ws_attention_kernel<Config>;
+  // More than 48 KB of dynamic shared memory must be asked for, once per kernel.
+  static const bool configured = [kernel] {
+    FLASHLAB_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSharedBytes));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(num_m_blocks, params.heads_q, params.batch);
+  kernel<<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(q_map, k_map, v_map, o_map, args);
+  FLASHLAB_CUDA_CHECK_LAUNCH();
+}
+
+// Bc per head dim, with Br = 128 (two consumer warpgroups): S, P and O must fit the consumers' 240 registers
+// and two K/V stages the 227 KB of shared memory. d = 256 takes FA3's 128 x 80.
+template <int kHeadDim>
+constexpr int block_n() {
+  return kHeadDim == 256 ? 80 : 128;
+}
+
+// The ablation ladder: the full kernel always, the lower rungs when built in.
+template <typename Element, int kHeadDim>
+void launch_rung(const HopperParams& params, cudaStream_t stream) {
+  constexpr int kN = block_n<kHeadDim>();
+  const HopperAblation& a = params.ablation;
+  if (a.warp_specialization && a.ping_pong && a.intra_warpgroup_overlap)
+    return launch<WsConfig<Element, kHeadDim, kN, true, true, true>>(params, stream);
+#if FLASHLAB_HOPPER_ABLATION
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
+    if (a.warp_specialization && a.ping_pong && !a.intra_warpgroup_overlap)
+      return launch<WsConfig<Element, kHeadDim, kN, true, true, false>>(params, stream);
+    if (a.warp_specialization && !a.ping_pong && !a.intra_warpgroup_overlap)
+      return launch<WsConfig<Element, kHeadDim, kN, true, false, false>>(params, stream);
+    if (!a.warp_specialization && !a.ping_pong && !a.intra_warpgroup_overlap)
+      return launch<WsConfig<Element, kHeadDim, kN, false, false, false>>(params, stream);
+  }
+#endif
+  fail("ablation: not built for this combination (", hopper_ws_unsupported(params), ")");
+}
+
+}  // namespace
+
+void set_packed_strides(HopperParams& p) {
+  p.q_stride_head = p.o_stride_head = p.head_dim;
+  p.q_stride_seq = p.o_stride_seq = static_cast<int64_t>(p.heads_q) * p.head_dim;
+  p.q_stride_batch = p.o_stride_batch = p.q_stride_seq * p.seqlen_q;
+  p.k_stride_head = p.v_stride_head = p.head_dim;
+  p.k_stride_seq = p.v_stride_seq = static_cast<int64_t>(p.heads_kv) * p.head_dim;
+  p.k_stride_batch = p.v_stride_batch = p.k_stride_seq * p.seqlen_k;
+}
+
+const char* hopper_ws_unsupported(const HopperParams& p) {
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return "head_dim must be 64, 128 or 256";
+  if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.seqlen_q < 1 || p.seqlen_k < 0)
+    return "batch, heads_q, heads_kv and seqlen_q must be >= 1, seqlen_k >= 0";
+  if (p.heads_q % p.heads_kv != 0) return "heads_q must be a multiple of heads_kv";
+  if (!(p.scale > 0.0f)) return "scale must be positive (the row maximum is taken on unscaled scores)";
+  if (p.window_left < -1 || p.window_right < -1) return "window_left and window_right must be >= -1";
+  // TMA: global addresses 16-byte aligned, strides multiples of 16 bytes.
+  for (const void* pointer : {p.q, p.k, p.v, static_cast<const void*>(p.o)})
+    if (pointer != nullptr && reinterpret_cast<uintptr_t>(pointer) % 16 != 0)
+      return "q, k, v and o must be 16-byte aligned";
+  for (int64_t stride :
+       {p.q_stride_batch, p.q_stride_seq, p.q_stride_head, p.o_stride_batch, p.o_stride_seq, p.o_stride_head})
+    if (stride <= 0 || stride % 8 != 0) return "strides must be positive multiples of 8 elements (16 bytes)";
+  if (p.seqlen_k > 0)  // with no keys K and V are never read
+    for (int64_t stride : {p.k_stride_batch, p.k_stride_seq, p.k_stride_head, p.v_stride_batch,
+                           p.v_stride_seq, p.v_stride_head})
+      if (stride <= 0 || stride % 8 != 0)
+        return "strides must be positive multiples of 8 elements (16 bytes)";
+  const HopperAblation& a = p.ablation;
+  if (a.ping_pong && !a.warp_specialization) return "ablation: ping_pong needs warp_specialization";
+  if (a.intra_warpgroup_overlap && !a.warp_specialization)
+    return "ablation: intra_warpgroup_overlap needs warp_specialization";
+  if (!(a.warp_specialization && a.ping_pong && a.intra_warpgroup_overlap)) {
+    if (!FLASHLAB_HOPPER_ABLATION) return "ablation: this build has only the full kernel";
+    if (p.dtype != HopperDType::bf16) return "ablation: the lower rungs are built for bf16 only";
+    if (a.intra_warpgroup_overlap && !a.ping_pong)
+      return "ablation: the ladder adds ping-pong before intra-warpgroup overlap";
+  }
+  return "";
+}
+
+void hopper_ws_forward(const HopperParams& params, cudaStream_t stream) {
+  if (const char* reason = hopper_ws_unsupported(params); reason[0] != '\0')
+    fail("cuda_v3_hopper/ws: ", reason);
+  if (params.q == nullptr || params.o == nullptr || params.lse == nullptr ||
+      (params.seqlen_k > 0 && (params.k == nullptr || params.v == nullptr)))
+    fail("cuda_v3_hopper/ws: q, k, v, o and lse must be device pointers");
+  const bool bf16 = params.dtype == HopperDType::bf16;
+  switch (params.head_dim) {
+    case 64:
+      return bf16 ? launch_rung<__nv_bfloat16, 64>(params, stream) : launch_rung<__half, 64>(params, stream);
+    case 128:
+      return bf16 ? launch_rung<__nv_bfloat16, 128>(params, stream)
+                  : launch_rung<__half, 128>(params, stream);
+    default:
+      return bf16 ? launch_rung<__nv_bfloat16, 256>(params, stream)
+                  : launch_rung<__half, 256>(params, stream);
+  }
+}
+
+}  // namespace flashlab::hopper
