@@ -21,11 +21,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+# None where this PyTorch has no such backend (cuDNN attention arrived in 2.2): recorded as refused.
 BACKENDS = {
-    "torch/sdpa_flash": SDPBackend.FLASH_ATTENTION,
-    "torch/sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
-    "torch/sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "torch/sdpa_math": SDPBackend.MATH,
+    "torch/sdpa_flash": getattr(SDPBackend, "FLASH_ATTENTION", None),
+    "torch/sdpa_cudnn": getattr(SDPBackend, "CUDNN_ATTENTION", None),
+    "torch/sdpa_efficient": getattr(SDPBackend, "EFFICIENT_ATTENTION", None),
+    "torch/sdpa_math": getattr(SDPBackend, "MATH", None),
 }
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 
@@ -70,6 +71,8 @@ def reference_rows(s, q, k, v, rows):
 
 
 def run_one(s, dtype_name, backend, repeats, l2_bytes):
+    if backend is None:
+        raise RuntimeError(f"this PyTorch ({torch.__version__}) has no such SDPA backend")
     dtype = DTYPES[dtype_name]
     generator = torch.Generator(device="cuda").manual_seed(7)
     first = make_inputs(s, dtype, generator)
