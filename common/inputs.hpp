@@ -33,4 +33,7 @@ class Random {
 // Q, K and V of the problem's shapes, drawn from `distribution`, rounded to the problem's dtype.
 AttentionInputs random_inputs(const Problem& problem, Distribution distribution, uint64_t seed);
 
+// An upstream gradient dO = dL/dO for the backward pass: N(0, 1) entries of O's shape, rounded to the dtype.
+HostTensor random_d_out(const Problem& problem, uint64_t seed);
+
 }  // namespace flashlab

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <string>
 #include <vector>
 
 namespace flashlab {
@@ -54,7 +56,7 @@ __attribute__((noinline)) float fma_loop(int64_t iterations, float seed) {
 double measure_fma(int threads) {
   const int64_t iterations = 20'000'000;
   double best = 0;
-  for (int trial = 0; trial < 3; ++trial) {
+  for (int trial = 0; trial < 7; ++trial) {  // the best of several: other work on a shared machine only slows
     const auto start = std::chrono::steady_clock::now();
     float sink = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
@@ -92,7 +94,63 @@ std::string cpu_model() {
   return "unknown";
 }
 
+// Reads one line of a sysfs file; "" when it is not there.
+std::string read_line(const std::string& path) {
+  std::ifstream file(path);
+  std::string line;
+  std::getline(file, line);
+  return line;
+}
+
+// "48K", "2048K", "300M" -> bytes.
+int64_t parse_size(const std::string& text) {
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    return 0;
+  }
+  const char unit = used < text.size() ? text[used] : ' ';
+  return unit == 'K' ? value << 10 : unit == 'M' ? value << 20 : unit == 'G' ? value << 30 : value;
+}
+
+// "0-1,4,6-7" -> 5 CPUs.
+int count_cpus(const std::string& list) {
+  int count = 0;
+  size_t start = 0;
+  while (start < list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string range = list.substr(start, comma - start);
+    const size_t dash = range.find('-');
+    try {
+      count += dash == std::string::npos ? 1 : std::stoi(range.substr(dash + 1)) - std::stoi(range) + 1;
+    } catch (const std::exception&) {
+      return std::max(count, 1);
+    }
+    start = comma + 1;
+  }
+  return std::max(count, 1);
+}
+
 }  // namespace
+
+std::vector<CacheLevel> cache_levels() {
+  std::vector<CacheLevel> caches;
+  for (int index = 0;; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    const std::string level = read_line(dir + "level");
+    if (level.empty()) break;
+    CacheLevel cache;
+    cache.type = read_line(dir + "type");
+    if (cache.type == "Instruction") continue;
+    cache.level = std::atoi(level.c_str());
+    cache.bytes = parse_size(read_line(dir + "size"));
+    cache.shared_by_threads = count_cpus(read_line(dir + "shared_cpu_list"));
+    caches.push_back(cache);
+  }
+  return caches;
+}
 
 const MachineCeilings& machine_ceilings() {
   static const MachineCeilings ceilings = [] {
@@ -103,6 +161,7 @@ const MachineCeilings& machine_ceilings() {
     m.fma_gflops_1core = measure_fma(1);
     m.fma_gflops_all = measure_fma(m.threads);
     m.copy_gbps = measure_copy_gbps(m.threads);
+    m.caches = cache_levels();
     return m;
   }();
   return ceilings;

@@ -12,14 +12,10 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/host_device.hpp"
 #include "common/problem.hpp"
 
 // Device code (the CUDA stages) calls the band rule below too, so the rule stays in this one place.
-#if defined(__CUDACC__)
-#define FLASHLAB_HOST_DEVICE __host__ __device__
-#else
-#define FLASHLAB_HOST_DEVICE
-#endif
 
 namespace flashlab {
 

@@ -71,4 +71,24 @@ AttentionOutputs run_forward(const Implementation& impl, const Problem& problem,
   return outputs;
 }
 
+std::string why_cannot_run_backward(const Implementation& impl, const Problem& problem) {
+  if (!impl.backward) return "no backward pass";
+  std::string reason = why_cannot_run(impl, problem);
+  if (reason.empty() && impl.supports_backward) reason = impl.supports_backward(problem);
+  return reason;
+}
+
+AttentionGradients run_backward(const Implementation& impl, const Problem& problem,
+                                const AttentionInputs& inputs, const AttentionOutputs& forward,
+                                const HostTensor& d_out) {
+  problem.validate();
+  const std::string reason = why_cannot_run_backward(impl, problem);
+  if (!reason.empty()) fail(impl.name, " cannot run this problem backward: ", reason);
+  if (d_out.size() != problem.q_elements())
+    fail("dO must have the shape of O [batch, seqlen_q, heads_q, head_dim]");
+  AttentionGradients gradients = AttentionGradients::poisoned(problem);
+  impl.backward(problem, inputs, forward, d_out, gradients);
+  return gradients;
+}
+
 }  // namespace flashlab

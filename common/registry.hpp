@@ -97,4 +97,15 @@ std::string why_cannot_run(const Implementation& impl, const Problem& problem);
 AttentionOutputs run_forward(const Implementation& impl, const Problem& problem,
                              const AttentionInputs& inputs);
 
+// As why_cannot_run, for the backward pass: also "" only when the implementation provides `backward` and its
+// supports_backward() accepts the problem.
+std::string why_cannot_run_backward(const Implementation& impl, const Problem& problem);
+
+// Validates, poisons the gradients, runs the backward from the implementation's own forward outputs (O, LSE)
+// and dO [batch, seqlen_q, heads_q, head_dim]. Throws Error when it cannot run the problem or dO has the
+// wrong shape.
+AttentionGradients run_backward(const Implementation& impl, const Problem& problem,
+                                const AttentionInputs& inputs, const AttentionOutputs& forward,
+                                const HostTensor& d_out);
+
 }  // namespace flashlab

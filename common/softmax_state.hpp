@@ -11,12 +11,15 @@
 // Two states over disjoint key sets merge exactly (merge): this is how tiles, split-KV chunks
 // (Flash-Decoding) and partial results combine. A partial result given as (O_j normalized, LSE_j) is the
 // state {m = LSE_j, l = 1} with acc = O_j (from_lse), so the decoding combine is this same merge.
+// The member functions are host and device functions: the CUDA decoding kernels run this same code.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+
+#include "common/host_device.hpp"
 
 namespace flashlab {
 
@@ -29,15 +32,16 @@ struct SoftmaxState {
 
   // The state of a finished partial result with log-sum-exp `lse`, whose normalized output is the
   // accumulator.
-  static SoftmaxState from_lse(T lse) {
+  FLASHLAB_HOST_DEVICE static SoftmaxState from_lse(T lse) {
     if (lse == neg_inf) return {};  // an empty partial: weight 0 in any merge
     return {lse, T(1)};
   }
 
   // Raises the running max to include `block_max` and rescales row_sum. Returns the factor exp(m_old - m_new)
   // by which the caller must scale its accumulator (FA2 Algorithm 1 line 9: "diag(exp(m_old - m_new)) O~").
-  T raise_max(T block_max) {
-    const T new_max = std::max(row_max, block_max);
+  FLASHLAB_HOST_DEVICE T raise_max(T block_max) {
+    // A NaN score poisons the row, as in the reference; std::max(row_max, NaN) would silently drop it.
+    const T new_max = block_max != block_max ? block_max : std::max(row_max, block_max);
     // Nothing visible yet (both -inf): keep the factor at 1, since exp(-inf - (-inf)) would be NaN.
     if (new_max == neg_inf) return T(1);
     const T factor =
@@ -49,14 +53,14 @@ struct SoftmaxState {
 
   // P = exp(s - m) for a score already covered by raise_max. A masked score (-inf) weighs exactly 0, also
   // while row_max is still -inf, where exp(-inf - (-inf)) would be NaN.
-  T weight(T score) const { return score == neg_inf ? T(0) : std::exp(score - row_max); }
+  FLASHLAB_HOST_DEVICE T weight(T score) const { return score == neg_inf ? T(0) : std::exp(score - row_max); }
 
   // Adds one key's weight to the running sum (the caller adds weight * v to its accumulator).
-  void add(T weight_value) { row_sum += weight_value; }
+  FLASHLAB_HOST_DEVICE void add(T weight_value) { row_sum += weight_value; }
 
   // One key at a time: the one-pass recurrence, acc = acc * exp(m - m') + exp(s - m') v.
   template <typename V>
-  void push(T score, const V* value, T* acc, int64_t head_dim) {
+  FLASHLAB_HOST_DEVICE void push(T score, const V* value, T* acc, int64_t head_dim) {
     const T factor = raise_max(score);
     const T p = weight(score);
     row_sum += p;
@@ -65,7 +69,7 @@ struct SoftmaxState {
 
   // Merges a state over a disjoint set of keys into this one: both are brought to the common max and added.
   template <typename A>
-  void merge(const SoftmaxState& other, const A* other_acc, T* acc, int64_t head_dim) {
+  FLASHLAB_HOST_DEVICE void merge(const SoftmaxState& other, const A* other_acc, T* acc, int64_t head_dim) {
     if (other.row_sum == T(0) && other.row_max == neg_inf) return;  // other saw nothing: weight 0
     const T factor_self = raise_max(other.row_max);
     const T factor_other = std::exp(other.row_max - row_max);
@@ -75,12 +79,12 @@ struct SoftmaxState {
   }
 
   // log(sum_j exp(s_j)) = m + log(l); -inf for a row that saw no key (the log of an empty sum).
-  T lse() const { return row_sum == T(0) ? neg_inf : row_max + std::log(row_sum); }
+  FLASHLAB_HOST_DEVICE T lse() const { return row_sum == T(0) ? neg_inf : row_max + std::log(row_sum); }
 
   // Writes the normalized output acc / l (FA2 Algorithm 1 line 12, deferred to the end). A row that saw no
   // key writes 0 rather than 0/0.
   template <typename Out>
-  void finalize(const T* acc, Out* out, int64_t head_dim) const {
+  FLASHLAB_HOST_DEVICE void finalize(const T* acc, Out* out, int64_t head_dim) const {
     const T inverse = row_sum == T(0) ? T(0) : T(1) / row_sum;
     for (int64_t c = 0; c < head_dim; ++c) out[c] = static_cast<Out>(acc[c] * inverse);
   }

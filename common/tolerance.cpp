@@ -160,4 +160,139 @@ std::string Verdict::explain() const {
   return text.str();
 }
 
+// ---- Gradients
+
+namespace {
+
+// max_err over one BSHD tensor [batch, seqlen, heads, head_dim]; `row` names the sequence index (i or j).
+double tensor_deviation(const char* tensor, const char* row, const std::vector<float>& x,
+                        const std::vector<double>& ref, int64_t batch, int64_t seqlen, int64_t heads,
+                        int64_t head_dim, std::string& worst) {
+  double max_err = 0.0;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 0; s < seqlen; ++s)
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t base = bshd_offset(b, s, h, seqlen, heads, head_dim);
+        for (int64_t c = 0; c < head_dim; ++c) {
+          const double err = element_error(x[base + c], ref[base + c]);
+          if (err > max_err || (std::isinf(err) && worst.empty())) {
+            max_err = err;
+            worst = describe_element(tensor,
+                                     "b=" + std::to_string(b) + ", " + row + "=" + std::to_string(s) +
+                                         ", h=" + std::to_string(h) + ", c=" + std::to_string(c),
+                                     x[base + c], ref[base + c]);
+          }
+        }
+      }
+  return max_err;
+}
+
+}  // namespace
+
+GradientDeviation gradient_deviation(const Problem& p, const AttentionGradients& grad,
+                                     const ReferenceGradients& ref) {
+  GradientDeviation result;
+  result.max_err_dq = tensor_deviation("dQ", "i", grad.dq.data, ref.dq, p.batch, p.seqlen_q, p.heads_q,
+                                       p.head_dim, result.worst_dq);
+  result.max_err_dk = tensor_deviation("dK", "j", grad.dk.data, ref.dk, p.batch, p.seqlen_k, p.heads_kv,
+                                       p.head_dim, result.worst_dk);
+  result.max_err_dv = tensor_deviation("dV", "j", grad.dv.data, ref.dv, p.batch, p.seqlen_k, p.heads_kv,
+                                       p.head_dim, result.worst_dv);
+  return result;
+}
+
+AttentionGradients baseline_backward(const Problem& p, const AttentionInputs& in, const HostTensor& d_out,
+                                     DType dtype) {
+  if (dtype == DType::e4m3) fail("dtype e4m3 has no naive backward baseline");
+  const Visibility visibility(p);
+  const int64_t d = p.head_dim;
+  const float scale = static_cast<float>(p.softmax_scale());
+  AttentionGradients grad = AttentionGradients::poisoned(p);
+  std::fill(grad.dk.data.begin(), grad.dk.data.end(), 0.0f);
+  std::fill(grad.dv.data.begin(), grad.dv.data.end(), 0.0f);
+  auto rounded = [dtype](float x) { return round_to(dtype, x); };
+
+  // One task per (batch, kv head), which owns that head's dK and dV (GQA: the group's query heads add in).
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
+      std::vector<float> s(static_cast<size_t>(p.seqlen_k)), o(static_cast<size_t>(d));
+      for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h)
+        for (int64_t i = 0; i < p.seqlen_q; ++i) {
+          const float* q = in.q_row(p, b, i, h);
+          const float* dout = d_out.ptr() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
+          float* dq = grad.dq.ptr() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
+          std::fill(dq, dq + d, 0.0f);
+          float row_max = -INFINITY;
+          for (int64_t j = 0; j < p.seqlen_k; ++j) {  // S = scale q_i K^T over the visible keys
+            if (!visibility.visible(b, i, j)) {
+              s[j] = -INFINITY;
+              continue;
+            }
+            const float* k = in.k_row(p, b, j, hk);
+            float dot = 0.0f;
+            for (int64_t c = 0; c < d; ++c) dot += rounded(q[c]) * rounded(k[c]);
+            s[j] = dot * scale;
+            row_max = std::isnan(s[j]) ? s[j] : std::max(row_max, s[j]);
+          }
+          if (row_max == -INFINITY) continue;  // fully masked row: dQ = 0, nothing added to dK or dV
+          float row_sum = 0.0f;
+          for (int64_t j = 0; j < p.seqlen_k; ++j)
+            if (s[j] != -INFINITY) row_sum += std::exp(s[j] - row_max);
+          const float lse = row_max + std::log(row_sum);
+          std::fill(o.begin(), o.end(), 0.0f);
+          for (int64_t j = 0; j < p.seqlen_k; ++j) {  // O = P V with P = exp(S - LSE)
+            if (s[j] == -INFINITY) continue;
+            const float* v = in.v_row(p, b, j, hk);
+            const float weight = std::exp(s[j] - lse);
+            for (int64_t c = 0; c < d; ++c) o[c] += weight * rounded(v[c]);
+          }
+          float D = 0.0f;  // D_i = dO_i . O_i
+          for (int64_t c = 0; c < d; ++c) D += rounded(dout[c]) * o[c];
+          for (int64_t j = 0; j < p.seqlen_k; ++j) {
+            if (s[j] == -INFINITY) continue;  // a hidden key takes no part
+            const float* k = in.k_row(p, b, j, hk);
+            const float* v = in.v_row(p, b, j, hk);
+            const float weight = std::exp(s[j] - lse);
+            float dP = 0.0f;  // dP_ij = dO_i . v_j
+            for (int64_t c = 0; c < d; ++c) dP += rounded(dout[c]) * rounded(v[c]);
+            const float dS = scale * weight * (dP - D);
+            float* dk = grad.dk.ptr() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
+            float* dv = grad.dv.ptr() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
+            for (int64_t c = 0; c < d; ++c) {
+              dv[c] += weight * rounded(dout[c]);
+              dk[c] += dS * rounded(q[c]);
+              dq[c] += dS * rounded(k[c]);
+            }
+          }
+        }
+    }
+  for (auto* tensor : {&grad.dq, &grad.dk, &grad.dv})
+    for (float& x : tensor->data) x = rounded(x);
+  return grad;
+}
+
+GradientTolerance gradient_tolerance_from_baseline(DType dtype, const GradientDeviation& baseline) {
+  const double floor = tolerance_floor(dtype);
+  return {2.0 * baseline.max_err_dq + floor, 2.0 * baseline.max_err_dk + floor,
+          2.0 * baseline.max_err_dv + floor};
+}
+
+GradientVerdict judge_gradients(const Problem& p, const AttentionGradients& grad,
+                                const ReferenceGradients& ref, const GradientTolerance& tol) {
+  return {gradient_deviation(p, grad, ref), tol};
+}
+
+std::string GradientVerdict::explain() const {
+  std::ostringstream text;
+  text.precision(3);
+  text << "max error dQ " << deviation.max_err_dq << " (tolerance " << tolerance.dq << "), dK "
+       << deviation.max_err_dk << " (tolerance " << tolerance.dk << "), dV " << deviation.max_err_dv
+       << " (tolerance " << tolerance.dv << ")";
+  if (deviation.max_err_dq > tolerance.dq) text << "\n  worst: " << deviation.worst_dq;
+  if (deviation.max_err_dk > tolerance.dk) text << "\n  worst: " << deviation.worst_dk;
+  if (deviation.max_err_dv > tolerance.dv) text << "\n  worst: " << deviation.worst_dv;
+  return text.str();
+}
+
 }  // namespace flashlab

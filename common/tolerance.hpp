@@ -16,6 +16,7 @@
 
 #include "common/problem.hpp"
 #include "common/reference.hpp"
+#include "common/reference_backward.hpp"
 #include "common/tensor.hpp"
 
 namespace flashlab {
@@ -54,5 +55,45 @@ struct Verdict {
 };
 Verdict judge(const Problem& problem, const AttentionOutputs& out, const ReferenceResult& ref,
               const Tolerance& tol);
+
+// ---- Gradients: the same policy for the backward pass, per tensor. An implementation's backward passes
+// when, for each of dQ, dK and dV,   max_err(grad) <= 2 * max_err(baseline grad) + floor(dtype),   with
+// max_err as above against the fp64 reference backward, and the baseline the naive backward (S and P
+// recomputed per row, dP, D = rowsum(dO * O), dS) at the implementation's precision: inputs and dO rounded to
+// its dtype, fp32 arithmetic.
+
+struct GradientDeviation {
+  double max_err_dq = 0.0;
+  double max_err_dk = 0.0;
+  double max_err_dv = 0.0;
+  // The first worst element of each, e.g. "dK[b=0, j=12, h=1, c=3] = 0.51 but the reference is 0.49".
+  std::string worst_dq, worst_dk, worst_dv;
+};
+GradientDeviation gradient_deviation(const Problem& problem, const AttentionGradients& grad,
+                                     const ReferenceGradients& ref);
+
+// The naive backward at `dtype` precision, the yardstick for the gradient tolerance. Its forward (O, LSE) is
+// its own, recomputed at the same precision.
+AttentionGradients baseline_backward(const Problem& problem, const AttentionInputs& inputs,
+                                     const HostTensor& d_out, DType dtype);
+
+struct GradientTolerance {
+  double dq = 0.0;
+  double dk = 0.0;
+  double dv = 0.0;
+};
+GradientTolerance gradient_tolerance_from_baseline(DType dtype, const GradientDeviation& baseline);
+
+struct GradientVerdict {
+  GradientDeviation deviation;
+  GradientTolerance tolerance;
+  bool passed() const {
+    return deviation.max_err_dq <= tolerance.dq && deviation.max_err_dk <= tolerance.dk &&
+           deviation.max_err_dv <= tolerance.dv;
+  }
+  std::string explain() const;  // one line of errors and tolerances, plus the worst element of each failure
+};
+GradientVerdict judge_gradients(const Problem& problem, const AttentionGradients& grad,
+                                const ReferenceGradients& ref, const GradientTolerance& tol);
 
 }  // namespace flashlab

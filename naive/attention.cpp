@@ -12,9 +12,11 @@
 #include <span>
 #include <vector>
 
+#include "common/flops.hpp"
 #include "common/mask.hpp"
 #include "common/registry.hpp"
 #include "common/softmax_state.hpp"
+#include "naive/attention.hpp"
 #include "naive/softmax.hpp"
 
 namespace flashlab::naive {
@@ -45,9 +47,11 @@ void materialized_attention(const Problem& p, const AttentionInputs& in, Attenti
           S[i * sk + j] = visibility.visible(b, i, j) ? dot * scale : -INFINITY;
         }
       }
-      for (int64_t i = 0; i < sq; ++i)  // P = softmax(S), row by row
+      for (int64_t i = 0; i < sq; ++i) {  // P = softmax(S), row by row
+        // Pointer arithmetic, not &S[i * sk]: with seqlen_k == 0 the rows are empty and S has no element.
         out.lse_at(p, b, h, i) =
             row_softmax({S.data() + i * sk, size_t(sk)}, {P.data() + i * sk, size_t(sk)});
+      }
       for (int64_t i = 0; i < sq; ++i) {  // O = P V
         float* o = out.o_row(p, b, i, h);
         std::fill(o, o + d, 0.0f);
@@ -61,6 +65,8 @@ void materialized_attention(const Problem& p, const AttentionInputs& in, Attenti
     }
   }
 }
+
+}  // namespace
 
 // One pass per query row (the recurrence FlashAttention tiles): for each visible key j,
 //   m' = max(m, s_j),  l' = l exp(m - m') + exp(s_j - m'),  acc' = acc exp(m - m') + exp(s_j - m') v_j,
@@ -106,6 +112,8 @@ void one_pass_attention(const Problem& p, const AttentionInputs& in, AttentionOu
   }
 }
 
+namespace {
+
 // Eigen GEMMs over strided views of the BSHD tensors: S = scale Q K^T, mask, row softmax, O = P V.
 void standard_gemm_attention(const Problem& p, const AttentionInputs& in, AttentionOutputs& out) {
   using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -128,13 +136,15 @@ void standard_gemm_attention(const Problem& p, const AttentionInputs& in, Attent
       for (int64_t i = 0; i < sq; ++i) {
         for (int64_t j = 0; j < sk; ++j)
           if (!visibility.visible(b, i, j)) S(i, j) = -INFINITY;
-        out.lse_at(p, b, h, i) =
-            softmax_three_pass({S.data() + i * sk, size_t(sk)}, {S.data() + i * sk, size_t(sk)});
+        float* row = S.data() + i * sk;  // not &S(i, 0): with seqlen_k == 0 there is no element (i, 0)
+        out.lse_at(p, b, h, i) = softmax_three_pass({row, size_t(sk)}, {row, size_t(sk)});
       }
       O.noalias() = S * V;
     }
   }
 }
+
+}  // namespace
 
 // The materialized stages hold S (and P) for one (batch, head) per thread: refuse sizes that would not fit in
 // memory.
@@ -149,12 +159,31 @@ std::string fits_in_memory(const Problem& p, int matrices) {
          " MiB, more than half this machine's memory";
 }
 
+namespace {
+
+// The memory-traffic model of the materialized stages: the inputs read once and the outputs written once
+// (K and V of one head are assumed to stay in cache across query rows), plus every full pass over an
+// seqlen_q x seqlen_k float32 matrix (S or P) per (batch, head). Masked entries are still written and read.
+double materialized_bytes(const Problem& p, int matrix_passes) {
+  const double matrix = 4.0 * static_cast<double>(p.seqlen_q) * static_cast<double>(p.seqlen_k);
+  return forward_min_bytes(p, 4) + matrix_passes * matrix * static_cast<double>(p.batch * p.heads_q);
+}
+
+// S written, softmax passes 1-3 read S and pass 3 writes P, O = PV reads P: 6 passes.
+constexpr int kThreePassMatrixPasses = 6;
+// S written, pass 1 (m and l together) and pass 2 read S, pass 2 writes P, O = PV reads P: 5 passes.
+constexpr int kOnlineMatrixPasses = 5;
+// The GEMM writes S, the in-place three-pass softmax reads it three times and writes P over it once, the
+// second GEMM reads P: 6 passes.
+constexpr int kGemmMatrixPasses = 6;
+
 const Registration three_pass{{
     .name = "naive/three_pass",
     .summary = "standard attention: S and P materialized, three-pass safe softmax",
     .constraints = "any shape, every mask; O(seqlen_q x seqlen_k) memory per head",
     .supports = [](const Problem& p) { return fits_in_memory(p, 2); },
     .forward = materialized_attention<softmax_three_pass>,
+    .bytes_moved = [](const Problem& p) { return materialized_bytes(p, kThreePassMatrixPasses); },
 }};
 
 const Registration online_softmax{{
@@ -163,6 +192,7 @@ const Registration online_softmax{{
     .constraints = "any shape, every mask; O(seqlen_q x seqlen_k) memory per head",
     .supports = [](const Problem& p) { return fits_in_memory(p, 2); },
     .forward = materialized_attention<softmax_online>,
+    .bytes_moved = [](const Problem& p) { return materialized_bytes(p, kOnlineMatrixPasses); },
 }};
 
 const Registration one_pass{{
@@ -170,6 +200,9 @@ const Registration one_pass{{
     .summary = "no S: one pass over the keys per row with running max, sum and output",
     .constraints = "any shape, every mask; O(head_dim) state per row",
     .forward = one_pass_attention,
+    // No S: the inputs read once and the outputs written once, K and V of one head staying in cache across
+    // query rows (when they do not fit, every row re-reads them: the traffic tiling removes).
+    .bytes_moved = [](const Problem& p) { return forward_min_bytes(p, 4); },
 }};
 
 const Registration standard_gemm{{
@@ -178,6 +211,7 @@ const Registration standard_gemm{{
     .constraints = "any shape, every mask; O(seqlen_q x seqlen_k) memory per head",
     .supports = [](const Problem& p) { return fits_in_memory(p, 1); },
     .forward = standard_gemm_attention,
+    .bytes_moved = [](const Problem& p) { return materialized_bytes(p, kGemmMatrixPasses); },
 }};
 
 }  // namespace

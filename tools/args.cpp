@@ -85,8 +85,6 @@ std::set<std::string> problem_switches() {
   return {"--causal"};
 }
 
-namespace {
-
 // Copies a .npy array into `tensor`, whose shape the problem fixed: refuses any other shape.
 void load_tensor(const NpyArray& array, const std::string& flag, const std::string& path, HostTensor& tensor,
                  const char* layout) {
@@ -102,8 +100,6 @@ void load_tensor(const NpyArray& array, const std::string& flag, const std::stri
   }
   for (size_t i = 0; i < array.values.size(); ++i) tensor.data[i] = static_cast<float>(array.values[i]);
 }
-
-}  // namespace
 
 ProblemSetup problem_from_args(const Args& args) {
   ProblemSetup setup;

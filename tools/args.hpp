@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/inputs.hpp"
+#include "common/npy.hpp"
 #include "common/problem.hpp"
 #include "common/tensor.hpp"
 
@@ -49,5 +50,11 @@ struct ProblemSetup {
 // Builds and validates the problem; reads --q/--k/--v when given (their shapes then define the problem, and
 // any size flag given as well must agree), else draws seeded random inputs.
 ProblemSetup problem_from_args(const Args& args);
+
+// Copies a float32/float64 .npy array read for `flag` from `path` into `tensor`, whose shape the problem
+// fixed
+// (`layout` names it in the message, e.g. "[batch, seqlen_q, heads, head_dim]"); refuses any other shape.
+void load_tensor(const NpyArray& array, const std::string& flag, const std::string& path, HostTensor& tensor,
+                 const char* layout);
 
 }  // namespace flashlab::cli

@@ -8,17 +8,17 @@
 // Shape sets: "sweep" (FlashAttention's benchmark: batch * seqlen = 16k tokens, 2048 hidden, seqlen 1k..16k,
 // head_dim 64 and 128, causal or not), "occupancy" (8 heads against 256 (batch, head) pairs at seqlen 4k),
 // "quick" (two small shapes, for trying the command), "all" (sweep + occupancy). With --json the output also
-// holds the GPU's measured ceilings (common/cuda/ceilings.hpp).
+// holds the GPU's measured ceilings (gpu_ceilings() of common/machine.hpp).
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include "common/cuda/ceilings.hpp"
 #include "common/cuda/device.hpp"
 #include "common/error.hpp"
 #include "common/flops.hpp"
 #include "common/inputs.hpp"
+#include "common/machine.hpp"
 #include "common/reference.hpp"
 #include "common/registry.hpp"
 #include "common/tolerance.hpp"
@@ -195,7 +195,9 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
   if (args.has("--json")) {
     Json json;
     progress("measuring the GPU's copy bandwidth and bf16 GEMM rate ...");
-    const cuda::GpuCeilings ceilings = *cuda::gpu_ceilings();
+    const GpuReport& report = gpu_ceilings();  // common/machine.hpp, measured by common/cuda/machine_gpu.cu
+    if (report.devices.empty()) fail("gpu-bench: no GPU ceilings: ", report.absent_reason);
+    const GpuCeilings& ceilings = report.devices.front();
     progress("");
     json.begin_object().field("device", ceilings.name).field("sm_count", ceilings.sm_count);
     json.field("copy_gbps", ceilings.copy_gbps).field("bf16_gemm_tflops", ceilings.bf16_gemm_tflops);

@@ -68,7 +68,24 @@ void machine_json(Json& json, const MachineCeilings& m) {
   json.field("cpu", m.cpu).field("threads", m.threads).field("vector_bits", m.vector_bits);
   json.field("fma_gflops_1core", m.fma_gflops_1core).field("fma_gflops_all", m.fma_gflops_all);
   json.field("copy_gbps", m.copy_gbps);
+  json.key("caches").begin_array();
+  for (const CacheLevel& cache : m.caches) {
+    json.begin_object().field("level", cache.level).field("type", cache.type).field("bytes", cache.bytes);
+    json.field("shared_by_threads", cache.shared_by_threads).end_object();
+  }
+  json.end_array();
   json.end_object();
+}
+
+void gpu_json(Json& json, const GpuReport& gpus) {
+  json.key("gpus").begin_array();
+  for (const GpuCeilings& gpu : gpus.devices) {
+    json.begin_object().field("name", gpu.name).field("sm_count", gpu.sm_count);
+    json.field("memory_gib", gpu.memory_gib).field("copy_gbps", gpu.copy_gbps);
+    json.field("bf16_gemm_tflops", gpu.bf16_gemm_tflops).end_object();
+  }
+  json.end_array();
+  if (gpus.devices.empty()) json.field("gpu_absent_reason", gpus.absent_reason);
 }
 
 }  // namespace flashlab::cli

@@ -37,8 +37,13 @@ Measurement measure(const Implementation& impl, const Problem& p, const Attentio
 // Writes a progress line to stderr when it is a terminal (erased by the next one; "" clears it).
 void progress(const std::string& text);
 
+// `flashlab compare --backward` (tools/cmd_grad.cpp): the backward passes side by side.
+class Args;
+int compare_backward(const Args& args);
+
 class Json;
 void problem_json(Json& json, const Problem& p, const std::string& source);
 void machine_json(Json& json, const MachineCeilings& m);
+void gpu_json(Json& json, const GpuReport& gpus);  // "gpus": [...], and why there are none
 
 }  // namespace flashlab::cli

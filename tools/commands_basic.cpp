@@ -119,8 +119,9 @@ int compare_command(const std::vector<std::string>& argv) {
   auto valued = problem_flags();
   valued.insert("--repeat");
   auto switches = problem_switches();
-  switches.insert("--json");
+  switches.insert({"--json", "--backward"});
   const Args args(argv, valued, switches);
+  if (args.has("--backward")) return compare_backward(args);
   std::vector<const Implementation*> chosen;
   for (const std::string& name : args.positional()) {
     const Implementation* impl = find_implementation(name);
@@ -238,7 +239,8 @@ const CommandRegistration run{{"run",
                                "[--repeat N] [--no-check] [--json]",
                                run_command}};
 const CommandRegistration compare{
-    {"compare", "flashlab compare [IMPL...] [problem flags] [--repeat N] [--json]", compare_command}};
+    {"compare", "flashlab compare [IMPL...] [problem flags] [--repeat N] [--backward] [--json]",
+     compare_command}};
 
 }  // namespace
 

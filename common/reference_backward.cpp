@@ -1,0 +1,82 @@
+#include "common/reference_backward.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "common/mask.hpp"
+
+namespace flashlab {
+
+ReferenceGradients reference_backward(const Problem& p, const AttentionInputs& in, const HostTensor& d_out) {
+  p.validate();
+  const Visibility visibility(p);
+  const int64_t d = p.head_dim;
+  const double scale = p.softmax_scale();
+  ReferenceGradients grad;
+  grad.dq.assign(static_cast<size_t>(p.q_elements()), 0.0);
+  grad.dk.assign(static_cast<size_t>(p.kv_elements()), 0.0);
+  grad.dv.assign(static_cast<size_t>(p.kv_elements()), 0.0);
+
+  // One task per (batch, kv head): it owns that head's dK and dV, so the group's query heads add into them
+  // without a race.
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
+      std::vector<double> scores(static_cast<size_t>(p.seqlen_k)), weights(static_cast<size_t>(p.seqlen_k));
+      std::vector<uint8_t> seen(static_cast<size_t>(p.seqlen_k));
+      std::vector<double> o(static_cast<size_t>(d));
+      for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h) {
+        for (int64_t i = 0; i < p.seqlen_q; ++i) {
+          const float* q = in.q_row(p, b, i, h);
+          const float* dout = d_out.ptr() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
+          // Forward, in fp64: S over the visible keys, its max, the normalizer.
+          double row_max = -std::numeric_limits<double>::infinity();
+          bool any = false, has_nan = false;
+          for (int64_t j = 0; j < p.seqlen_k; ++j) {
+            seen[j] = visibility.visible(b, i, j);
+            if (!seen[j]) continue;
+            const float* k = in.k_row(p, b, j, hk);
+            double dot = 0.0;
+            for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * static_cast<double>(k[c]);
+            scores[j] = dot * scale;
+            has_nan |= std::isnan(scores[j]);
+            row_max = std::max(row_max, scores[j]);
+            any = true;
+          }
+          if (!any) continue;  // fully masked row: O is the constant 0, so it contributes no gradient
+          if (has_nan) row_max = std::numeric_limits<double>::quiet_NaN();
+          double row_sum = 0.0;
+          for (int64_t j = 0; j < p.seqlen_k; ++j)
+            if (seen[j]) row_sum += (weights[j] = std::exp(scores[j] - row_max));
+          std::fill(o.begin(), o.end(), 0.0);
+          for (int64_t j = 0; j < p.seqlen_k; ++j) {  // P = exp(S - m) / l, O = P V
+            if (!seen[j]) continue;
+            weights[j] /= row_sum;
+            const float* v = in.v_row(p, b, j, hk);
+            for (int64_t c = 0; c < d; ++c) o[c] += weights[j] * static_cast<double>(v[c]);
+          }
+          double D = 0.0;  // D_i = dO_i . O_i
+          for (int64_t c = 0; c < d; ++c) D += static_cast<double>(dout[c]) * o[c];
+          double* dq = &grad.dq[bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d)];
+          for (int64_t j = 0; j < p.seqlen_k; ++j) {
+            if (!seen[j]) continue;  // a hidden key takes no part (a NaN in its K or V must not leak in)
+            const float* k = in.k_row(p, b, j, hk);
+            const float* v = in.v_row(p, b, j, hk);
+            double dP = 0.0;  // dP_ij = dO_i . v_j
+            for (int64_t c = 0; c < d; ++c) dP += static_cast<double>(dout[c]) * static_cast<double>(v[c]);
+            const double dS = weights[j] * (dP - D);
+            const int64_t kv = bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
+            for (int64_t c = 0; c < d; ++c) {
+              grad.dv[kv + c] += weights[j] * static_cast<double>(dout[c]);
+              grad.dk[kv + c] += scale * dS * static_cast<double>(q[c]);
+              dq[c] += scale * dS * static_cast<double>(k[c]);
+            }
+          }
+        }
+      }
+    }
+  }
+  return grad;
+}
+
+}  // namespace flashlab

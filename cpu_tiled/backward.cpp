@@ -1,0 +1,362 @@
+// cpu_tiled/backward: the FlashAttention-2 backward on the CPU (FA2 paper, Algorithm 2; docs/08-backward.md).
+//
+// No seqlen_q x seqlen_k matrix exists: P is recomputed tile by tile from the saved LSE. The schedule is
+// FA2's column-parallel one:
+//   pre-pass    D = rowsum(dO * O)                                          (Alg. 2 line 4)
+//   outer loop  K/V tiles, one task per (batch, kv head, kv tile), in parallel (Alg. 2 line 5)
+//               dK_j and dV_j live in the task's cache-resident accumulators
+//   inner loop  Q tiles of every query head of the kv head's group (Alg. 2 line 7):
+//                 S = Q_i K_j^T, P = exp(scale S - LSE_i)            (lines 9-10)
+//                 dV_j += P^T dO_i                                   (line 11)
+//                 dP = dO_i V_j^T, dS = scale P * (dP - D_i)         (lines 12-13)
+//                 dQ_i += dS K_j                                     (line 14: the race, see below)
+//                 dK_j += dS^T Q_i                                   (line 15)
+// dQ_i receives a contribution from every K/V tile, so two tasks may add to the same rows at once:
+//   cpu_tiled/backward          each thread adds into its own dQ partial buffer; the buffers are summed
+//                               at the end (FA2 uses atomic adds on the GPU);
+//   cpu_tiled/backward_dq_pass  the K/V-outer pass skips dQ, and a second, Q-tile-outer pass recomputes P and
+//                               dS for dQ_i = sum_j dS K_j: no buffers, but 7 tile products instead of 5.
+// docs/08-backward.md ("The dQ race") has the measurements. Tiles the mask hides are skipped
+// (Visibility::tile); the products are Eigen GEMMs on strided tile views, dP's in double (see
+// probabilities_and_score_gradients). The forward that saves O and LSE is a plain tiled forward on the same
+// tile grid (tiled_forward, at the end), so that the backward recomputes S bit for bit.
+#include <omp.h>
+
+#include <Eigen/Dense>
+#include <vector>
+
+#include "common/mask.hpp"
+#include "common/registry.hpp"
+#include "common/softmax_state.hpp"
+
+namespace flashlab::cpu_tiled {
+
+namespace {
+
+using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Tile = Eigen::Map<Matrix>;                                      // a contiguous workspace tile
+using ConstView = Eigen::Map<const Matrix, 0, Eigen::OuterStride<>>;  // rows of a BSHD tensor, one head
+using View = Eigen::Map<Matrix, 0, Eigen::OuterStride<>>;
+using Column = Eigen::Map<const Eigen::ArrayXf>;
+using MatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using TileD = Eigen::Map<MatrixD>;
+using ColumnD = Eigen::Map<const Eigen::ArrayXd>;
+
+constexpr int64_t kBr = 128;  // query rows per Q tile (B_r)
+constexpr int64_t kBc = 128;  // keys per K/V tile (B_c)
+
+// Per-thread workspace: O(B_r B_c + B_c d), cache resident.
+struct Workspace {
+  std::vector<float> scores, d_scores;     // S then P; dS (B_r x B_c)
+  std::vector<float> dk, dv;               // dK_j, dV_j accumulators (B_c x d)
+  std::vector<double> d_probs;             // dP (B_r x B_c), in double: see probabilities_and_score_gradients
+  std::vector<double> v_wide, d_out_wide;  // V_j (B_c x d) and dO_i (B_r x d) widened for the dP product
+  explicit Workspace(int64_t head_dim)
+      : scores(kBr * kBc),
+        d_scores(kBr * kBc),
+        dk(kBc * head_dim),
+        dv(kBc * head_dim),
+        d_probs(kBr * kBc),
+        v_wide(kBc * head_dim),
+        d_out_wide(kBr * head_dim) {}
+};
+
+struct Shapes {
+  const Problem& p;
+  int64_t q_stride() const { return p.heads_q * p.head_dim; }  // between rows of one head in Q, O, dO, dQ
+  int64_t kv_stride() const { return p.heads_kv * p.head_dim; }
+  int64_t row_index(int64_t b, int64_t h, int64_t i) const { return (b * p.heads_q + h) * p.seqlen_q + i; }
+};
+
+// S = scale Q_i K_j^T for one tile. The forward and the backward both call this on the same tile grid, so the
+// recomputed S is bitwise the forward's: P = exp(S - LSE) then matches the forward's P exactly, where a
+// rounding difference in S (about 1e-2 when scores reach 1e4) would scale P by exp(1e-2).
+void score_tile(const ConstView& Q, const ConstView& K, float scale, Tile& S) {
+  S.noalias() = Q * K.transpose();
+  S.array() *= scale;
+}
+
+// D_i = dO_i . O_i = rowsum(dO * O) (FA2 Alg. 2 line 4), laid out like LSE [batch, heads_q, seqlen_q], in
+// double like dP (see probabilities_and_score_gradients).
+std::vector<double> row_dot_pre_pass(const Problem& p, const AttentionOutputs& fwd, const HostTensor& d_out) {
+  std::vector<double> D(static_cast<size_t>(p.lse_elements()));
+  const Shapes shapes{p};
+#pragma omp parallel for collapse(3) schedule(static)
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        const int64_t offset = bshd_offset(b, i, h, p.seqlen_q, p.heads_q, p.head_dim);
+        double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t c = 0; c < p.head_dim; ++c)
+          sum += static_cast<double>(d_out.data[offset + c]) * static_cast<double>(fwd.o.data[offset + c]);
+        D[shapes.row_index(b, h, i)] = sum;
+      }
+  return D;
+}
+
+// What one (Q tile i, K/V tile j) pair reads: views of Q_i, dO_i, K_j, the widened V_j, LSE_i and D_i.
+struct TilePair {
+  const Problem& p;
+  const Visibility& visibility;
+  TileCover cover;
+  int64_t b, i0, j0;
+  ConstView Q, dO, K;
+  const TileD& V_wide;
+  Column lse;
+  ColumnD row_dot;
+};
+
+// Alg. 2 lines 9-13 for one pair: P recomputed from the saved LSE, and dS = scale P * (dP - D), into the
+// workspace. Both dQ schedules call it.
+void probabilities_and_score_gradients(const TilePair& t, Workspace& ws, Tile& P, Tile& dS) {
+  const int64_t rows = t.Q.rows(), cols = t.K.rows(), d = t.p.head_dim;
+  const float scale = static_cast<float>(t.p.softmax_scale());
+  score_tile(t.Q, t.K, scale, P);  // S = scale Q_i K_j^T (line 9)
+  // P = exp(S - LSE_i) (line 10): the forward's P, recomputed from its saved log-sum-exp.
+  P.array() = (P.array().colwise() - t.lse).exp();
+  if (t.cover == TileCover::partial) {
+    // Masked entries weigh exactly 0. This also clears every entry of a row that sees no key, whose
+    // LSE = -inf made exp() above give inf or NaN.
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = t.i0 + r;
+      const KeyRange keys = t.visibility.key_range(t.b, i);
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t j = t.j0 + c;
+        if (j < keys.begin || j >= keys.end || !t.visibility.mask_allows(i, j)) P(r, c) = 0.0f;
+      }
+    }
+  }
+  // dP = dO_i V_j^T (line 12) and dP - D_i in double: where P is nearly one-hot, O_i equals v_j and
+  // dP_ij - D_i is a difference of two equal dot products, whose float rounding errors (~1e-6) would not
+  // cancel (the GEMM and the pre-pass sum in different orders), and dQ = dS K multiplies them by |K|.
+  TileD dO_wide(ws.d_out_wide.data(), rows, d), dP(ws.d_probs.data(), rows, cols);
+  dO_wide = t.dO.cast<double>();
+  dP.noalias() = dO_wide * t.V_wide.transpose();
+  // dS = scale P * (dP - D_i) (line 13), the scale of S = scale Q K^T folded in once for dQ and dK.
+  dS.array() = scale * P.array() * (dP.array().colwise() - t.row_dot).cast<float>();
+  if (t.cover == TileCover::partial)  // a masked key takes no part, even when its V holds a NaN (0 * NaN)
+    dS = (P.array() == 0.0f).select(0.0f, dS);
+}
+
+// How dQ is accumulated without a race (see the file header).
+enum class DqSchedule {
+  partials,  // each thread adds dS K_j into its own dQ buffer; the buffers are summed at the end
+  separate,  // the K/V-outer pass skips dQ; a Q-tile-outer pass recomputes P and dS and owns its dQ rows
+};
+
+// One K/V tile [j0, j1) of kv head hk (Alg. 2 lines 6-16): every Q tile of the group's query heads that sees
+// it adds its share to dK_j and dV_j (kept here) and, with DqSchedule::partials, to the thread's dQ buffer.
+template <DqSchedule schedule>
+void kv_tile_backward(const Problem& p, const Visibility& visibility, const AttentionInputs& in,
+                      const AttentionOutputs& fwd, const HostTensor& d_out, const std::vector<double>& D,
+                      int64_t b, int64_t hk, int64_t j0, int64_t j1, float* dq_partial, Workspace& ws,
+                      AttentionGradients& grad) {
+  const Shapes shapes{p};
+  const int64_t d = p.head_dim, cols = j1 - j0;
+  const ConstView K(in.k_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
+  const ConstView V(in.v_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
+  Tile dK(ws.dk.data(), cols, d), dV(ws.dv.data(), cols, d);
+  TileD V_wide(ws.v_wide.data(), cols, d);
+  V_wide = V.cast<double>();
+  dK.setZero();
+  dV.setZero();
+
+  for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h) {
+    for (int64_t i0 = 0; i0 < p.seqlen_q; i0 += kBr) {
+      const int64_t i1 = std::min(i0 + kBr, p.seqlen_q), rows = i1 - i0;
+      const TileCover cover = visibility.tile(b, i0, i1, j0, j1);
+      if (cover == TileCover::hidden) continue;  // no row sees any of these keys: P = 0, nothing to add
+      const int64_t q_offset = bshd_offset(b, i0, h, p.seqlen_q, p.heads_q, d);
+      const TilePair pair{p,
+                          visibility,
+                          cover,
+                          b,
+                          i0,
+                          j0,
+                          ConstView(in.q.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride())),
+                          ConstView(d_out.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride())),
+                          K,
+                          V_wide,
+                          Column(fwd.lse.ptr() + shapes.row_index(b, h, i0), rows),
+                          ColumnD(D.data() + shapes.row_index(b, h, i0), rows)};
+      Tile P(ws.scores.data(), rows, cols), dS(ws.d_scores.data(), rows, cols);
+      probabilities_and_score_gradients(pair, ws, P, dS);
+      dV.noalias() += P.transpose() * pair.dO;  // dV_j += P^T dO_i (line 11)
+      if constexpr (schedule == DqSchedule::partials) {
+        View dQ(dq_partial + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride()));
+        dQ.noalias() += dS * K;  // dQ_i += dS K_j (line 14), into this thread's partial
+      }
+      dK.noalias() += dS.transpose() * pair.Q;  // dK_j += dS^T Q_i (line 15)
+    }
+  }
+  // Line 16: write dK_j, dV_j once. Tiles no row sees (padding, windows) write their zeros here.
+  View(grad.dk.ptr() + bshd_offset(b, j0, hk, p.seqlen_k, p.heads_kv, d), cols, d,
+       Eigen::OuterStride<>(shapes.kv_stride())) = dK;
+  View(grad.dv.ptr() + bshd_offset(b, j0, hk, p.seqlen_k, p.heads_kv, d), cols, d,
+       Eigen::OuterStride<>(shapes.kv_stride())) = dV;
+}
+
+// DqSchedule::separate: the rows [i0, i1) of query head h own their dQ rows, so no two tasks write the same
+// element. P and dS are recomputed (S, dP: two products again) for the one product dQ_i = sum_j dS K_j.
+void q_tile_dq(const Problem& p, const Visibility& visibility, const AttentionInputs& in,
+               const AttentionOutputs& fwd, const HostTensor& d_out, const std::vector<double>& D, int64_t b,
+               int64_t h, int64_t i0, int64_t i1, Workspace& ws, AttentionGradients& grad) {
+  const Shapes shapes{p};
+  const int64_t d = p.head_dim, rows = i1 - i0, hk = p.kv_head(h);
+  const int64_t q_offset = bshd_offset(b, i0, h, p.seqlen_q, p.heads_q, d);
+  View dQ(grad.dq.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride()));
+  dQ.setZero();
+  for (int64_t j0 = 0; j0 < p.seqlen_k; j0 += kBc) {
+    const int64_t j1 = std::min(j0 + kBc, p.seqlen_k), cols = j1 - j0;
+    const TileCover cover = visibility.tile(b, i0, i1, j0, j1);
+    if (cover == TileCover::hidden) continue;
+    const ConstView K(in.k_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
+    TileD V_wide(ws.v_wide.data(), cols, d);
+    V_wide =
+        ConstView(in.v_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride())).cast<double>();
+    const TilePair pair{p,
+                        visibility,
+                        cover,
+                        b,
+                        i0,
+                        j0,
+                        ConstView(in.q.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride())),
+                        ConstView(d_out.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride())),
+                        K,
+                        V_wide,
+                        Column(fwd.lse.ptr() + shapes.row_index(b, h, i0), rows),
+                        ColumnD(D.data() + shapes.row_index(b, h, i0), rows)};
+    Tile P(ws.scores.data(), rows, cols), dS(ws.d_scores.data(), rows, cols);
+    probabilities_and_score_gradients(pair, ws, P, dS);
+    dQ.noalias() += dS * K;  // dQ_i += dS K_j (line 14), rows this task owns
+  }
+}
+
+template <DqSchedule schedule>
+void flash_backward(const Problem& p, const AttentionInputs& in, const AttentionOutputs& fwd,
+                    const HostTensor& d_out, AttentionGradients& grad) {
+  const Visibility visibility(p);
+  const std::vector<double> D = row_dot_pre_pass(p, fwd, d_out);
+  const int64_t kv_tiles = (p.seqlen_k + kBc - 1) / kBc, q_tiles = (p.seqlen_q + kBr - 1) / kBr;
+  const int threads = omp_get_max_threads();
+  const int64_t q_elements = p.q_elements();
+  // DqSchedule::partials: one dQ buffer per thread, O(threads x N d) memory, zeroed, summed at the end.
+  std::vector<float> dq_partials(schedule == DqSchedule::partials ? static_cast<size_t>(threads * q_elements)
+                                                                  : 0);
+
+#pragma omp parallel num_threads(threads)
+  {
+    Workspace ws(p.head_dim);
+    float* dq_partial =
+        schedule == DqSchedule::partials ? dq_partials.data() + omp_get_thread_num() * q_elements : nullptr;
+    // Round-robin tiles: balanced when causal masking makes later K/V tiles cheaper, and reproducible: each
+    // thread always gets the same tiles in the same order, so the partials sum in the same order every run.
+#pragma omp for collapse(3) schedule(static, 1)
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t hk = 0; hk < p.heads_kv; ++hk)
+        for (int64_t tile = 0; tile < kv_tiles; ++tile) {
+          const int64_t j0 = tile * kBc, j1 = std::min(j0 + kBc, p.seqlen_k);
+          kv_tile_backward<schedule>(p, visibility, in, fwd, d_out, D, b, hk, j0, j1, dq_partial, ws, grad);
+        }
+    if constexpr (schedule == DqSchedule::separate) {
+#pragma omp for collapse(3) schedule(dynamic)
+      for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t h = 0; h < p.heads_q; ++h)
+          for (int64_t tile = 0; tile < q_tiles; ++tile) {
+            const int64_t i0 = tile * kBr, i1 = std::min(i0 + kBr, p.seqlen_q);
+            q_tile_dq(p, visibility, in, fwd, d_out, D, b, h, i0, i1, ws, grad);
+          }
+    }
+  }
+  if constexpr (schedule == DqSchedule::partials) {
+    // dQ = the sum of the threads' partials (every element written, 0 for rows that see no key).
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < q_elements; ++e) {
+      float sum = 0.0f;
+      for (int t = 0; t < threads; ++t) sum += dq_partials[t * q_elements + e];
+      grad.dq.data[e] = sum;
+    }
+  }
+}
+
+// The forward the backward needs for O and LSE: FA2 Algorithm 1 on the same B_r x B_c grid, one task per
+// (batch, head, Q tile), the online softmax per row in the shared SoftmaxState, Eigen tile products. Its S
+// tiles come from score_tile(), as the backward's do.
+void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs& out) {
+  const Visibility visibility(p);
+  const Shapes shapes{p};
+  const int64_t d = p.head_dim;
+  const float scale = static_cast<float>(p.softmax_scale());
+  const int64_t q_tiles = (p.seqlen_q + kBr - 1) / kBr;
+#pragma omp parallel
+  {
+    std::vector<float> scores(kBr * kBc), accumulator(kBr * d);
+    std::vector<SoftmaxState<float>> states(kBr);
+#pragma omp for collapse(3) schedule(dynamic)
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t tile = 0; tile < q_tiles; ++tile) {
+          const int64_t i0 = tile * kBr, i1 = std::min(i0 + kBr, p.seqlen_q), rows = i1 - i0;
+          const int64_t hk = p.kv_head(h);
+          const ConstView Q(in.q_row(p, b, i0, h), rows, d, Eigen::OuterStride<>(shapes.q_stride()));
+          Tile acc(accumulator.data(), rows, d);  // O~_i, unnormalized
+          acc.setZero();
+          std::fill(states.begin(), states.end(), SoftmaxState<float>{});
+          for (int64_t j0 = 0; j0 < p.seqlen_k; j0 += kBc) {
+            const int64_t j1 = std::min(j0 + kBc, p.seqlen_k), cols = j1 - j0;
+            const TileCover cover = visibility.tile(b, i0, i1, j0, j1);
+            if (cover == TileCover::hidden) continue;
+            const ConstView K(in.k_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
+            const ConstView V(in.v_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
+            Tile S(scores.data(), rows, cols);
+            score_tile(Q, K, scale, S);  // Alg. 1 line 8
+            for (int64_t r = 0; r < rows; ++r) {
+              const int64_t i = i0 + r;
+              if (cover == TileCover::partial) {
+                const KeyRange keys = visibility.key_range(b, i);
+                for (int64_t c = 0; c < cols; ++c)
+                  if (j0 + c < keys.begin || j0 + c >= keys.end || !visibility.mask_allows(i, j0 + c))
+                    S(r, c) = -INFINITY;
+              }
+              // Alg. 1 lines 9-10: m_new = max(m, rowmax(S)); rescale l and O~ by exp(m - m_new).
+              acc.row(r) *= states[r].raise_max(S.row(r).maxCoeff<Eigen::PropagateNaN>());
+              if (states[r].row_max == SoftmaxState<float>::neg_inf) {
+                // Nothing visible yet: every weight is 0 (exp(-inf - (-inf)) would be NaN).
+                S.row(r).setZero();
+                continue;
+              }
+              S.row(r).array() = (S.row(r).array() - states[r].row_max).exp();  // P~ = exp(S - m_new)
+              states[r].add(S.row(r).sum());                                    // l += rowsum(P~)
+            }
+            acc.noalias() += S * V;  // O~ += P~ V_j
+          }
+          for (int64_t r = 0; r < rows; ++r) {  // Alg. 1 lines 12-13: O = O~ / l, LSE = m + log l
+            states[r].finalize(&acc(r, 0), out.o_row(p, b, i0 + r, h), d);
+            out.lse_at(p, b, h, i0 + r) = states[r].lse();
+          }
+        }
+  }
+}
+
+const Registration backward{{
+    .name = "cpu_tiled/backward",
+    .summary = "FlashAttention-2 backward: K/V tiles outer in parallel, P recomputed from LSE, dQ partials",
+    .constraints = "any shape, every mask; O(N d) memory",
+    .forward = tiled_forward,
+    .backward = flash_backward<DqSchedule::partials>,
+}};
+
+// The alternative to per-thread partials, kept to measure the choice (docs/08-backward.md, "The dQ race").
+const Registration backward_dq_pass{{
+    .name = "cpu_tiled/backward_dq_pass",
+    .summary =
+        "the same with a separate Q-tile-outer dQ pass: no partial buffers, 7 tile products instead of 5",
+    .constraints = "any shape, every mask; O(N d) memory",
+    .forward = tiled_forward,
+    .backward = flash_backward<DqSchedule::separate>,
+}};
+
+}  // namespace
+
+}  // namespace flashlab::cpu_tiled

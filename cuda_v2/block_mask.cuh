@@ -1,0 +1,69 @@
+// The mask as one thread block of cuda_v2 sees it: which key tiles it visits, which of those need an element
+// mask, and whether one (row, key) pair is visible. Every rule comes from common/mask.hpp (band_key_range);
+// this file only turns it into tile decisions. Host and device: the self-test checks every decision on the
+// host against common/mask.hpp's Visibility (with host pointers in the lengths and mask fields).
+#pragma once
+
+#include <cstdint>
+
+#include "common/mask.hpp"
+#include "cuda_v2/split_q.hpp"
+
+namespace flashlab::cuda_v2 {
+
+// The query rows [row_begin, row_end) of one (q-block, head, batch) and the keys they may read.
+struct BlockMask {
+  int rows_q = 0;  // valid query rows of this batch element (seqlens_q[b] or seqlen_q)
+  int rows_k = 0;  // valid keys of this batch element; keys at or past it are never loaded
+  // Key tiles [tile_begin, tile_end) of width kBlockN hold every key any valid row of the block sees; the
+  // others are hidden (causal, window, padding) and skipped: FA2's causal block skipping.
+  int tile_begin = 0, tile_end = 0;
+  // Keys [full_begin, full_end) are visible to every row of the block: a tile inside it needs no element
+  // mask.
+  int full_begin = 0, full_end = 0;
+
+  template <int kBlockN>
+  FLASHLAB_HOST_DEVICE static BlockMask make(const SplitQParams& p, int b, int row_begin, int row_end) {
+    BlockMask m;
+    m.rows_q = p.seqlens_q ? p.seqlens_q[b] : p.seqlen_q;
+    m.rows_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;
+    const int last_row = (row_end < m.rows_q ? row_end : m.rows_q) - 1;
+    if (row_begin > last_row) return m;  // every row of the block is padding: no tile at all
+    // Band ranges grow monotonically with the row (begin and end both move right by one per row), so the
+    // first row bounds the block's keys from the left and the last valid row from the right.
+    const KeyRange first = band(p, m, row_begin), last = band(p, m, last_row);
+    const int key_begin = first.begin > 0 ? static_cast<int>(first.begin) : 0;
+    const int key_end = static_cast<int>(last.end);
+    if (key_end <= key_begin) return m;
+    m.tile_begin = key_begin / kBlockN;
+    m.tile_end = (key_end + kBlockN - 1) / kBlockN;
+    // Seen by all rows: from the last valid row's begin to the first row's end. Padded rows (row >= rows_q)
+    // do not count: the epilogue writes them as fully masked whatever they accumulated. An explicit mask can
+    // hide any element, so with one every tile is partial.
+    if (p.mask == nullptr) {
+      m.full_begin = static_cast<int>(last.begin > 0 ? last.begin : 0);
+      m.full_end = static_cast<int>(first.end);
+    }
+    return m;
+  }
+
+  // True when the tile of keys [key0, key0 + kBlockN) needs no element mask: every row sees every key of it.
+  template <int kBlockN>
+  FLASHLAB_HOST_DEVICE bool tile_is_full(int key0) const {
+    return key0 >= full_begin && key0 + kBlockN <= full_end;
+  }
+
+  FLASHLAB_HOST_DEVICE static KeyRange band(const SplitQParams& p, const BlockMask& m, int row) {
+    return band_key_range(row, m.rows_q, m.rows_k, p.causal, p.window_left, p.window_right);
+  }
+};
+
+// Visibility of one element of a partial tile: the row's band (precomputed by the caller with
+// BlockMask::band) and the explicit mask. Out-of-range keys (>= rows_k) fall outside every band.
+FLASHLAB_HOST_DEVICE inline bool element_visible(const SplitQParams& p, const KeyRange& row_keys, int row,
+                                                 int key) {
+  if (key < row_keys.begin || key >= row_keys.end) return false;
+  return p.mask == nullptr || p.mask[static_cast<int64_t>(row) * p.seqlen_k + key] != 0;
+}
+
+}  // namespace flashlab::cuda_v2

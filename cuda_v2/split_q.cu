@@ -1,0 +1,363 @@
+// cuda_v2/split_q: FlashAttention-2 forward on tensor cores (Dao 2023, Algorithm 1), fp16/bf16 in and out,
+// fp32 accumulation.
+//
+// One thread block per (q-block, head, batch): the grid covers the query blocks, so a long sequence fills the
+// GPU even at batch 1 (FA2 change 1). Each of its warps owns 16 or 32 query rows for the whole kernel and
+// walks all key tiles itself (split-Q, FA2 change 2): a row's statistics and output never leave the warp, so
+// there is no inter-warp reduction. The output stays unnormalized until the last tile (FA2 change 3: one
+// division per row, at the end).
+//
+// Per key tile j (Algorithm 1 lines 6-11), for a warp's rows:
+//   S = Q K_j^T                 mma.sync m16n8k16; Q and K_j come from swizzled shared memory via ldmatrix
+//   m_new = max(m, rowmax(S))   reduced across the lane quad that holds a row (see tensor_core.cuh)
+//   P = exp2(S * scale * log2(e) - m_new)   scores in the log2 domain: one FFMA + one EX2 per element
+//   l = l * exp2(m - m_new) + rowsum(P)
+//   O = O * exp2(m - m_new) + P V_j        P rounded to fp16/bf16 for the mma
+// and at the end O / l and LSE = (m + log2 l) * ln 2. K/V tile j+1 is copied with cp.async while tile j is
+// used.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "common/cuda/check.hpp"
+#include "cuda_v2/block_mask.cuh"
+#include "cuda_v2/split_q.hpp"
+#include "cuda_v2/tensor_core.cuh"
+
+namespace flashlab::cuda_v2 {
+namespace {
+
+// Tile sizes per head dim. Each warp owns kMTiles row tiles of 16 query rows (kBlockM = 16 * kMTiles *
+// kWarps); a K or V fragment loaded with ldmatrix then feeds kMTiles mma instead of one, which halves the
+// shared-memory traffic per mma at kMTiles = 2 (shared-memory bandwidth, not the tensor cores, bounds
+// mma.sync kernels on H100). Registers bound the tiles: a thread holds kMTiles * kHeadDim / 2 fp32 of O and
+// kMTiles * kBlockN / 2 of S, so d = 256 keeps one row tile and a narrower key tile. Shared memory: Q once, K
+// and V twice (double buffer), all in b16.
+template <int kHeadDim>
+struct SplitQConfig;
+template <>
+struct SplitQConfig<64> {
+  static constexpr int kWarps = 4, kMTiles = 2, kBlockN = 64;
+};
+template <>
+struct SplitQConfig<128> {
+  // kMTiles = 2 (FA2's layout) needs ~255 registers here and spills a few bytes (nvcc 13, sm_90a), so d = 128
+  // takes 8 warps of one row tile: the same Br, twice the K/V fragment loads. To be settled on the GPU.
+  static constexpr int kWarps = 8, kMTiles = 1, kBlockN = 64;
+};
+template <>
+struct SplitQConfig<256> {
+  static constexpr int kWarps = 4, kMTiles = 1, kBlockN = 32;
+};
+
+template <int kHeadDim>
+struct SplitQShape {
+  static constexpr int kWarps = SplitQConfig<kHeadDim>::kWarps;
+  static constexpr int kMTiles = SplitQConfig<kHeadDim>::kMTiles;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kWarpRows = 16 * kMTiles;  // query rows owned by one warp
+  static constexpr int kBlockM = kWarpRows * kWarps;
+  static constexpr int kBlockN = SplitQConfig<kHeadDim>::kBlockN;
+  static constexpr int kStages = 2;  // K/V double buffer
+  static constexpr int kSmemElements = kBlockM * kHeadDim + 2 * kStages * kBlockN * kHeadDim;
+  static constexpr int kSmemBytes = kSmemElements * 2;
+};
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// 2^x in one MUFU.EX2 instruction (relative error ~2^-22, far below fp16/bf16 rounding); 2^-inf = +0.
+__device__ inline float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Max and sum across the four threads of a quad (lanes 4g..4g+3), which together hold one accumulator row.
+__device__ inline float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ inline float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Copies rows [row0, row0 + kRows) of a (row_stride-strided) tile into swizzled shared memory with cp.async.
+// Rows at or past `rows_valid` are zero-filled and never read: ragged tails stay in bounds, and a padded
+// key's V row is exactly 0, so even a NaN stored there cannot reach an output.
+template <int kRows, int kHeadDim, int kThreads, typename Element>
+__device__ inline void load_tile_async(Element* smem, const Element* gmem, int64_t row_stride, int row0,
+                                       int rows_valid) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
+    const int r = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+    const bool in_range = row0 + r < rows_valid;
+    const Element* src = in_range ? gmem + (row0 + r) * row_stride + col : gmem;
+    cp_async_16(smem + SwizzledTile<kHeadDim>::offset(r, col), src, in_range);
+  }
+}
+
+template <typename Element, int kHeadDim>
+__global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_kernel(const SplitQParams p) {
+  using Shape = SplitQShape<kHeadDim>;
+  using Tile = SwizzledTile<kHeadDim>;
+  constexpr int kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN, kThreads = Shape::kThreads;
+  constexpr int kMTiles = Shape::kMTiles;
+  constexpr int kRows = 2 * kMTiles;      // accumulator rows per thread: g and g + 8 of each row tile
+  constexpr int kNTilesS = kBlockN / 8;   // 8-wide mma n-tiles of S
+  constexpr int kNTilesO = kHeadDim / 8;  // 8-wide mma n-tiles of O
+
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  Element* const sQ = reinterpret_cast<Element*>(smem_bytes);    // [kBlockM][kHeadDim]
+  Element* const sK = sQ + kBlockM * kHeadDim;                   // [kStages][kBlockN][kHeadDim]
+  Element* const sV = sK + Shape::kStages * kBlockN * kHeadDim;  // [kStages][kBlockN][kHeadDim]
+
+  // FA2 change 1: the grid is (q-block, head, batch).
+  const int q_block = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
+  const int head_kv = head / (p.heads_q / p.heads_kv);  // GQA/MQA by indexing: no K/V copies
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = lane / 4, quad_lane = lane % 4;  // mma fragment coordinates (tensor_core.cuh)
+  const int row_begin = q_block * kBlockM;
+  const BlockMask block = BlockMask::make<kBlockN>(p, b, row_begin, row_begin + kBlockM);
+
+  const Element* const q = static_cast<const Element*>(p.q) + b * p.q_batch_stride + head * p.q_head_stride;
+  const Element* const k =
+      static_cast<const Element*>(p.k) + b * p.k_batch_stride + head_kv * p.k_head_stride;
+  const Element* const v =
+      static_cast<const Element*>(p.v) + b * p.v_batch_stride + head_kv * p.v_head_stride;
+
+  // Prologue: Q once (Algorithm 1 line 4), then the first K/V tile; each is its own cp.async group.
+  load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, p.q_row_stride, row_begin, p.seqlen_q);
+  cp_async_commit();
+  if (block.tile_begin < block.tile_end) {
+    load_tile_async<kBlockN, kHeadDim, kThreads>(sK, k, p.k_row_stride, block.tile_begin * kBlockN,
+                                                 block.rows_k);
+    load_tile_async<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, block.tile_begin * kBlockN,
+                                                 block.rows_k);
+  }
+  cp_async_commit();
+
+  // FA2 change 2 (split-Q): this warp owns rows [warp_row, warp_row + kWarpRows) of the block for the whole
+  // kernel. This thread holds accumulator rows g and g + 8 of each of its row tiles: row index i = 2 mt + r.
+  const int warp_row = warp * Shape::kWarpRows;
+  int rows[kRows];
+  int keys_begin[kRows],
+      keys_end[kRows];  // each row's visible keys (common/mask.hpp), 32-bit to save registers
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    rows[i] = row_begin + warp_row + (i / 2) * 16 + group + (i % 2) * 8;
+    const KeyRange keys = BlockMask::band(p, block, rows[i]);
+    keys_begin[i] = static_cast<int>(keys.begin);
+    keys_end[i] = static_cast<int>(keys.end);
+  }
+
+  // The shared-memory row each lane hands to ldmatrix, per operand (tensor_core.cuh).
+  const LdmatrixRow q_at = a_operand_row(lane), k_at = b_operand_row_nk(lane), v_at = b_operand_row_kn(lane);
+
+  const float scale_log2 = p.softmax_scale * kLog2e;  // exp(scale * s) = exp2(scale * log2(e) * s)
+  float o_acc[kMTiles][kNTilesO][4] = {};             // O~: unnormalized output (Algorithm 1 line 10)
+  float row_max[kRows];                               // m, in the log2 domain: max of s * scale_log2
+  float row_sum[kRows];  // l, this thread's columns only; the quad sum is deferred to the end
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    row_max[i] = -INFINITY;
+    row_sum[i] = 0.0f;
+  }
+
+  for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
+    const int stage = (tile - block.tile_begin) & 1;
+    const Element* const sKj = sK + stage * kBlockN * kHeadDim;
+    const Element* const sVj = sV + stage * kBlockN * kHeadDim;
+    // Prefetch tile + 1 into the other stage (freed by the barrier that ended the previous iteration).
+    if (tile + 1 < block.tile_end) {
+      Element* const next_k = sK + (stage ^ 1) * kBlockN * kHeadDim;
+      Element* const next_v = sV + (stage ^ 1) * kBlockN * kHeadDim;
+      load_tile_async<kBlockN, kHeadDim, kThreads>(next_k, k, p.k_row_stride, (tile + 1) * kBlockN,
+                                                   block.rows_k);
+      load_tile_async<kBlockN, kHeadDim, kThreads>(next_v, v, p.v_row_stride, (tile + 1) * kBlockN,
+                                                   block.rows_k);
+    }
+    cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "tile `tile` has landed"
+    cp_async_wait<1>();
+    __syncthreads();
+
+    // S = Q K_j^T (Algorithm 1 line 8). A = the warp's Q row tiles; B = K_j's rows used as columns (K needs
+    // no transpose). Each K fragment serves all kMTiles row tiles.
+    float s[kMTiles][kNTilesS][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+        ldmatrix_x4(a[mt], sQ + Tile::offset(warp_row + mt * 16 + q_at.row, kk * 16 + q_at.col));
+#pragma unroll
+      for (int np = 0; np < kNTilesS / 2; ++np) {
+        uint32_t bk[4];  // b0, b1 of n-tiles 2np and 2np + 1
+        ldmatrix_x4(bk, sKj + Tile::offset(np * 16 + k_at.row, kk * 16 + k_at.col));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_m16n8k16<Element>(s[mt][2 * np], a[mt], bk[0], bk[1]);
+          mma_m16n8k16<Element>(s[mt][2 * np + 1], a[mt], bk[2], bk[3]);
+        }
+      }
+    }
+
+    // Masks only where the tile is cut by one (the diagonal, a window edge, the ragged end, an explicit
+    // mask).
+    const int key0 = tile * kBlockN;
+    if (!block.tile_is_full<kBlockN>(key0)) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = 2 * mt + e / 2, key = key0 + nt * 8 + 2 * quad_lane + e % 2;
+            if (!element_visible(p, KeyRange{keys_begin[i], keys_end[i]}, rows[i], key))
+              s[mt][nt][e] = -INFINITY;
+          }
+    }
+
+    // Online softmax (Algorithm 1 lines 9-10), each row's max reduced over its quad.
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int mt = i / 2, r = i % 2;
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kNTilesS; ++nt)
+        tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+      const float new_max = fmaxf(row_max[i], quad_max(tile_max) * scale_log2);
+      // Every key so far masked (new_max = -inf): subtract 0 instead, since -inf - (-inf) would be NaN; the
+      // masked scores then give exp2(-inf) = 0 and the row stays empty.
+      const float max_used = new_max == -INFINITY ? 0.0f : new_max;
+      const float rescale = fast_exp2(row_max[i] - max_used);  // 0 when row_max was -inf: nothing to keep
+      row_max[i] = new_max;
+      row_sum[i] *= rescale;
+#pragma unroll
+      for (int nt = 0; nt < kNTilesO; ++nt) {
+        o_acc[mt][nt][2 * r] *= rescale;
+        o_acc[mt][nt][2 * r + 1] *= rescale;
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float weight = fast_exp2(fmaf(s[mt][nt][2 * r + c], scale_log2, -max_used));
+          s[mt][nt][2 * r + c] = weight;  // S becomes P in place
+          row_sum[i] += weight;           // l sums P in fp32, before P is rounded for the mma
+        }
+    }
+
+    // O += P V_j (Algorithm 1 line 10). The S accumulators of n-tiles 2kk and 2kk + 1 are exactly the A
+    // fragment of k-step kk, so P goes from registers to the tensor cores without touching shared memory.
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        a[mt][0] = pack2<Element>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = pack2<Element>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = pack2<Element>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack2<Element>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int np = 0; np < kNTilesO / 2; ++np) {
+        uint32_t bv[4];  // V_j is [key][dim] = B row-major: ldmatrix.trans gives the column-major fragment
+        ldmatrix_x4_trans(bv, sVj + Tile::offset(kk * 16 + v_at.row, np * 16 + v_at.col));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_m16n8k16<Element>(o_acc[mt][2 * np], a[mt], bv[0], bv[1]);
+          mma_m16n8k16<Element>(o_acc[mt][2 * np + 1], a[mt], bv[2], bv[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before the next iteration prefetches into it
+  }
+  // With no tile at all, Q's copies (made by every thread) may still be in flight into the buffer reused
+  // below.
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Epilogue (Algorithm 1 lines 12-13), FA2 change 3: one division per row, at the end; LSE = m + log l, back
+  // to natural log.
+  float lse[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int mt = i / 2, r = i % 2;
+    const float l = quad_sum(row_sum[i]);
+    // A padded row, or one whose every key is masked, is fully masked: O = 0 and LSE = -inf by definition.
+    // Its accumulator is not used at all (a padded row may have accumulated anything), so no 0/0 and no NaN.
+    const bool empty = rows[i] >= block.rows_q || l == 0.0f;
+    const float inv_l = empty ? 0.0f : 1.0f / l;
+    lse[i] = empty ? -INFINITY : (row_max[i] + log2f(l)) * kLn2;
+#pragma unroll
+    for (int nt = 0; nt < kNTilesO; ++nt) {
+      o_acc[mt][nt][2 * r] = empty ? 0.0f : o_acc[mt][nt][2 * r] * inv_l;
+      o_acc[mt][nt][2 * r + 1] = empty ? 0.0f : o_acc[mt][nt][2 * r + 1] * inv_l;
+    }
+  }
+
+  // O goes through this warp's own rows of sQ (no other warp reads them any more) so that global stores are
+  // whole 16-byte chunks of a row, coalesced, instead of 4-byte fragments.
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+#pragma unroll
+    for (int nt = 0; nt < kNTilesO; ++nt)
+      *reinterpret_cast<uint32_t*>(sQ + Tile::offset(rows[i] - row_begin, nt * 8) + 2 * quad_lane) =
+          pack2<Element>(o_acc[i / 2][nt][2 * (i % 2)], o_acc[i / 2][nt][2 * (i % 2) + 1]);
+  __syncwarp();
+  Element* const o = static_cast<Element*>(p.o) + b * p.o_batch_stride + head * p.o_head_stride;
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  for (int chunk = lane; chunk < Shape::kWarpRows * kChunksPerRow; chunk += 32) {
+    const int r = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+    const int row = row_begin + warp_row + r;
+    if (row < p.seqlen_q)  // the last q-block's rows past seqlen_q do not exist
+      *reinterpret_cast<uint4*>(o + row * p.o_row_stride + col) =
+          *reinterpret_cast<const uint4*>(sQ + Tile::offset(warp_row + r, col));
+  }
+  if (quad_lane == 0) {
+    float* const lse_row = p.lse + (static_cast<int64_t>(b) * p.heads_q + head) * p.seqlen_q;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i)
+      if (rows[i] < p.seqlen_q) lse_row[rows[i]] = lse[i];
+  }
+}
+
+template <typename Element, int kHeadDim>
+void launch(const SplitQParams& p, cudaStream_t stream) {
+  using Shape = SplitQShape<kHeadDim>;
+  const auto kernel = split_q_kernel<Element, kHeadDim>;
+  // Above 48 KiB a kernel must opt in to dynamic shared memory (per device, so on every launch; it is cheap).
+  FLASHLAB_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
+  const dim3 grid((p.seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM, p.heads_q, p.batch);
+  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+  FLASHLAB_CUDA_CHECK_LAUNCH();
+}
+
+template <typename Element>
+void dispatch_head_dim(const SplitQParams& p, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64:
+      return launch<Element, 64>(p, stream);
+    case 128:
+      return launch<Element, 128>(p, stream);
+    case 256:
+      return launch<Element, 256>(p, stream);
+  }
+}
+
+}  // namespace
+
+void split_q_forward(const SplitQParams& params, cudaStream_t stream) {
+  check_split_q(params);
+  if (params.dtype == DType::f16)
+    dispatch_head_dim<__half>(params, stream);
+  else
+    dispatch_head_dim<__nv_bfloat16>(params, stream);
+}
+
+}  // namespace flashlab::cuda_v2

@@ -1,0 +1,70 @@
+// cuda_v2: FlashAttention-2 (split-Q) launchers, on device pointers. Plain C++: no CUDA header needed to
+// include it, so host code (the registry adapter, the self-test) can describe a launch without nvcc.
+//
+// Two kernels, one schedule (FA2 Algorithm 1; see docs/04-cuda-v2.md):
+//   split_q_simt  fp32 on CUDA cores: cuda_v1's arithmetic with only the FA2 schedule changed
+//                 (grid over (q-block, head, batch), Q outer loop, warps split Q, deferred normalization).
+//   split_q       fp16/bf16 in and out, fp32 accumulation, tensor cores (mma.sync m16n8k16 + ldmatrix),
+//                 cp.async double-buffered K/V tiles, causal/window/padding tiles skipped.
+#pragma once
+
+#include <cstdint>
+
+#include "common/problem.hpp"
+
+// cudaStream_t without the CUDA headers (the runtime declares it as exactly this pointer type).
+typedef struct CUstream_st* cudaStream_t;
+
+namespace flashlab::cuda_v2 {
+
+// Everything a launch needs. Pointers are device pointers. Strides are in elements, BSHD: the head dimension
+// is contiguous (stride 1) and every other stride is given, so views into larger tensors work.
+struct SplitQParams {
+  // Element type of q, k, v and o: f32 for split_q_simt; f16 or bf16 for split_q.
+  DType dtype = DType::f32;
+  const void* q = nullptr;  // [batch, seqlen_q, heads_q, head_dim]
+  const void* k = nullptr;  // [batch, seqlen_k, heads_kv, head_dim]
+  const void* v = nullptr;  // [batch, seqlen_k, heads_kv, head_dim]
+  void* o = nullptr;        // [batch, seqlen_q, heads_q, head_dim]
+  float* lse = nullptr;  // [batch, heads_q, seqlen_q], natural log, contiguous; -inf for a fully masked row
+
+  int batch = 1;
+  int heads_q = 1;
+  int heads_kv = 1;  // heads_q % heads_kv == 0 (GQA/MQA: query head h reads kv head h / (heads_q / heads_kv))
+  int seqlen_q = 1;
+  int seqlen_k = 0;
+  int head_dim = 64;
+
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
+  int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+
+  float softmax_scale = 0.0f;  // multiplies Q K^T (1/sqrt(head_dim) by default, set by the caller)
+  bool causal = false;         // bottom-right aligned (common/mask.hpp)
+  int window_left = -1;        // -1 = unbounded
+  int window_right = -1;
+
+  const int* seqlens_q =
+      nullptr;  // device [batch] valid query rows per batch element, or null (all seqlen_q)
+  const int* seqlens_k = nullptr;  // device [batch] valid keys per batch element, or null (all seqlen_k)
+  const uint8_t* mask = nullptr;   // device [seqlen_q, seqlen_k], 1 = visible, shared by all (b, h); or null
+
+  // Fills the strides for densely packed BSHD tensors of the sizes above.
+  void set_dense_strides();
+};
+
+// Throws flashlab::Error naming the field when a launch cannot run these parameters (dtype, head_dim,
+// alignment, sizes). Both launchers call it first.
+void check_split_q_simt(const SplitQParams& params);
+void check_split_q(const SplitQParams& params);
+
+// Head dims the kernels are instantiated for (only these, to keep the build short).
+bool split_q_simt_supports_head_dim(int head_dim);  // 64, 128, 256
+bool split_q_supports_head_dim(int head_dim);       // 64, 128, 256
+
+// Enqueue the forward pass on `stream` (asynchronous; launch errors are checked and thrown).
+void split_q_simt_forward(const SplitQParams& params, cudaStream_t stream);
+void split_q_forward(const SplitQParams& params, cudaStream_t stream);
+
+}  // namespace flashlab::cuda_v2

@@ -1,0 +1,94 @@
+// Host-side checks of a cuda_v2 launch: every rule a kernel relies on, refused with the field's name.
+#include <cstdint>
+
+#include "common/error.hpp"
+#include "cuda_v2/split_q.hpp"
+
+namespace flashlab::cuda_v2 {
+
+void SplitQParams::set_dense_strides() {
+  q_head_stride = o_head_stride = head_dim;
+  k_head_stride = v_head_stride = head_dim;
+  q_row_stride = o_row_stride = int64_t{heads_q} * head_dim;
+  k_row_stride = v_row_stride = int64_t{heads_kv} * head_dim;
+  q_batch_stride = o_batch_stride = int64_t{seqlen_q} * q_row_stride;
+  k_batch_stride = v_batch_stride = int64_t{seqlen_k} * k_row_stride;
+}
+
+namespace {
+
+bool is_supported_head_dim(int head_dim) {
+  return head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
+
+// Rules both kernels share. `vector_elements`: how many elements one vectorized load moves (16 bytes), so
+// every row start must be a multiple of it and every pointer 16-byte aligned.
+void check_common(const SplitQParams& p, int64_t vector_elements) {
+  if (p.batch < 1) fail("batch (", p.batch, ") must be at least 1");
+  if (p.heads_q < 1) fail("heads_q (", p.heads_q, ") must be at least 1");
+  if (p.heads_kv < 1) fail("heads_kv (", p.heads_kv, ") must be at least 1");
+  if (p.heads_q % p.heads_kv != 0)
+    fail("heads_q (", p.heads_q, ") must be a multiple of heads_kv (", p.heads_kv, ")");
+  // The grid is (q-blocks, heads_q, batch); CUDA limits its y and z extents to 65535.
+  if (p.heads_q > 65535) fail("heads_q (", p.heads_q, ") must be at most 65535 for cuda_v2's grid");
+  if (p.batch > 65535) fail("batch (", p.batch, ") must be at most 65535 for cuda_v2's grid");
+  if (p.seqlen_q < 1) fail("seqlen_q (", p.seqlen_q, ") must be at least 1");
+  if (p.seqlen_k < 0) fail("seqlen_k (", p.seqlen_k, ") must be at least 0");
+  if (p.window_left < -1) fail("window_left (", p.window_left, ") must be -1 (unbounded) or >= 0");
+  if (p.window_right < -1) fail("window_right (", p.window_right, ") must be -1 (unbounded) or >= 0");
+  if (!(p.softmax_scale > 0.0f)) fail("softmax_scale (", p.softmax_scale, ") must be positive");
+  if (p.q == nullptr) fail("q must be a device pointer, not null");
+  if (p.o == nullptr) fail("o must be a device pointer, not null");
+  if (p.lse == nullptr) fail("lse must be a device pointer, not null");
+  if (p.seqlen_k > 0 && (p.k == nullptr || p.v == nullptr)) fail("k and v must be device pointers, not null");
+
+  const auto check_vector = [vector_elements](const char* field, int64_t stride) {
+    if (stride % vector_elements != 0)
+      fail(field, " (", stride, ") must be a multiple of ", vector_elements, " elements (16-byte loads)");
+  };
+  check_vector("q_batch_stride", p.q_batch_stride);
+  check_vector("q_row_stride", p.q_row_stride);
+  check_vector("q_head_stride", p.q_head_stride);
+  check_vector("k_batch_stride", p.k_batch_stride);
+  check_vector("k_row_stride", p.k_row_stride);
+  check_vector("k_head_stride", p.k_head_stride);
+  check_vector("v_batch_stride", p.v_batch_stride);
+  check_vector("v_row_stride", p.v_row_stride);
+  check_vector("v_head_stride", p.v_head_stride);
+  check_vector("o_batch_stride", p.o_batch_stride);
+  check_vector("o_row_stride", p.o_row_stride);
+  check_vector("o_head_stride", p.o_head_stride);
+  const auto check_aligned = [](const char* field, const void* pointer) {
+    if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0) fail(field, " must be 16-byte aligned");
+  };
+  check_aligned("q", p.q);
+  check_aligned("k", p.k);
+  check_aligned("v", p.v);
+  check_aligned("o", p.o);
+}
+
+}  // namespace
+
+bool split_q_simt_supports_head_dim(int head_dim) {
+  return is_supported_head_dim(head_dim);
+}
+bool split_q_supports_head_dim(int head_dim) {
+  return is_supported_head_dim(head_dim);
+}
+
+void check_split_q_simt(const SplitQParams& p) {
+  if (p.dtype != DType::f32) fail("dtype (", to_string(p.dtype), ") must be f32 for cuda_v2/split_q_simt");
+  if (!split_q_simt_supports_head_dim(p.head_dim))
+    fail("head_dim (", p.head_dim, ") must be 64, 128 or 256 for cuda_v2/split_q_simt");
+  check_common(p, 4);
+}
+
+void check_split_q(const SplitQParams& p) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+    fail("dtype (", to_string(p.dtype), ") must be f16 or bf16 for cuda_v2/split_q");
+  if (!split_q_supports_head_dim(p.head_dim))
+    fail("head_dim (", p.head_dim, ") must be 64, 128 or 256 for cuda_v2/split_q");
+  check_common(p, 8);
+}
+
+}  // namespace flashlab::cuda_v2

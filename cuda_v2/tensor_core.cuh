@@ -1,0 +1,134 @@
+// The Ampere-generation instructions split_q is built from, one thin wrapper each (PTX ISA 8.x, sm_80+):
+//   cp.async   global -> shared copy bypassing registers: the next K/V tile loads while this one is used
+//   ldmatrix   a warp loads 8x8 b16 matrices from shared memory straight into mma fragment layout
+//   mma.sync   m16n8k16, fp16/bf16 inputs, fp32 accumulators: one warp-wide tensor-core product
+// and the swizzle that keeps ldmatrix and cp.async free of shared-memory bank conflicts.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace flashlab::cuda_v2 {
+
+// ---- cp.async ----
+
+// Copies 16 bytes global -> shared, asynchronously. When `in_range` is false nothing is read (src-size 0) and
+// the 16 bytes are zero-filled: how ragged tails stay in bounds without a branch around the copy.
+__device__ inline void cp_async_16(void* smem, const void* gmem, bool in_range) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int src_bytes = in_range ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
+}
+__device__ inline void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+// Waits until at most `kPending` of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// ---- ldmatrix ----
+
+// Four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8. Register r[m] of lane l then
+// holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix m.
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// The same, each matrix transposed: lane l gets rows 2 (l % 4), 2 (l % 4) + 1 of column l / 4.
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// Which 16-byte row lane l hands to ldmatrix.x4 for each operand of a 16 x 16 k-step, as (row, col) offsets
+// in the tile. The four matrices come back in the register order the mma wants:
+//   A from a row-major [m][k] tile (Q):   a0..a3 = (rows 0-7 | 8-15) x (cols 0-7), then x (cols 8-15)
+//   B from a [n][k] tile (K, B = K^T):     b0, b1 of n-tile 0, then b0, b1 of n-tile 1 (n = tile rows)
+//   B from a [k][n] tile (V), with .trans: the same order, k = tile rows, n = tile columns
+struct LdmatrixRow {
+  int row, col;
+};
+__host__ __device__ constexpr LdmatrixRow a_operand_row(int lane) {
+  return {lane % 16, (lane / 16) * 8};
+}
+__host__ __device__ constexpr LdmatrixRow b_operand_row_nk(int lane) {
+  return {lane % 8 + (lane / 16) * 8, ((lane / 8) % 2) * 8};
+}
+__host__ __device__ constexpr LdmatrixRow b_operand_row_kn(int lane) {
+  return {lane % 8 + ((lane / 8) % 2) * 8, (lane / 16) * 8};
+}
+
+// ---- mma.sync m16n8k16 ----
+//
+// D (16x8, fp32) += A (16x16, row) * B (16x8, col). With g = lane / 4 (the "group") and t = lane % 4:
+//   A: a[0] = A[g][2t..2t+1]  a[1] = A[g+8][2t..2t+1]  a[2] = A[g][2t+8..2t+9]  a[3] = A[g+8][2t+8..2t+9]
+//   B: b[0] = B[2t..2t+1][g]  b[1] = B[2t+8..2t+9][g]
+//   D: d[0..1] = D[g][2t..2t+1]  d[2..3] = D[g+8][2t..2t+1]
+// So each thread holds two rows (g and g + 8) of every accumulator, and the four threads of a quad
+// (same g) hold a whole row between them: the softmax reduces row statistics across the quad only.
+template <typename Element>
+__device__ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
+template <>
+__device__ inline void mma_m16n8k16<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ inline void mma_m16n8k16<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                   uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two fp32 values rounded to the element type and packed into one 32-bit register (low half = first).
+template <typename Element>
+__device__ inline uint32_t pack2(float lo, float hi);
+template <>
+__device__ inline uint32_t pack2<__half>(float lo, float hi) {
+  const __half2 packed = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&packed);
+}
+template <>
+__device__ inline uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 packed = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&packed);
+}
+
+// ---- Swizzled shared-memory tiles ----
+//
+// A tile of `rows` x kCols b16 elements is stored row-major in 16-byte chunks (8 elements, the unit of
+// cp.async and of one ldmatrix row). Unswizzled, a row is kCols * 2 >= 128 bytes, so the 8 rows an ldmatrix
+// reads at the same column all start in the same bank: an 8-way conflict. The swizzle stores chunk c of row r
+// at chunk
+//     c ^ (r % 8)
+// XOR only flips the low three bits of c, so the chunk stays inside its own 128-byte group of 8 chunks, and
+// the 8 rows of one ldmatrix (consecutive r, same c) land on 8 different chunks of that group: all 32 banks,
+// no conflict. cp.async writes a row's 8 chunks in a permuted order, again one per 16-byte bank group. (This
+// is CUTLASS's Swizzle<3, 3, 3> on b16 elements.)
+template <int kCols>
+struct SwizzledTile {
+  static_assert(kCols % 64 == 0, "the swizzle permutes groups of 8 chunks of 8 elements");
+  // Element offset of (row, col); col must be a multiple of 8 (a chunk start).
+  __host__ __device__ static int offset(int row, int col) {
+    const int chunk = (col >> 3) ^ (row & 7);
+    return row * kCols + (chunk << 3);
+  }
+};
+
+}  // namespace flashlab::cuda_v2

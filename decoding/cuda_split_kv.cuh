@@ -1,0 +1,392 @@
+// decoding/cuda_split_kv kernels: Flash-Decoding (Dao, Haziza, Massa, Sizov 2023).
+//
+//   split_kv_kernel   one block per (split, kv head x row tile, batch): the partial (O_j, LSE_j) of the
+//                     query rows of one GQA group over the keys of split j; K/V tiles stream through a
+//                     cp.async ring of kStages shared-memory buffers, the online softmax runs per split.
+//   combine_kernel    one block per query row: merges the partials by LSE (SoftmaxState::merge).
+//
+// With one split the first kernel writes O and LSE itself and the second is not launched.
+//
+// The block's query rows are the heads of one GQA group times the query positions (row = qi * group + g),
+// at most kMaxRows of them: K and V of the group are read once for all of them (more rows, e.g. MQA with
+// speculative decoding, take several row tiles, which read the same K/V again, mostly from L2).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/mask.hpp"
+#include "common/softmax_state.hpp"
+#include "decoding/cuda_split_kv.hpp"
+
+namespace flashlab::decoding::kernels {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBlockN = 32;   // keys per K/V tile: one key per lane in S = Q K^T
+constexpr int kMaxRows = 16;  // query rows per block
+constexpr int kStages = 4;    // K/V tiles in the ring: kStages - 1 tiles in flight while one is computed
+// P's shared-memory row pitch: one float of padding, so the two rows a warp reads in O += P V sit in
+// different banks.
+constexpr int kPPitch = kBlockN + 1;
+
+template <int D>
+struct Geometry {
+  static constexpr int kChunks = D / 8;  // 16-byte chunks (8 elements) per K/V row
+  // Shared-memory row pitch in elements: 16 bytes of padding, so that the 8 lanes of a quarter-warp reading
+  // 16 bytes each from 8 consecutive K rows (S = Q K^T, lane = key) hit 8 different groups of 4 banks.
+  static constexpr int kRowPitch = D + 8;
+  static constexpr int kTileElems = kBlockN * kRowPitch;
+  // 16-byte cp.async per thread per tile, for each of K and V.
+  static constexpr int kLoadsPerThread = kBlockN * kChunks / kThreads;
+  static constexpr int kRowsPerWarp = kMaxRows / kWarps;          // S and softmax: warp w has rows w + 4k
+  static constexpr int kRowGroups = kThreads / kChunks;           // O += P V: rows side by side
+  static constexpr int kRowsPerThread = kMaxRows / kRowGroups;    // O += P V: accumulator rows/thread
+  static constexpr int kSmemBytes = 2 * kStages * kTileElems * 2  // K and V rings (16-bit elements)
+                                    + kMaxRows * D * 4            // Q, float, pre-scaled
+                                    + kMaxRows * kPPitch * 4      // P of the current tile
+                                    + 3 * kMaxRows * 4;           // rescale factor, final row_max, row_sum
+  static_assert(D % 64 == 0 && kBlockN * kChunks % kThreads == 0 && kMaxRows % kRowGroups == 0);
+};
+
+// --- 16-bit element conversion, 8 at a time (one 16-byte vector) ---
+
+template <typename T>
+__device__ inline void to_float8(const uint4& raw, float (&x)[8]) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, __half>) {
+      const float2 pair = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+      x[2 * i] = pair.x;
+      x[2 * i + 1] = pair.y;
+    } else {
+      // bf16 is the upper half of a float: widening is a shift (exact), and it keeps the 16-byte load whole
+      // (the compiler splits it into 8-byte loads when it sees 16-bit fields used).
+      x[2 * i] = __uint_as_float(words[i] << 16);
+      x[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+    }
+  }
+}
+
+template <typename T>
+__device__ inline uint4 from_float8(const float (&x)[8]) {
+  uint32_t words[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, __half>) {
+      const __half2 pair = __floats2half2_rn(x[2 * i], x[2 * i + 1]);
+      words[i] = *reinterpret_cast<const uint32_t*>(&pair);
+    } else {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+      words[i] = *reinterpret_cast<const uint32_t*>(&pair);
+    }
+  }
+  return {words[0], words[1], words[2], words[3]};
+}
+
+// --- cp.async (sm_80+): global -> shared without registers, several tiles in flight ---
+
+// Copies 16 bytes; when !valid nothing is read and the 16 bytes are zero-filled (src-size 0), so a key past
+// the end of the sequence holds 0 rather than stale data (0 * stale NaN would poison O += P V).
+__device__ inline void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ inline void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int pending>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+
+__device__ inline float warp_max(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+__device__ inline float warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// Where token j of batch b lives: (outer index, row) with outer = b for contiguous K/V, or the page from the
+// block table with row j % page_size for a paged cache (page_size a power of two: shift and mask).
+struct TokenPlace {
+  int64_t outer;
+  int64_t row;
+};
+__device__ inline TokenPlace token_place(const SplitKvParams& p, int b, int j, int page_shift) {
+  if (p.block_table == nullptr) return {b, j};
+  const int page = __ldg(p.block_table + static_cast<int64_t>(b) * p.block_table_stride + (j >> page_shift));
+  return {page, j & (p.page_size - 1)};
+}
+
+// --- Kernel 1: the partials ---
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    split_kv_kernel(const __grid_constant__ SplitKvParams p, int num_splits, int row_tiles) {
+  using G = Geometry<D>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* k_ring = reinterpret_cast<T*>(smem);
+  T* v_ring = k_ring + kStages * G::kTileElems;
+  float* q_smem = reinterpret_cast<float*>(v_ring + kStages * G::kTileElems);  // [kMaxRows][D]
+  float* p_smem = q_smem + kMaxRows * D;                                       // [kMaxRows][kPPitch]
+  float* factor_smem = p_smem + kMaxRows * kPPitch;                            // [kMaxRows]
+  float* row_max_smem = factor_smem + kMaxRows;
+  float* row_sum_smem = row_max_smem + kMaxRows;
+
+  const int split = blockIdx.x;
+  const int kv_head = blockIdx.y / row_tiles;
+  const int row_tile = blockIdx.y % row_tiles;
+  const int b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = p.heads_q / p.heads_kv;
+  const int rows = min(kMaxRows, group * p.seqlen_q - row_tile * kMaxRows);
+  const int sk = p.seqlens_k != nullptr ? p.seqlens_k[b] : p.seqlen_k;
+  const int page_shift = p.block_table != nullptr ? __ffs(p.page_size) - 1 : 0;
+
+  // Block row r: query position qi and query head h.
+  auto query_of = [&](int r) { return (row_tile * kMaxRows + r) / group; };
+  auto head_of = [&](int r) { return kv_head * group + (row_tile * kMaxRows + r) % group; };
+
+  // This split's keys, whole tiles: the batch element's own length spread evenly over the splits.
+  const int tiles_total = (sk + kBlockN - 1) / kBlockN;
+  const int tiles_per_split = (tiles_total + num_splits - 1) / num_splits;
+  const int tile_begin = min(tiles_total, split * tiles_per_split);
+  const int tile_end = min(tiles_total, tile_begin + tiles_per_split);
+
+  const T* k_base = static_cast<const T*>(p.k);
+  const T* v_base = static_cast<const T*>(p.v);
+  const int64_t k_stride_outer = p.block_table != nullptr ? p.k_stride_page : p.k_stride_batch;
+  const int64_t v_stride_outer = p.block_table != nullptr ? p.v_stride_page : p.v_stride_batch;
+
+  // Issues the cp.async of K and V tile `tile` into ring slot `slot` (keys past sk are zero-filled), then
+  // commits a group, also when there is nothing to load, so that wait_group counts tiles uniformly.
+  auto load_tile = [&](int tile, int slot) {
+    if (tile < tile_end) {
+#pragma unroll
+      for (int l = 0; l < G::kLoadsPerThread; ++l) {
+        const int index = threadIdx.x + l * kThreads;
+        const int key = index / G::kChunks, chunk = index % G::kChunks;
+        const int j = tile * kBlockN + key;
+        const bool valid = j < sk;
+        int64_t k_offset = 0, v_offset = 0;
+        if (valid) {
+          const TokenPlace place = token_place(p, b, j, page_shift);
+          k_offset = place.outer * k_stride_outer + place.row * p.k_stride_seq + kv_head * p.k_stride_head;
+          v_offset = place.outer * v_stride_outer + place.row * p.v_stride_seq + kv_head * p.v_stride_head;
+        }
+        const int smem_offset = slot * G::kTileElems + key * G::kRowPitch + chunk * 8;
+        cp_async_16(k_ring + smem_offset, k_base + k_offset + chunk * 8, valid);
+        cp_async_16(v_ring + smem_offset, v_base + v_offset + chunk * 8, valid);
+      }
+    }
+    cp_async_commit();
+  };
+
+  // Start the ring first, so that the loads are in flight while Q is staged.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) load_tile(tile_begin + s, s);
+
+  // Q of the block's rows, as float, pre-multiplied by the softmax scale (S = scale * Q K^T); rows past
+  // `rows` are zero and never used.
+  const T* q_base = static_cast<const T*>(p.q);
+  for (int index = threadIdx.x; index < kMaxRows * G::kChunks; index += kThreads) {
+    const int r = index / G::kChunks, chunk = index % G::kChunks;
+    float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (r < rows) {
+      const uint4 raw =
+          *reinterpret_cast<const uint4*>(q_base + b * p.q_stride_batch + query_of(r) * p.q_stride_seq +
+                                          head_of(r) * p.q_stride_head + chunk * 8);
+      to_float8<T>(raw, x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) x[e] *= p.scale;
+    }
+    float4* out = reinterpret_cast<float4*>(q_smem + r * D + chunk * 8);
+    out[0] = make_float4(x[0], x[1], x[2], x[3]);
+    out[1] = make_float4(x[4], x[5], x[6], x[7]);
+  }
+
+  // The mask band of this warp's softmax rows (rows warp + kWarps * k), from the one definition in mask.hpp.
+  SoftmaxState<float> state[G::kRowsPerWarp];
+  KeyRange band[G::kRowsPerWarp];
+#pragma unroll
+  for (int k = 0; k < G::kRowsPerWarp; ++k) {
+    const int r = warp + kWarps * k;
+    band[k] = r < rows ? band_key_range(query_of(r), p.seqlen_q, sk, p.causal, p.window_left, p.window_right)
+                       : KeyRange{};
+  }
+
+  // O += P V accumulators: 8 channels (pv_chunk) of up to kRowsPerThread rows (pv_row + kRowGroups * k). With
+  // few rows (decode: 4 heads of a 32/8 group), the row groups that would hold no row take a share of each
+  // tile's keys instead (key_parts shares, keys pv_part, pv_part + key_parts, ...), so every warp works; the
+  // shares are summed once at the end of the split (rescaling by exp(m_old - m_new) is linear, so each share
+  // can be rescaled on its own).
+  int row_slots = 1;  // rows rounded up to a power of two, at most kRowGroups
+  while (row_slots < rows && row_slots < G::kRowGroups) row_slots *= 2;
+  const int key_parts = G::kRowGroups / row_slots;
+  const int pv_chunk = threadIdx.x % G::kChunks, pv_row_group = threadIdx.x / G::kChunks;
+  const int pv_row = pv_row_group % row_slots, pv_part = pv_row_group / row_slots;
+  float acc[G::kRowsPerThread][8] = {};
+
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    const int slot = (tile - tile_begin) % kStages;
+    cp_async_wait<kStages - 2>();  // this thread's copies of `tile` have landed ...
+    __syncthreads();               // ... and everyone's; the slot refilled below was released by all
+    load_tile(tile + kStages - 1, (tile - tile_begin + kStages - 1) % kStages);
+    const T* k_tile = k_ring + slot * G::kTileElems;
+    const T* v_tile = v_ring + slot * G::kTileElems;
+
+    // S = scale * Q K^T for key j = tile * kBlockN + lane and this warp's rows.
+    float score[G::kRowsPerWarp] = {};
+#pragma unroll 4
+    for (int chunk = 0; chunk < G::kChunks; ++chunk) {
+      float key[8];
+      to_float8<T>(*reinterpret_cast<const uint4*>(k_tile + lane * G::kRowPitch + chunk * 8), key);
+#pragma unroll
+      for (int k = 0; k < G::kRowsPerWarp; ++k) {
+        if (warp + kWarps * k >= rows) break;  // warp-uniform
+        const float4* q = reinterpret_cast<const float4*>(q_smem + (warp + kWarps * k) * D + chunk * 8);
+        const float4 q0 = q[0], q1 = q[1];
+        score[k] += q0.x * key[0] + q0.y * key[1] + q0.z * key[2] + q0.w * key[3] + q1.x * key[4] +
+                    q1.y * key[5] + q1.z * key[6] + q1.w * key[7];
+      }
+    }
+
+    // Online softmax per row over this tile (FA2 Alg. 1 lines 8-10), in the shared SoftmaxState: every lane
+    // of the warp keeps the same state; the tile max and sum are warp reductions over the 32 keys.
+    const int j = tile * kBlockN + lane;
+#pragma unroll
+    for (int k = 0; k < G::kRowsPerWarp; ++k) {
+      const int r = warp + kWarps * k;
+      if (r >= rows) break;
+      const bool visible =
+          j >= band[k].begin && j < band[k].end &&
+          (p.mask == nullptr || p.mask[static_cast<int64_t>(query_of(r)) * p.seqlen_k + j] != 0);
+      const float s = visible ? score[k] : -INFINITY;
+      const float factor = state[k].raise_max(warp_max(s));  // exp(m_old - m_new), 1 while nothing is visible
+      const float prob = state[k].weight(s);                 // exp(s - m_new), exactly 0 for a masked key
+      state[k].add(warp_sum(prob));
+      p_smem[r * kPPitch + lane] = prob;
+      if (lane == 0) factor_smem[r] = factor;
+    }
+    __syncthreads();
+
+    // O = diag(exp(m_old - m_new)) O + P V (FA2 Alg. 1 line 10).
+#pragma unroll
+    for (int k = 0; k < G::kRowsPerThread; ++k) {
+      const int r = pv_row + G::kRowGroups * k;
+      if (r >= rows) break;
+      const float factor = factor_smem[r];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[k][e] *= factor;
+#pragma unroll 4
+      for (int key = pv_part; key < kBlockN; key += key_parts) {
+        const float prob = p_smem[r * kPPitch + key];
+        // A masked key adds nothing, even when its V holds NaN or Inf (the reference skips it the same way).
+        if (prob == 0.0f) continue;
+        float value[8];
+        to_float8<T>(*reinterpret_cast<const uint4*>(v_tile + key * G::kRowPitch + pv_chunk * 8), value);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[k][e] += prob * value[e];
+      }
+    }
+  }
+  cp_async_wait<0>();  // the trailing (empty) groups
+  __syncthreads();     // every thread is done with the ring: its first slot holds the key shares below
+
+  // The final state of each row, from its softmax warp to the threads that hold its accumulator.
+#pragma unroll
+  for (int k = 0; k < G::kRowsPerWarp; ++k) {
+    const int r = warp + kWarps * k;
+    if (r < rows && lane == 0) {
+      row_max_smem[r] = state[k].row_max;
+      row_sum_smem[r] = state[k].row_sum;
+    }
+  }
+  // Key shares other than the first, through shared memory: share[row group][D].
+  float* share = reinterpret_cast<float*>(k_ring);
+  if (key_parts > 1 && pv_part > 0 && pv_row < rows) {
+    float4* to = reinterpret_cast<float4*>(share + pv_row_group * D + pv_chunk * 8);
+    to[0] = make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]);
+    to[1] = make_float4(acc[0][4], acc[0][5], acc[0][6], acc[0][7]);
+  }
+  __syncthreads();
+  if (pv_part > 0) return;  // its share is in the first share's sum below
+  for (int part = 1; part < key_parts; ++part) {
+    if (pv_row >= rows) break;
+    const float* from = share + (part * row_slots + pv_row) * D + pv_chunk * 8;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[0][e] += from[e];
+  }
+
+  float* o_partial = static_cast<float*>(p.workspace);
+  const int64_t partial_rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * num_splits;
+  float* lse_partial = o_partial + partial_rows * D;
+#pragma unroll
+  for (int k = 0; k < G::kRowsPerThread; ++k) {
+    const int r = pv_row + G::kRowGroups * k;
+    if (r >= rows) break;
+    SoftmaxState<float> row_state;
+    row_state.row_max = row_max_smem[r];
+    row_state.row_sum = row_sum_smem[r];
+    float out[8];
+    row_state.finalize(acc[k], out, 8);  // O_j = acc / l; 0 for a split where the row sees no key
+    const int qi = query_of(r), h = head_of(r);
+    const int64_t row_index = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + qi;
+    if (num_splits == 1) {
+      T* o = static_cast<T*>(p.o) + b * p.o_stride_batch + qi * p.o_stride_seq + h * p.o_stride_head;
+      *reinterpret_cast<uint4*>(o + pv_chunk * 8) = from_float8<T>(out);
+      if (pv_chunk == 0) p.lse[row_index] = row_state.lse();
+    } else {
+      const int64_t partial = row_index * num_splits + split;
+      float4* o = reinterpret_cast<float4*>(o_partial + partial * D + pv_chunk * 8);
+      o[0] = make_float4(out[0], out[1], out[2], out[3]);
+      o[1] = make_float4(out[4], out[5], out[6], out[7]);
+      if (pv_chunk == 0) lse_partial[partial] = row_state.lse();  // -inf: an empty partial, weight 0
+    }
+  }
+}
+
+// --- Kernel 2: the combine ---
+
+// O = sum_j exp(LSE_j - LSE) O_j with LSE = log sum_j exp(LSE_j): each partial is the state {m = LSE_j, l =
+// 1} with accumulator O_j (SoftmaxState::from_lse), merged like any two states. Thread c owns channel c.
+template <typename T, int D>
+__global__ void __launch_bounds__(D) combine_kernel(const __grid_constant__ SplitKvParams p, int num_splits) {
+  const int64_t row_index = blockIdx.x;  // (b * heads_q + h) * seqlen_q + qi
+  const int qi = static_cast<int>(row_index % p.seqlen_q);
+  const int h = static_cast<int>(row_index / p.seqlen_q % p.heads_q);
+  const int b = static_cast<int>(row_index / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+  const int channel = threadIdx.x;
+
+  const float* o_partial = static_cast<const float*>(p.workspace);
+  const int64_t partial_rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * num_splits;
+  const float* lse_partial = o_partial + partial_rows * D;
+
+  SoftmaxState<float> state;
+  float acc = 0.0f;
+  for (int split = 0; split < num_splits; ++split) {
+    const int64_t partial = row_index * num_splits + split;
+    state.merge(SoftmaxState<float>::from_lse(lse_partial[partial]), o_partial + partial * D + channel, &acc,
+                1);
+  }
+  float out;
+  state.finalize(&acc, &out, 1);  // 0 for a row that saw no key in any split
+  T* o = static_cast<T*>(p.o) + b * p.o_stride_batch + qi * p.o_stride_seq + h * p.o_stride_head;
+  if constexpr (std::is_same_v<T, __half>) {
+    o[channel] = __float2half_rn(out);
+  } else {
+    o[channel] = __float2bfloat16_rn(out);
+  }
+  if (channel == 0) p.lse[row_index] = state.lse();
+}
+
+}  // namespace flashlab::decoding::kernels

@@ -1,0 +1,113 @@
+// naive/backward: the backward pass as it is written before FlashAttention (docs/08-backward.md). P is
+// recomputed in full and materialized, with dS, as seqlen_q x seqlen_k matrices per head:
+//   P  = softmax(scale Q K^T)        (0 where masked; the three-pass softmax of naive/softmax.hpp)
+//   dV = P^T dO
+//   dP = dO V^T,  D = rowsum(dO * O),  dS = P * (dP - D)
+//   dQ = scale dS K,  dK = scale dS^T Q
+// The forward is naive/one_pass's. Loops with vectorized dot products and axpys, no GEMM library.
+//
+// P is recomputed from S by the full softmax, not as exp(S - LSE) from the forward's LSE: this backward's dot
+// products need not round like the forward's, and with scores ~1e4 a rounding difference of 1e-2 in S would
+// scale P by exp(1e-2). A tiled backward recomputing from LSE computes S exactly as its forward did
+// (cpu_tiled/backward.cpp).
+#include <cmath>
+#include <vector>
+
+#include "common/mask.hpp"
+#include "common/registry.hpp"
+#include "naive/attention.hpp"
+#include "naive/softmax.hpp"
+
+namespace flashlab::naive {
+
+namespace {
+
+float dot(const float* x, const float* y, int64_t n) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < n; ++c) sum += x[c] * y[c];
+  return sum;
+}
+
+// y += a x
+void axpy(float a, const float* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c) y[c] += a * x[c];
+}
+
+void materialized_backward(const Problem& p, const AttentionInputs& in, const AttentionOutputs& fwd,
+                           const HostTensor& d_out, AttentionGradients& grad) {
+  const Visibility visibility(p);
+  const int64_t sq = p.seqlen_q, sk = p.seqlen_k, d = p.head_dim;
+  const float scale = static_cast<float>(p.softmax_scale());
+  auto d_out_row = [&](int64_t b, int64_t i, int64_t h) {
+    return d_out.ptr() + bshd_offset(b, i, h, sq, p.heads_q, d);
+  };
+  auto dq_row = [&](int64_t b, int64_t i, int64_t h) {
+    return grad.dq.ptr() + bshd_offset(b, i, h, sq, p.heads_q, d);
+  };
+  auto dk_row = [&](int64_t b, int64_t j, int64_t hk) {
+    return grad.dk.ptr() + bshd_offset(b, j, hk, sk, p.heads_kv, d);
+  };
+  auto dv_row = [&](int64_t b, int64_t j, int64_t hk) {
+    return grad.dv.ptr() + bshd_offset(b, j, hk, sk, p.heads_kv, d);
+  };
+
+  // One task per (batch, kv head): it owns that head's dK and dV, which every query head of its group adds
+  // to.
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
+      std::vector<float> P(static_cast<size_t>(sq * sk)), dS(static_cast<size_t>(sq * sk));
+      for (int64_t j = 0; j < sk; ++j) {
+        std::fill(dk_row(b, j, hk), dk_row(b, j, hk) + d, 0.0f);
+        std::fill(dv_row(b, j, hk), dv_row(b, j, hk) + d, 0.0f);
+      }
+      for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h) {
+        for (int64_t i = 0; i < sq; ++i) {  // P = softmax(scale q_i K^T), recomputed in full
+          float* row = &P[i * sk];
+          for (int64_t j = 0; j < sk; ++j)
+            row[j] = visibility.visible(b, i, j) ? scale * dot(in.q_row(p, b, i, h), in.k_row(p, b, j, hk), d)
+                                                 : -INFINITY;
+          softmax_three_pass({row, size_t(sk)}, {row, size_t(sk)});
+        }
+        for (int64_t i = 0; i < sq; ++i)  // dV = P^T dO
+          for (int64_t j = 0; j < sk; ++j)
+            if (P[i * sk + j] != 0.0f) axpy(P[i * sk + j], d_out_row(b, i, h), dv_row(b, j, hk), d);
+        for (int64_t i = 0; i < sq; ++i) {  // dS = P * (dO V^T - D), D_i = dO_i . O_i
+          const float* dout = d_out_row(b, i, h);
+          const float D = dot(dout, fwd.o.ptr() + bshd_offset(b, i, h, sq, p.heads_q, d), d);
+          for (int64_t j = 0; j < sk; ++j) {
+            const float weight = P[i * sk + j];
+            // A masked key takes no part: 0, not 0 * (dP - D), which is NaN when its V holds a NaN.
+            dS[i * sk + j] = weight == 0.0f ? 0.0f : weight * (dot(dout, in.v_row(p, b, j, hk), d) - D);
+          }
+        }
+        for (int64_t i = 0; i < sq; ++i) {  // dQ = scale dS K
+          float* dq = dq_row(b, i, h);
+          std::fill(dq, dq + d, 0.0f);
+          for (int64_t j = 0; j < sk; ++j)
+            if (dS[i * sk + j] != 0.0f) axpy(scale * dS[i * sk + j], in.k_row(p, b, j, hk), dq, d);
+        }
+        for (int64_t i = 0; i < sq; ++i)  // dK = scale dS^T Q
+          for (int64_t j = 0; j < sk; ++j)
+            if (dS[i * sk + j] != 0.0f)
+              axpy(scale * dS[i * sk + j], in.q_row(p, b, i, h), dk_row(b, j, hk), d);
+      }
+    }
+  }
+}
+
+const Registration backward{{
+    .name = "naive/backward",
+    .summary = "materialized backward: P recomputed in full, dV = P^T dO, dS = P * (dP - D), dQ, dK",
+    .constraints =
+        "any shape, every mask; forward naive/one_pass; backward O(seqlen_q x seqlen_k) per kv head",
+    .forward = one_pass_attention,
+    .supports_backward = [](const Problem& p) { return fits_in_memory(p, 2); },
+    .backward = materialized_backward,
+}};
+
+}  // namespace
+
+}  // namespace flashlab::naive

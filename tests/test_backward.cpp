@@ -1,0 +1,139 @@
+// Every selected implementation that provides a backward pass, against the fp64 reference backward on every
+// case of the matrix, with the gradient tolerance policy (common/tolerance.hpp). Gradients arrive poisoned.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <optional>
+
+#include "common/error.hpp"
+#include "tests/harness.hpp"
+
+namespace flashlab::testing {
+
+namespace {
+
+// A case's upstream gradient, reference gradients and gradient tolerance, computed once per dtype.
+struct PreparedBackward {
+  HostTensor d_out;
+  ReferenceGradients reference;
+  GradientTolerance tolerance;
+};
+
+PreparedBackward prepare_backward(const PreparedCase& prepared, uint64_t seed) {
+  PreparedBackward result;
+  const Problem& p = prepared.problem;
+  result.d_out = random_d_out(p, seed);
+  result.reference = reference_backward(p, prepared.inputs, result.d_out);
+  const AttentionGradients baseline = baseline_backward(p, prepared.inputs, result.d_out, p.dtype);
+  result.tolerance =
+      gradient_tolerance_from_baseline(p.dtype, gradient_deviation(p, baseline, result.reference));
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("every backward matches the fp64 reference backward on the case matrix") {
+  struct Tally {
+    int passed = 0, failed = 0;
+    std::map<std::string, int> skipped;  // reason -> count
+  };
+  std::vector<const Implementation*> impls;
+  for (const Implementation* impl : selected_implementations())
+    if (impl->backward) impls.push_back(impl);
+  if (impls.empty()) {
+    MESSAGE("FLASHLAB_IMPL selects no implementation with a backward pass");
+    return;
+  }
+  std::map<std::string, Tally> tally;
+  for (const Case& test_case : case_matrix()) {
+    std::map<DType, std::optional<PreparedCase>> prepared;  // built lazily, once per dtype
+    std::map<DType, std::optional<PreparedBackward>> prepared_backward;
+    for (const Implementation* impl : impls) {
+      for (DType dtype : impl->dtypes) {
+        Problem problem = test_case.problem;
+        problem.dtype = dtype;
+        const std::string reason = why_cannot_run_backward(*impl, problem);
+        if (!reason.empty()) {
+          ++tally[impl->name].skipped[reason];
+          continue;
+        }
+        if (dtype == DType::e4m3) {
+          ++tally[impl->name].skipped["e4m3 has no backward check"];
+          continue;
+        }
+        auto& slot = prepared[dtype];
+        if (!slot) slot = prepare(test_case, dtype);
+        auto& backward_slot = prepared_backward[dtype];
+        if (!backward_slot) backward_slot = prepare_backward(*slot, test_case.seed + 500);
+        const AttentionOutputs out = run_forward(*impl, slot->problem, slot->inputs);
+        const AttentionGradients grad =
+            run_backward(*impl, slot->problem, slot->inputs, out, backward_slot->d_out);
+        const GradientVerdict verdict =
+            judge_gradients(slot->problem, grad, backward_slot->reference, backward_slot->tolerance);
+        INFO(impl->name, " [", to_string(dtype), "] backward on '", test_case.name, "' (",
+             slot->problem.describe(), "): ", verdict.explain());
+        CHECK(verdict.passed());
+        ++(verdict.passed() ? tally[impl->name].passed : tally[impl->name].failed);
+      }
+    }
+  }
+  for (const auto& [name, counts] : tally) {
+    std::printf("  %-28s backward: %3d passed, %d failed", name.c_str(), counts.passed, counts.failed);
+    int skipped = 0;
+    for (const auto& [reason, count] : counts.skipped) skipped += count;
+    if (skipped > 0) std::printf(", %d skipped", skipped);
+    std::printf("\n");
+    for (const auto& [reason, count] : counts.skipped)
+      std::printf("      skipped %d: %s\n", count, reason.c_str());
+  }
+}
+
+TEST_CASE("the gradient check catches unwritten and wrong elements") {
+  Problem p;
+  p.heads_q = 2;
+  p.seqlen_q = 9;
+  p.seqlen_k = 11;
+  p.head_dim = 8;
+  p.heads_kv = 1;
+  const AttentionInputs in = random_inputs(p, Distribution::normal, 3);
+  const HostTensor d_out = random_d_out(p, 4);
+  const ReferenceGradients ref = reference_backward(p, in, d_out);
+  const AttentionGradients baseline = baseline_backward(p, in, d_out, DType::f32);
+  const GradientTolerance tol =
+      gradient_tolerance_from_baseline(DType::f32, gradient_deviation(p, baseline, ref));
+  CHECK(judge_gradients(p, baseline, ref, tol).passed());
+  CHECK_FALSE(judge_gradients(p, AttentionGradients::poisoned(p), ref, tol).passed());
+  for (HostTensor AttentionGradients::*tensor :
+       {&AttentionGradients::dq, &AttentionGradients::dk, &AttentionGradients::dv}) {
+    AttentionGradients unwritten = baseline;
+    (unwritten.*tensor).data[5] = NAN;
+    CHECK_FALSE(judge_gradients(p, unwritten, ref, tol).passed());
+    AttentionGradients wrong = baseline;
+    (wrong.*tensor).data[7] += 1e-3f;
+    CHECK_FALSE(judge_gradients(p, wrong, ref, tol).passed());
+  }
+}
+
+TEST_CASE("run_backward refuses what it cannot run, naming the reason") {
+  Problem p;
+  p.seqlen_q = 4;
+  p.seqlen_k = 4;
+  p.head_dim = 8;
+  const AttentionInputs in = random_inputs(p, Distribution::normal, 1);
+  const AttentionOutputs out = AttentionOutputs::poisoned(p);
+  for (const Implementation& impl : implementations()) {
+    if (impl.backward || !why_cannot_run(impl, p).empty()) continue;
+    CHECK_THROWS_WITH_AS(run_backward(impl, p, in, out, random_d_out(p, 2)),
+                         (impl.name + " cannot run this problem backward: no backward pass").c_str(), Error);
+    break;
+  }
+  for (const Implementation& impl : implementations()) {
+    if (!impl.backward || !why_cannot_run_backward(impl, p).empty()) continue;
+    CHECK_THROWS_WITH_AS(run_backward(impl, p, in, out, HostTensor({1, 3, 1, 8})),
+                         "dO must have the shape of O [batch, seqlen_q, heads_q, head_dim]", Error);
+  }
+}
+
+}  // namespace flashlab::testing
