@@ -40,6 +40,13 @@ FLASHLAB_HOST_DEVICE inline KeyRange band_key_range(int64_t i, int64_t sq, int64
   return range;
 }
 
+// Rule 3 alone: the explicit boolean mask [seqlen_q, seqlen_k] (1 = visible); every key when there is none.
+// Shared by Visibility (host) and the GPU kernels (device), like the band rule.
+FLASHLAB_HOST_DEVICE inline bool explicit_mask_allows(const uint8_t* mask, int64_t seqlen_k, int64_t i,
+                                                      int64_t j) {
+  return mask == nullptr || mask[i * seqlen_k + j] != 0;
+}
+
 // How a (rows x keys) tile meets the mask: tiled stages skip hidden tiles and mask only partial ones.
 enum class TileCover { hidden, partial, full };
 
@@ -55,7 +62,9 @@ class Visibility {
   bool has_explicit_mask() const { return p_.mask != nullptr; }
 
   // The explicit mask alone (true when there is none).
-  bool mask_allows(int64_t i, int64_t j) const { return !p_.mask || (*p_.mask)[i * p_.seqlen_k + j] != 0; }
+  bool mask_allows(int64_t i, int64_t j) const {
+    return explicit_mask_allows(p_.mask ? p_.mask->data() : nullptr, p_.seqlen_k, i, j);
+  }
 
   bool visible(int64_t b, int64_t i, int64_t j) const {
     const KeyRange range = key_range(b, i);

@@ -3,12 +3,18 @@
 #include <cmath>
 #include <limits>
 
+#include "common/error.hpp"
 #include "common/mask.hpp"
 
 namespace flashlab {
 
 ReferenceResult reference_attention(const Problem& p, const AttentionInputs& in) {
+  return reference_attention(p, in, 1);
+}
+
+ReferenceResult reference_attention(const Problem& p, const AttentionInputs& in, int64_t row_step) {
   p.validate();
+  if (row_step < 1) fail("row_step (", row_step, ") must be >= 1");
   const Visibility visibility(p);
   const int64_t d = p.head_dim;
   const double scale = p.softmax_scale();
@@ -22,7 +28,7 @@ ReferenceResult reference_attention(const Problem& p, const AttentionInputs& in)
       const int64_t hk = p.kv_head(h);
       std::vector<double> scores(static_cast<size_t>(p.seqlen_k));
       std::vector<uint8_t> seen(static_cast<size_t>(p.seqlen_k));
-      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+      for (int64_t i = 0; i < p.seqlen_q; i += row_step) {
         const float* q = in.q_row(p, b, i, h);
         double row_max = -std::numeric_limits<double>::infinity();
         bool any = false, has_nan = false;

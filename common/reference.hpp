@@ -18,4 +18,8 @@ struct ReferenceResult {
 // does not reach the row). Fully masked rows: O = 0, LSE = -inf.
 ReferenceResult reference_attention(const Problem& problem, const AttentionInputs& inputs);
 
+// The same, for the query rows i with i % row_step == 0 only (a sampled check of problems too large for the
+// full fp64 reference, e.g. in GPU benchmarks); the other rows are left at O = 0, LSE = -inf.
+ReferenceResult reference_attention(const Problem& problem, const AttentionInputs& inputs, int64_t row_step);
+
 }  // namespace flashlab

@@ -6,6 +6,7 @@
 //       .name = "naive/one_pass", .summary = "...", .forward = run_one_pass}};
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -19,6 +20,23 @@ namespace flashlab {
 
 enum class Device { cpu, cuda };
 std::string_view to_string(Device device);
+
+// A problem's tensors in GPU memory, for the device entry of GPU implementations (Implementation::
+// forward_device). Q, K, V and O hold elements of the problem's dtype (float for f32, __half for f16,
+// __nv_bfloat16 for bf16) in BSHD layout; LSE is float32 [batch, heads_q, seqlen_q]. The mask and the
+// per-batch lengths are the problem's own, copied to the device; nullptr when the problem has none.
+// common/cuda/device_problem.hpp builds one from host inputs.
+struct DeviceTensors {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  const uint8_t* mask = nullptr;       // [seqlen_q, seqlen_k]
+  const int64_t* seqlens_q = nullptr;  // [batch]
+  const int64_t* seqlens_k = nullptr;  // [batch]
+  void* workspace = nullptr;           // device_workspace_bytes(problem) bytes, contents undefined
+};
 
 struct Implementation {
   std::string name;     // "stage/variant", e.g. "naive/three_pass"
@@ -44,6 +62,14 @@ struct Implementation {
   // problem, e.g. materialized stages write and read S and P, tiled stages re-read K/V once per Q tile. Empty
   // = unknown.
   std::function<double(const Problem&)> bytes_moved;
+
+  // GPU implementations only: the forward pass on device pointers, enqueued on the default stream, with no
+  // copy and no synchronization (benchmarks time this alone). GPU stages set it with gpu_implementation()
+  // (common/cuda/gpu_stage.hpp), which also derives `forward` and `availability` from it. Empty for CPU
+  // implementations and for GPU implementations in a build without CUDA.
+  std::function<void(const Problem&, const DeviceTensors&)> forward_device;
+  // Scratch GPU memory forward_device needs for a problem (e.g. FA1's running l and m); empty = none.
+  std::function<size_t(const Problem&)> device_workspace_bytes;
 
   // Optional backward pass: dQ, dK, dV from the inputs, the forward's O and LSE, and dO. Outputs arrive
   // poisoned.

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# The one script to run on a GPU machine:
+#
+#   bash bench/gpu_report.sh OUTDIR
+#
+# 1. builds (release preset, CUDA on) if needed;
+# 2. runs the CUDA tests (ctest -L cuda: the shared harness over every GPU implementation);
+# 3. runs compute-sanitizer memcheck and racecheck on a small case of every GPU implementation
+#    (`flashlab run IMPL ...`: awkward lengths, GQA, causal, padding);
+# 4. times our GPU implementations on device pointers (`flashlab gpu-bench --json`) and the PyTorch SDPA peers
+#    (bench/peers_torch.py) on the same shapes, same device, same run;
+# 5. writes OUTDIR/results-<device>-<date>.json (SPEC's results schema) and a Markdown table next to it, plus
+#    the logs of every step. Copy the .json and .md into docs/results/ and commit them.
+#
+# Every step has its own time limit; the whole run stays within 9 minutes on an H100 (typical: build 1.5 min
+# from scratch, tests 0.5, compute-sanitizer 2-3, our benchmarks at most 2.5, peers at most 2). A failing step is
+# reported in the summary (and the exit code is 1), and the later steps still run.
+set -uo pipefail
+
+if [[ $# -ne 1 ]]; then
+  echo "usage: bash bench/gpu_report.sh OUTDIR" >&2
+  exit 2
+fi
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="$(mkdir -p "$1" && cd "$1" && pwd)"
+cd "$root"
+flashlab=build/bin/flashlab
+started=$(date +%s)
+status=0
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+elapsed() { echo "$(( $(date +%s) - started ))s"; }
+
+nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true  # driver, clocks and what else runs on the device
+
+# ---- 1. build (CUDA required: configuring with FLASHLAB_CUDA=ON fails clearly when nvcc is missing)
+if [[ -f build/CMakeCache.txt ]]; then
+  configure=(cmake -S . -B build -DFLASHLAB_CUDA=ON)
+else
+  configure=(cmake --preset release -DFLASHLAB_CUDA=ON)
+fi
+"${configure[@]}" >"$out/configure.log" 2>&1 || { note "configure FAILED (see configure.log)"; exit 1; }
+if ! timeout 300 cmake --build build -j"$(nproc)" >"$out/build.log" 2>&1; then
+  note "build FAILED (see build.log)"
+  exit 1
+fi
+note "build ok ($(elapsed))"
+
+# The GPU implementations and the dtype each is benchmarked in, from the registry.
+mapfile -t gpu_impls < <("$flashlab" list --json | python3 -c '
+import json, sys
+for impl in json.load(sys.stdin):
+    if impl["device"] == "cuda":
+        print(impl["name"], impl["dtypes"][0], "ok" if impl["available"] else impl["reason"].replace(" ", "_"))')
+if [[ ${#gpu_impls[@]} -eq 0 ]]; then
+  note "no GPU implementation is registered"
+  exit 1
+fi
+for line in "${gpu_impls[@]}"; do
+  read -r name dtype availability <<<"$line"
+  if [[ "$availability" != ok ]]; then
+    note "$name is unavailable here: ${availability//_/ } (a CUDA build on a GPU machine is needed)"
+    exit 1
+  fi
+done
+
+# ---- 2. CUDA tests
+if timeout 180 ctest --test-dir build -L cuda --output-on-failure >"$out/ctest_cuda.log" 2>&1; then
+  note "ctest -L cuda passed ($(elapsed))"
+else
+  note "ctest -L cuda FAILED (see ctest_cuda.log)"
+  status=1
+fi
+
+# ---- 3. compute-sanitizer on a small case of every GPU implementation
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
+  /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
+small_cases=("--batch 2 --heads 4 --kv-heads 2 --seqlen-q 97 --seqlen-k 203 --head-dim 64 --causal"
+             "--batch 3 --heads 2 --seqlen-q 70 --seqlen-k 150 --head-dim 80 --window-left 20 --window-right 4 --seqlens-q 70,0,33 --seqlens-k 150,40,0")
+if [[ -z "$sanitizer" ]]; then
+  note "compute-sanitizer NOT FOUND: memcheck and racecheck were not run"
+  status=1
+else
+  for line in "${gpu_impls[@]}"; do
+    read -r name dtype _ <<<"$line"
+    for tool in memcheck racecheck; do
+      log="$out/sanitizer_${tool}_${name//\//_}.log"
+      : >"$log"
+      ok=1
+      cases=("${small_cases[@]}")
+      [[ $tool == racecheck ]] && cases=("${small_cases[0]}")  # racecheck is the slow one: one case
+      for case_flags in "${cases[@]}"; do
+        # shellcheck disable=SC2086
+        timeout 90 "$sanitizer" --tool "$tool" --error-exitcode 3 "$flashlab" run "$name" $case_flags \
+          --dtype "$dtype" --repeat 1 >>"$log" 2>&1 || ok=0
+      done
+      if [[ $ok -eq 1 ]]; then
+        note "compute-sanitizer $tool $name: clean ($(elapsed))"
+      else
+        note "compute-sanitizer $tool $name: FAILED (see $(basename "$log"))"
+        status=1
+      fi
+    done
+  done
+fi
+
+# ---- 4. benchmarks: ours, then the peers on the same shapes
+"$flashlab" gpu-bench --list-shapes --shapes all >"$out/shapes.json"
+: >"$out/gpu_bench.log"
+# Each set separately, with a budget after which gpu-bench stops starting shapes (and still writes its JSON),
+# and a hard limit above it.
+for set_and_budget in sweep:110 occupancy:30; do
+  set_name=${set_and_budget%%:*}
+  budget=${set_and_budget##*:}
+  if timeout $((budget + 40)) "$flashlab" gpu-bench --json --shapes "$set_name" --max-seconds "$budget" \
+      >"$out/ours_$set_name.json" \
+      2>>"$out/gpu_bench.log"; then
+    note "flashlab gpu-bench --shapes $set_name done ($(elapsed))"
+  else
+    note "flashlab gpu-bench --shapes $set_name FAILED or timed out (see gpu_bench.log)"
+    echo '{"rows": []}' >"$out/ours_$set_name.json"
+    status=1
+  fi
+done
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>"$out/peers.log"; then
+  if timeout 110 python3 bench/peers_torch.py --shapes "$out/shapes.json" --dtypes bf16 --repeat 10 --out "$out/peers.json" \
+      2>>"$out/peers.log"; then
+    note "PyTorch SDPA peers done ($(elapsed))"
+  else
+    note "PyTorch SDPA peers FAILED or timed out (see peers.log)"
+    status=1
+  fi
+else
+  note "PyTorch with CUDA is not installed: no peers measured (see peers.log)"
+fi
+
+# ---- 5. results JSON and Markdown table
+command_line="bash bench/gpu_report.sh $1"
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -n "$(git status --porcelain 2>/dev/null)" ]] && commit="$commit (with uncommitted changes)"
+printf '%s\n' "${summary[@]}" >"$out/summary.txt"
+python3 - "$out" "$commit" "$command_line" <<'EOF'
+import datetime, json, os, re, sys
+out, commit, command = sys.argv[1:4]
+sweep = json.load(open(os.path.join(out, "ours_sweep.json")))
+occupancy = json.load(open(os.path.join(out, "ours_occupancy.json")))
+ours = dict(occupancy, **{k: v for k, v in sweep.items() if v is not None})
+ours["rows"] = sweep["rows"] + occupancy["rows"]
+peers_path = os.path.join(out, "peers.json")
+peers = json.load(open(peers_path)) if os.path.exists(peers_path) else {"rows": []}
+device = ours.get("device") or peers.get("device") or "unknown GPU"
+date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+result = {"device": device, "date": date, "commit": commit, "command": command,
+          "copy_gbps": ours.get("copy_gbps"), "bf16_gemm_tflops": ours.get("bf16_gemm_tflops"),
+          "rows": ours["rows"] + peers["rows"]}
+if "torch" in peers:
+    result["peers"] = {"torch": peers["torch"], "cudnn": peers["cudnn"]}
+stem = "results-" + re.sub(r"[^A-Za-z0-9]+", "-", device).strip("-").lower() + "-" + date
+json.dump(result, open(os.path.join(out, stem + ".json"), "w"), indent=1)
+
+def fmt(x, spec):
+    return "-" if x is None else format(x, spec)
+lines = [f"# GPU results: {device}, {date}", "",
+         f"- commit: `{commit}`", f"- command: `{command}`",
+         f"- measured ceilings: device-to-device copy {fmt(result['copy_gbps'], '.0f')} GB/s, "
+         f"cuBLAS bf16 GEMM {fmt(result['bf16_gemm_tflops'], '.0f')} TFLOP/s", ""]
+lines += ["## Checks", ""] + ["- " + s for s in open(os.path.join(out, "summary.txt")).read().splitlines()] + [""]
+lines += ["## Forward pass", "",
+          "time: median of CUDA-event timings on device pointers, inputs rotated past the L2; "
+          "err O: max |O - ref64| / max(1, |ref64|) on sampled rows.", "",
+          "| impl | dtype | batch | heads | seqlen | d | causal | ms | TFLOP/s | GB/s | err O |",
+          "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+for r in result["rows"]:
+    seqlen = str(r["seqlen_q"]) if r["seqlen_q"] == r["seqlen_k"] else f"{r['seqlen_q']}x{r['seqlen_k']}"
+    heads = str(r["heads"]) if r["heads"] == r["kv_heads"] else f"{r['heads']}/{r['kv_heads']}"
+    if r.get("skipped"):
+        tail = f"| refused: {r['skipped'][:120].replace('|', '/')} | | | |"
+    else:
+        tail = f"| {r['time_ms']:.3f} | {r['tflops']:.2f} | {r['gbps']:.0f} | {r['max_err_o']:.1e} |"
+    lines.append(f"| {r['impl']} | {r['dtype']} | {r['batch']} | {heads} | {seqlen} | {r['head_dim']} | "
+                 f"{'yes' if r['causal'] else 'no'} " + tail)
+open(os.path.join(out, stem + ".md"), "w").write("\n".join(lines) + "\n")
+print(os.path.join(out, stem + ".json"))
+print(os.path.join(out, stem + ".md"))
+EOF
+note "report written ($(elapsed) in all)"
+printf '%s\n' "${summary[@]}" >"$out/summary.txt"
+exit $status

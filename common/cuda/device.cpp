@@ -1,0 +1,53 @@
+#include "common/cuda/device.hpp"
+
+#if FLASHLAB_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "common/cuda/check.hpp"
+#endif
+
+namespace flashlab::cuda {
+
+const std::string& unavailable_reason() {
+  static const std::string reason = [] {
+#if FLASHLAB_HAVE_CUDA
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess)
+      return std::string("no CUDA device: ") + cudaGetErrorName(status) + ": " + cudaGetErrorString(status);
+    if (count == 0) return std::string("no CUDA device: cudaGetDeviceCount found 0 devices");
+    return std::string();
+#else
+    return std::string("built without CUDA");
+#endif
+  }();
+  return reason;
+}
+
+std::optional<DeviceProperties> device_properties() {
+  if (!unavailable_reason().empty()) return std::nullopt;
+#if FLASHLAB_HAVE_CUDA
+  static const DeviceProperties properties = [] {
+    int device = 0;
+    FLASHLAB_CUDA_CHECK(cudaGetDevice(&device));
+    cudaDeviceProp prop{};
+    FLASHLAB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    DeviceProperties p;
+    p.name = prop.name;
+    p.compute_major = prop.major;
+    p.compute_minor = prop.minor;
+    p.sm_count = prop.multiProcessorCount;
+    p.shared_per_block = prop.sharedMemPerBlock;
+    p.shared_per_block_optin = prop.sharedMemPerBlockOptin;
+    p.shared_per_sm = prop.sharedMemPerMultiprocessor;
+    p.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
+    p.global_bytes = prop.totalGlobalMem;
+    return p;
+  }();
+  return properties;
+#else
+  return std::nullopt;
+#endif
+}
+
+}  // namespace flashlab::cuda

@@ -1,0 +1,31 @@
+// The CUDA device as the rest of the project sees it, in ordinary C++ (no CUDA header): whether one can run
+// kernels here and, if so, what it is. Compiled in every build; without CUDA it reports "built without CUDA".
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace flashlab::cuda {
+
+// "" when a CUDA device can run kernels here; otherwise why not, for `flashlab list` and skipped tests:
+// "built without CUDA" or "no CUDA device: <cudaGetDeviceCount's error>". Asked once per process.
+const std::string& unavailable_reason();
+
+struct DeviceProperties {
+  std::string name;       // e.g. "NVIDIA H100 80GB HBM3"
+  int compute_major = 0;  // compute capability, e.g. 9.0
+  int compute_minor = 0;
+  int sm_count = 0;             // streaming multiprocessors
+  size_t shared_per_block = 0;  // bytes of shared memory a block gets without opting in (48 KiB)
+  size_t shared_per_block_optin =
+      0;                     // the most a block may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize)
+  size_t shared_per_sm = 0;  // bytes of shared memory per SM (bounds the blocks resident per SM)
+  size_t l2_bytes = 0;       // L2 cache size
+  size_t global_bytes = 0;   // device memory
+};
+
+// The current device's properties (queried once); nullopt when unavailable_reason() is not empty.
+std::optional<DeviceProperties> device_properties();
+
+}  // namespace flashlab::cuda

@@ -1,0 +1,46 @@
+#include "common/cuda/gpu_stage.hpp"
+
+#include <string>
+#include <utility>
+
+#include "common/cuda/device.hpp"
+#include "common/error.hpp"
+
+#if FLASHLAB_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "common/cuda/check.hpp"
+#include "common/cuda/device_problem.hpp"
+#endif
+
+namespace flashlab {
+
+Implementation gpu_implementation(Implementation impl, DeviceLauncher launcher) {
+  impl.device = Device::cuda;
+  if (launcher == nullptr) {
+    impl.availability = [] { return std::string("built without CUDA"); };
+    impl.forward = [name = impl.name](const Problem&, const AttentionInputs&, AttentionOutputs&) {
+      fail(name, " cannot run: built without CUDA");
+    };
+    return impl;
+  }
+  // The machine's reason first; then the stage's own, if it has one (e.g. an architecture it needs).
+  impl.availability = [own = std::move(impl.availability)]() -> std::string {
+    const std::string& reason = cuda::unavailable_reason();
+    if (!reason.empty() || !own) return reason;
+    return own();
+  };
+  impl.forward_device = launcher;
+#if FLASHLAB_HAVE_CUDA
+  impl.forward = [launcher, workspace = impl.device_workspace_bytes](
+                     const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs) {
+    const cuda::DeviceProblem device(problem, inputs, workspace ? workspace(problem) : 0);
+    launcher(problem, device.tensors());
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());  // a fault inside the kernel surfaces here, checked
+    device.download(outputs);
+  };
+#endif
+  return impl;
+}
+
+}  // namespace flashlab

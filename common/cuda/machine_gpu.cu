@@ -1,0 +1,90 @@
+// The GPU ceilings of common/machine.hpp (gpu_ceilings()), measured in a CUDA build: for each device, a
+// device-to-device copy of 1 GiB (bytes read plus written) and a cuBLAS bf16 GEMM of 8192^3 with fp32
+// accumulation (2 FLOPs per multiply-add). Host code only (no kernels); nvcc compiles it because
+// common/CMakeLists.txt picks this file over machine_gpu_none.cpp in a CUDA build.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/cuda/check.hpp"
+#include "common/cuda/device.hpp"
+#include "common/cuda/device_buffer.hpp"
+#include "common/cuda/event_timer.hpp"
+#include "common/error.hpp"
+#include "common/machine.hpp"
+
+namespace flashlab {
+
+namespace {
+
+void check_cublas(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS) fail(call, " failed: ", cublasGetStatusString(status));
+}
+
+double measure_copy_gbps() {
+  const size_t bytes = size_t(1) << 30;
+  cuda::DeviceBuffer<std::byte> source(bytes), target(bytes);
+  FLASHLAB_CUDA_CHECK(cudaMemset(source.get(), 1, bytes));
+  const double ms = cuda::median_event_ms(2, 10, [&](int) {
+    FLASHLAB_CUDA_CHECK(cudaMemcpy(target.get(), source.get(), bytes, cudaMemcpyDeviceToDevice));
+  });
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+}
+
+double measure_bf16_gemm_tflops() {
+  const int n = 8192;
+  const size_t elements = size_t(n) * n;
+  cuda::DeviceBuffer<uint16_t> a(elements), b(elements), c(elements);
+  // 0x3c3c as bf16 is about 0.0115: non-zero operands (zero matrices would flatter the power budget).
+  FLASHLAB_CUDA_CHECK(cudaMemset(a.get(), 0x3c, a.bytes()));
+  FLASHLAB_CUDA_CHECK(cudaMemset(b.get(), 0x3c, b.bytes()));
+  cublasHandle_t handle = nullptr;
+  check_cublas(cublasCreate(&handle), "cublasCreate");
+  const float alpha = 1.0f, beta = 0.0f;
+  double ms = 0;
+  try {
+    ms = cuda::median_event_ms(3, 10, [&](int) {
+      check_cublas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n,
+                                b.get(), CUDA_R_16BF, n, &beta, c.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx");
+    });
+  } catch (...) {
+    cublasDestroy(handle);
+    throw;
+  }
+  cublasDestroy(handle);
+  return 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
+}
+
+}  // namespace
+
+const GpuReport& gpu_ceilings() {
+  static const GpuReport report = [] {
+    GpuReport measured;
+    measured.absent_reason = cuda::unavailable_reason();
+    if (!measured.absent_reason.empty()) return measured;
+    int count = 0, current = 0;
+    FLASHLAB_CUDA_CHECK(cudaGetDeviceCount(&count));
+    FLASHLAB_CUDA_CHECK(cudaGetDevice(&current));
+    for (int device = 0; device < count; ++device) {
+      FLASHLAB_CUDA_CHECK(cudaSetDevice(device));
+      cudaDeviceProp prop{};
+      FLASHLAB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+      GpuCeilings ceilings;
+      ceilings.name = prop.name;
+      ceilings.sm_count = prop.multiProcessorCount;
+      ceilings.memory_gib = static_cast<double>(prop.totalGlobalMem) / double(size_t(1) << 30);
+      ceilings.copy_gbps = measure_copy_gbps();
+      ceilings.bf16_gemm_tflops = measure_bf16_gemm_tflops();
+      measured.devices.push_back(ceilings);
+    }
+    FLASHLAB_CUDA_CHECK(cudaSetDevice(current));
+    return measured;
+  }();
+  return report;
+}
+
+}  // namespace flashlab

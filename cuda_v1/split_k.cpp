@@ -1,0 +1,39 @@
+// cuda_v1/split_k's registration: ordinary C++, compiled in every build, so the stage is listed (and its
+// tests skipped with the reason) where there is no CUDA. The kernel is in split_k.cu.
+#include <string>
+
+#include "common/cuda/gpu_stage.hpp"
+#include "cuda_v1/split_k.hpp"
+
+namespace flashlab::cuda_v1 {
+
+namespace {
+
+std::string supports(const Problem& p) {
+  if (p.head_dim > kMaxHeadDim)
+    return "head_dim (" + std::to_string(p.head_dim) + ") must be at most " + std::to_string(kMaxHeadDim);
+  return "";
+}
+
+// Algorithm 1's HBM traffic (FA1 Theorem 2): K and V read once; Q_i read, and O_i, l_i, m_i read and written,
+// once per K/V block (Tc = ceil(seqlen_k / 128) of them); LSE written once. Hidden tiles (causal, windows)
+// are skipped, so this is an upper bound for masked problems.
+double bytes_moved(const Problem& p) {
+  const double kv_blocks = static_cast<double>((p.seqlen_k + 127) / 128);
+  const double q = static_cast<double>(p.q_elements()), rows = static_cast<double>(p.lse_elements());
+  return sizeof(float) *
+         (2.0 * static_cast<double>(p.kv_elements()) + kv_blocks * (3.0 * q + 4.0 * rows) + rows);
+}
+
+const Registration split_k{gpu_implementation(
+    {.name = "cuda_v1/split_k",
+     .summary = "FA1 Algorithm 1 on CUDA, fp32: K/V outer, Q inner, O/l/m in global memory, warps split K/V",
+     .constraints = "f32; head_dim <= 128; every mask, GQA, any length",
+     .supports = supports,
+     .bytes_moved = bytes_moved,
+     .device_workspace_bytes = workspace_bytes},
+    FLASHLAB_CUDA_LAUNCHER(launch_split_k))};
+
+}  // namespace
+
+}  // namespace flashlab::cuda_v1

@@ -1,0 +1,356 @@
+// cuda_v1/split_k: FlashAttention-1 (Dao et al. 2022), Algorithm 1, in fp32 on CUDA cores.
+//
+//   grid      one thread block per (batch, head), as FA1 parallelized (Sec. 3.1): batch * heads_q blocks
+//   outer     K/V blocks K_j, V_j of Bc = 128 keys, loaded into shared memory once each (lines 5-6)
+//   inner     Q blocks Q_i of Br rows (lines 7-8); O_i, l_i, m_i are read from and written back to global
+//             memory at every K/V block (lines 8-13)
+//   split-K   inside the block, the 4 warps split each K/V block's 128 columns: warp w owns keys
+//             j0 + 32w .. j0 + 32w + 31 (one per lane). Each warp computes its part of S_ij and of P~_ij V_j
+//             with its own row maxima and sums; the partials meet in shared memory behind a barrier (the
+//             inter-warp reduction that FA2 removes by splitting Q instead).
+//
+// Everything the masks decide comes from common/mask.hpp (band_key_range, explicit_mask_allows), the same
+// functions the CPU stages call.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/cuda/check.hpp"
+#include "common/cuda/device.hpp"
+#include "common/error.hpp"
+#include "common/mask.hpp"
+#include "cuda_v1/split_k.hpp"
+
+namespace flashlab::cuda_v1 {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBc = 32 * kWarps;  // K/V block: one key per lane of the block (split-K over the warps)
+
+// Br, the rows of a Q block: 16, or 8 at head_dim 128 so that the shared tiles fit an A100's 163 KiB as well.
+template <int kHeadDim>
+constexpr int q_block_rows() {
+  return kHeadDim <= 64 ? 16 : 8;
+}
+
+struct Params {
+  const float* q;  // [batch, seqlen_q, heads_q, head_dim]
+  const float* k;  // [batch, seqlen_k, heads_kv, head_dim]
+  const float* v;
+  float* o;        // [batch, seqlen_q, heads_q, head_dim]; also Algorithm 1's O in global memory
+  float* lse;      // [batch, heads_q, seqlen_q]
+  float* row_max;  // Algorithm 1's m in global memory, [batch, heads_q, seqlen_q]
+  float* row_sum;  // Algorithm 1's l
+  const uint8_t* mask;
+  const int64_t* seqlens_q;
+  const int64_t* seqlens_k;
+  int64_t heads_q, heads_kv, seqlen_q, seqlen_k;
+  int head_dim;
+  float scale;
+  bool causal;
+  int64_t window_left, window_right;
+};
+
+// Shared memory of one block (dynamic, opted in: up to 153 KiB at head_dim 128).
+template <int kHeadDim>
+struct SharedTiles {
+  static constexpr int Br = q_block_rows<kHeadDim>();
+  // K_j transposed, rows padded by one: lane c reads k_t[d][c] (consecutive banks), and the load's
+  // transposing store k_t[d][c] for consecutive d also lands in distinct banks.
+  float k_t[kHeadDim][kBc + 1];
+  float v[kBc][kHeadDim];              // V_j; lane d reads v[c][d]
+  alignas(16) float q[Br][kHeadDim];   // Q_i, read as float4 broadcasts
+  float p[Br][kBc];                    // P~_ij; each warp writes and reads only its own 32 columns
+  float o_part[kWarps][Br][kHeadDim];  // each warp's P~ V over its columns (split-K partials)
+  float m_part[kWarps][Br];            // each warp's row maxima over its columns
+  float l_part[kWarps][Br];            // each warp's row sums
+  float m_old[Br];                     // m_i as read from global memory (line 8)
+  float l_old[Br];                     // l_i
+};
+
+__device__ float warp_max(float x) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(0xffffffffu, x, offset);
+    // NaN-propagating max (fmaxf would drop a NaN score, and the row would not turn NaN like the reference).
+    x = (other > x || other != other) ? other : x;
+  }
+  return x;
+}
+
+__device__ float warp_sum(float x) {
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// Whether row i sees any key at all under every mask rule (rare path: only asked for rows with l = 0).
+__device__ bool row_sees_a_key(const Params& p, int64_t i, int64_t rows_q, int64_t rows_k) {
+  const KeyRange keys = band_key_range(i, rows_q, rows_k, p.causal, p.window_left, p.window_right);
+  for (int64_t j = keys.begin; j < keys.end; ++j)
+    if (explicit_mask_allows(p.mask, p.seqlen_k, i, j)) return true;
+  return false;
+}
+
+// One block = one (batch, head): the whole of Algorithm 1 for that head.
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
+  using Tiles = SharedTiles<kHeadDim>;
+  constexpr int Br = Tiles::Br;
+  constexpr int kDimsPerLane = kHeadDim / 32;    // output columns per lane in P~ V
+  constexpr int kThreadsPerRow = kThreads / Br;  // threads per row of O_i in the update (lines 10-13)
+  static_assert(kThreads % Br == 0 && kHeadDim % 32 == 0);
+  constexpr float neg_inf = -INFINITY;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  Tiles& t = *reinterpret_cast<Tiles*>(shared_bytes);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t b = blockIdx.x / p.heads_q, h = blockIdx.x % p.heads_q;
+  const int64_t hk = h / (p.heads_q / p.heads_kv);  // GQA: the kv head this query head reads
+  const int64_t rows_q = p.seqlens_q ? p.seqlens_q[b] : p.seqlen_q;
+  const int64_t rows_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;
+  const int d = p.head_dim;
+  // Row i of this head's Q/O starts at q_head + i * q_stride; key j's K/V row at k_head + j * kv_stride.
+  const int64_t q_stride = p.heads_q * d, kv_stride = p.heads_kv * d;
+  const float* q_head = p.q + (b * p.seqlen_q * p.heads_q + h) * d;
+  float* o_head = p.o + (b * p.seqlen_q * p.heads_q + h) * d;
+  const float* k_head = p.k + (b * p.seqlen_k * p.heads_kv + hk) * d;
+  const float* v_head = p.v + (b * p.seqlen_k * p.heads_kv + hk) * d;
+  const int64_t row0 = (b * p.heads_q + h) * p.seqlen_q;  // this head's rows in m, l and LSE
+  float* m_head = p.row_max + row0;
+  float* l_head = p.row_sum + row0;
+
+  // Line 2: O = 0, l = 0, m = -inf in global memory. Padded rows (i >= rows_q) keep these: O = 0, LSE = -inf.
+  for (int64_t e = threadIdx.x; e < p.seqlen_q * d; e += kThreads) o_head[(e / d) * q_stride + e % d] = 0.0f;
+  for (int64_t i = threadIdx.x; i < p.seqlen_q; i += kThreads) {
+    m_head[i] = neg_inf;
+    l_head[i] = 0.0f;
+  }
+  // (The first barrier below makes these writes visible to the whole block.)
+
+  // Line 5: K/V blocks outer. Keys at j >= rows_k are padding: no block past them is loaded.
+  for (int64_t j0 = 0; j0 < rows_k; j0 += kBc) {
+    __syncthreads();  // every warp is done with K_{j-1}, V_{j-1} before they are overwritten
+    // Line 6: load K_j (transposed) and V_j into shared memory, zeros past the last key and the head dim.
+    for (int e = threadIdx.x; e < kBc * kHeadDim; e += kThreads) {
+      const int c = e / kHeadDim, dim = e % kHeadDim;
+      const int64_t j = j0 + c;
+      const bool inside = j < rows_k && dim < d;
+      t.k_t[dim][c] = inside ? k_head[j * kv_stride + dim] : 0.0f;
+      t.v[c][dim] = inside ? v_head[j * kv_stride + dim] : 0.0f;
+    }
+
+    // Line 7: Q blocks inner, over the valid rows only (padded rows see nothing).
+    for (int64_t i0 = 0; i0 < rows_q; i0 += Br) {
+      // Line 8: load Q_i.
+      for (int e = threadIdx.x; e < Br * kHeadDim; e += kThreads) {
+        const int r = e / kHeadDim, dim = e % kHeadDim;
+        const int64_t i = i0 + r;
+        t.q[r][dim] = i < rows_q && dim < d ? q_head[i * q_stride + dim] : 0.0f;
+      }
+      // Does any row of Q_i see any key of K_j (causal, window, padding)? A hidden tile is skipped,
+      // block-wide; the same barrier publishes Q_i (and K_j, V_j). The explicit mask is left to the element
+      // test below.
+      bool sees_block = false;
+      if (threadIdx.x < Br) {
+        const KeyRange keys =
+            band_key_range(i0 + threadIdx.x, rows_q, rows_k, p.causal, p.window_left, p.window_right);
+        sees_block = !keys.empty() && keys.begin < j0 + kBc && keys.end > j0;
+      }
+      if (!__syncthreads_or(sees_block)) continue;
+
+      // Line 8 (cont.): m_i and l_i from global memory. Written after the barrier above: by then every thread
+      // has finished the previous Q block's update, the last reader of m_old and l_old.
+      if (threadIdx.x < Br) {
+        const int64_t i = i0 + threadIdx.x;
+        t.m_old[threadIdx.x] = i < rows_q ? m_head[i] : neg_inf;
+        t.l_old[threadIdx.x] = i < rows_q ? l_head[i] : 0.0f;
+      }
+
+      // Lines 9-10, this warp's share of the columns (split-K): lane owns key j = j0 + 32 * warp + lane.
+      const int c = warp * 32 + lane;
+      const int64_t j = j0 + c;
+      // Line 9: S_ij = scale * Q_i K_j^T, Br scores per lane.
+      float s[Br];
+#pragma unroll
+      for (int r = 0; r < Br; ++r) s[r] = 0.0f;
+#pragma unroll 8
+      for (int dim = 0; dim < kHeadDim; dim += 4) {
+        const float k0 = t.k_t[dim][c], k1 = t.k_t[dim + 1][c], k2 = t.k_t[dim + 2][c],
+                    k3 = t.k_t[dim + 3][c];
+#pragma unroll
+        for (int r = 0; r < Br; ++r) {
+          const float4 q4 = *reinterpret_cast<const float4*>(&t.q[r][dim]);
+          s[r] = fmaf(q4.x, k0, fmaf(q4.y, k1, fmaf(q4.z, k2, fmaf(q4.w, k3, s[r]))));
+        }
+      }
+      // Line 10 within the warp: partial row max m_w, P~ = exp(S - m_w), partial row sum l_w.
+#pragma unroll
+      for (int r = 0; r < Br; ++r) {
+        const int64_t i = i0 + r;
+        const KeyRange keys = band_key_range(i, rows_q, rows_k, p.causal, p.window_left, p.window_right);
+        const bool visible =
+            j >= keys.begin && j < keys.end && explicit_mask_allows(p.mask, p.seqlen_k, i, j);
+        // A select, not a product: a NaN in a hidden key's K must not reach the score.
+        const float score = visible ? s[r] * p.scale : neg_inf;
+        const float m_w = warp_max(score);
+        // A score of -inf (hidden, or an infinite input) weighs exactly 0, also when this warp has no other
+        // score for the row (m_w = -inf), where exp(-inf - (-inf)) would be NaN. (A row whose visible scores
+        // are all -inf is turned NaN at the end, as the reference has it.)
+        const float p_ij = score == neg_inf ? 0.0f : expf(score - m_w);
+        const float l_w = warp_sum(p_ij);
+        t.p[r][c] = p_ij;
+        if (lane == 0) {
+          t.m_part[warp][r] = m_w;
+          t.l_part[warp][r] = l_w;
+        }
+      }
+      __syncwarp();  // this warp's P~ columns are written before its lanes read them across
+
+      // This warp's part of P~_ij V_j: lane owns output columns lane, lane + 32, ...
+      float pv[Br][kDimsPerLane];
+#pragma unroll
+      for (int r = 0; r < Br; ++r) {
+#pragma unroll
+        for (int u = 0; u < kDimsPerLane; ++u) pv[r][u] = 0.0f;
+      }
+      for (int cc = warp * 32; cc < warp * 32 + 32; ++cc) {
+        float v_row[kDimsPerLane];
+#pragma unroll
+        for (int u = 0; u < kDimsPerLane; ++u) v_row[u] = t.v[cc][lane + 32 * u];
+#pragma unroll
+        for (int r = 0; r < Br; ++r) {
+          const float weight = t.p[r][cc];  // the same for every lane: a uniform branch
+          // A key with weight 0 takes no part, so a NaN in a masked key's V cannot leak into the row.
+          if (weight != 0.0f) {
+#pragma unroll
+            for (int u = 0; u < kDimsPerLane; ++u) pv[r][u] = fmaf(weight, v_row[u], pv[r][u]);
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < Br; ++r) {
+#pragma unroll
+        for (int u = 0; u < kDimsPerLane; ++u) t.o_part[warp][r][lane + 32 * u] = pv[r][u];
+      }
+
+      // The split-K reduction: every warp's partials are in shared memory before any thread combines them.
+      __syncthreads();
+
+      // Lines 10-13: kThreadsPerRow threads per row of O_i. The block-wide m~_ij, l~_ij and P~_ij V_j merge
+      // the warps' partials, each rescaled from its own max to the common one (the merge of
+      // common/softmax_state.hpp); then O_i, l_i, m_i are updated in global memory. Each thread works out its
+      // row's factors once and applies them to its columns dim = lane_in_row, lane_in_row + kThreadsPerRow,
+      // ...
+      const int r = threadIdx.x / kThreadsPerRow, lane_in_row = threadIdx.x % kThreadsPerRow;
+      const int64_t i = i0 + r;
+      float m_tilde = neg_inf;  // line 10: m~_ij = rowmax(S_ij) over all the block's columns
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float m_w = t.m_part[w][r];
+        m_tilde = (m_w > m_tilde || m_w != m_w) ? m_w : m_tilde;  // NaN-propagating, as in warp_max
+      }
+      // A row past the last query, or one with no score above -inf in K_j, keeps its O_i, l_i and m_i.
+      if (i < rows_q && m_tilde != neg_inf) {
+        float rescale[kWarps];  // e^(m_w - m~_ij): 0 for a warp that saw no key of the row
+        float l_tilde = 0.0f;   // line 10: l~_ij = rowsum(P~_ij)
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          rescale[w] = expf(t.m_part[w][r] - m_tilde);
+          l_tilde += rescale[w] * t.l_part[w][r];
+        }
+        // Line 11: m_new = max(m_i, m~_ij), l_new = e^(m_i - m_new) l_i + e^(m~_ij - m_new) l~_ij.
+        const float m_old = t.m_old[r], l_old = t.l_old[r];
+        const float m_new = m_old > m_tilde ? m_old : m_tilde;  // m~_ij is finite or NaN here, never -inf
+        const float old_scale = expf(m_old - m_new);            // 0 while m_i is still -inf (nothing seen)
+        const float new_scale = expf(m_tilde - m_new);
+        const float l_new = old_scale * l_old + new_scale * l_tilde;  // >= e^0 = 1 (the row max's own term)
+        // Line 12: O_i = diag(l_new)^-1 (diag(l_i) e^(m_i - m_new) O_i + e^(m~_ij - m_new) P~_ij V_j).
+        const float o_weight = l_old * old_scale / l_new, pv_weight = new_scale / l_new;
+        for (int dim = lane_in_row; dim < d; dim += kThreadsPerRow) {
+          float pv_tilde = 0.0f;  // the block's P~_ij V_j: the warps' partials, brought to m~_ij
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w) pv_tilde = fmaf(rescale[w], t.o_part[w][r][dim], pv_tilde);
+          float* o = o_head + i * q_stride + dim;
+          *o = o_weight * *o + pv_weight * pv_tilde;
+        }
+        // Line 13: l_i = l_new, m_i = m_new, once per row. Nobody reads them again in this Q block (every
+        // thread took m_i, l_i from m_old, l_old).
+        if (lane_in_row == 0) {
+          m_head[i] = m_new;
+          l_head[i] = l_new;
+        }
+      }
+    }
+  }
+
+  // After line 15, O is final (FA1 normalizes at every step); LSE = m + log(l), -inf for a row that saw no
+  // key.
+  __syncthreads();  // the last Q block's m and l are written
+  float* lse_head = p.lse + row0;
+  for (int64_t i = threadIdx.x; i < p.seqlen_q; i += kThreads) {
+    const float l = l_head[i];
+    lse_head[i] = l == 0.0f ? neg_inf : m_head[i] + logf(l);  // the log of an empty sum is -inf
+    // l = 0 with a visible key: every visible score was -inf (infinite inputs). The reference's
+    // exp(-inf - (-inf)) makes that row NaN; so does this stage (a fully masked row keeps O = 0, LSE = -inf).
+    if (l == 0.0f && row_sees_a_key(p, i, rows_q, rows_k)) {
+      lse_head[i] = NAN;
+      for (int dim = 0; dim < d; ++dim) o_head[i * q_stride + dim] = NAN;
+    }
+  }
+}
+
+template <int kHeadDim>
+void launch(const Params& params, int64_t blocks) {
+  const size_t bytes = sizeof(SharedTiles<kHeadDim>);
+  const std::optional<cuda::DeviceProperties> device = cuda::device_properties();
+  if (!device) fail("cuda_v1/split_k cannot run: ", cuda::unavailable_reason());
+  if (bytes > device->shared_per_block_optin)
+    fail("cuda_v1/split_k needs ", bytes, " bytes of shared memory per block at head_dim tile ", kHeadDim,
+         "; ", device->name, " allows ", device->shared_per_block_optin);
+  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(
+      split_k_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  split_k_kernel<kHeadDim><<<static_cast<unsigned>(blocks), kThreads, bytes>>>(params);
+  FLASHLAB_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_split_k(const Problem& problem, const DeviceTensors& tensors) {
+  if (problem.dtype != DType::f32)
+    fail("cuda_v1/split_k computes in f32 only (dtype ", to_string(problem.dtype), ")");
+  if (problem.head_dim > kMaxHeadDim)
+    fail("head_dim (", problem.head_dim, ") must be at most ", kMaxHeadDim, " for cuda_v1/split_k");
+  const int64_t blocks = problem.batch * problem.heads_q;
+  if (blocks > int64_t(0x7fffffff)) fail("batch * heads_q (", blocks, ") exceeds the grid limit 2^31 - 1");
+  float* statistics = static_cast<float*>(tensors.workspace);
+  const Params params{static_cast<const float*>(tensors.q),
+                      static_cast<const float*>(tensors.k),
+                      static_cast<const float*>(tensors.v),
+                      static_cast<float*>(tensors.o),
+                      tensors.lse,
+                      statistics,
+                      statistics + problem.lse_elements(),
+                      tensors.mask,
+                      tensors.seqlens_q,
+                      tensors.seqlens_k,
+                      problem.heads_q,
+                      problem.heads_kv,
+                      problem.seqlen_q,
+                      problem.seqlen_k,
+                      static_cast<int>(problem.head_dim),
+                      static_cast<float>(problem.softmax_scale()),
+                      problem.causal,
+                      problem.window_left,
+                      problem.window_right};
+  // Only the head-dim tiles that are needed are compiled: 32, 64 and 128 (smaller dims are zero-padded).
+  if (problem.head_dim <= 32)
+    launch<32>(params, blocks);
+  else if (problem.head_dim <= 64)
+    launch<64>(params, blocks);
+  else
+    launch<128>(params, blocks);
+}
+
+}  // namespace flashlab::cuda_v1
