@@ -65,7 +65,7 @@ void materialized_backward(const Problem& p, const AttentionInputs& in, const At
       }
       for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h) {
         for (int64_t i = 0; i < sq; ++i) {  // P = softmax(scale q_i K^T), recomputed in full
-          float* row = &P[i * sk];
+          float* row = P.data() + i * sk;  // not &P[i * sk]: with seqlen_k == 0 there is no element
           for (int64_t j = 0; j < sk; ++j)
             row[j] = visibility.visible(b, i, j) ? scale * dot(in.q_row(p, b, i, h), in.k_row(p, b, j, hk), d)
                                                  : -INFINITY;
