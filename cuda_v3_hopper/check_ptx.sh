@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compile-time evidence for cuda_v3_hopper/ws, no GPU needed (HOPPER.md):
+# Compile-time evidence for cuda_v3_hopper/ws and the FP8 pre-pass, no GPU needed (HOPPER.md, docs/06-fp8.md):
 #  1. the PTX holds wgmma.mma_async, cp.async.bulk.tensor, mbarrier.try_wait.parity and setmaxnreg;
 #  2. ptxas -v reports no spills and no C7508 (setmaxnreg ignored) / C7513 (wgmma serialized) warnings;
 #  3. the SASS holds HGMMA and no local-memory loads or stores.
@@ -37,5 +37,17 @@ if [[ -x $cuobjdump ]]; then
 else
   echo "SASS  not checked: $cuobjdump is not installed here"
 fi
+# The FP8 pre-pass (fp8_prepass.cu): the e4m3 cast is the saturating PTX conversion, every float division the
+# IEEE one (bit-exactness with the emulation), no contracted multiply-add, no spills.
+"$nvcc" "${flags[@]}" -ptx cuda_v3_hopper/fp8_prepass.cu -o "$out/fp8_prepass.ptx"
+cvt=$(grep -c "cvt.rn.satfinite.e4m3x2.f32" "$out/fp8_prepass.ptx" || true)
+approximate=$(grep -cE "div.(approx|full).f32|fma.rn" "$out/fp8_prepass.ptx" || true)
+echo "PTX  fp8 pre-pass cvt.rn.satfinite.e4m3x2.f32: $cvt, approximate divisions or fma: $approximate"
+[[ $cvt -gt 0 && $approximate -eq 0 ]] || status=1
+"$nvcc" "${flags[@]}" -Xptxas -v -c cuda_v3_hopper/fp8_prepass.cu -o "$out/fp8_prepass.o" 2> "$out/fp8_ptxas.txt"
+spilling=$(grep "spill" "$out/fp8_ptxas.txt" | grep -vc "0 bytes spill stores, 0 bytes spill loads" || true)
+echo "ptxas  fp8 pre-pass kernels: $(grep -c "Compiling entry function" "$out/fp8_ptxas.txt" || true), with spills: $spilling"
+[[ $spilling -eq 0 ]] || status=1
+
 echo "$([[ $status -eq 0 ]] && echo PASS || echo FAIL): compile-time evidence"
 exit $status

@@ -1,0 +1,62 @@
+// The FP8 pre-pass on the GPU (sm_90a): bf16 Q, K, V (BSHD, device) to the e4m3 operands of the Hopper FP8
+// kernel, byte for byte what the emulation's pre-pass (fp8_emulated.hpp, fp8_prepass()) computes:
+//   K smoothing   K <- K - mean over the valid keys, per (batch, kv head, channel), sum in fp64 over the
+//   finite
+//                 entries; the LSE shift scale * q_i . mean per query row (when Fp8Config::smooth_k)
+//   incoherence   x <- (x H) diag(s) / sqrt(d) on every row of Q and K: a fast Walsh-Hadamard transform in
+//                 registers (a warp per row, butterflies in-thread then by shuffles), the factors s_c /
+//                 sqrt(d) of common/hadamard.hpp's RandomHadamard for the same seed
+//   block scales  descale = amax / 448 per Br x d tile of Q and Bc x d tile of K and V (finite entries of the
+//                 valid rows), the value cast as e4m3(x / descale) by cvt.rn.satfinite.e4m3x2.f32
+//   V k-major     FP8 wgmma takes only k-major operands, and for O += P V the reduction runs over the keys:
+//                 V is written transposed per tile, [batch][kv head][tile][channel][key in tile], each tile
+//                 padded with zeros to Bc keys
+// Q and K stay BSHD (their reduction dimension, the channel, is already the contiguous one).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace flashlab::hopper {
+
+struct Fp8PrepassParams {
+  // Inputs, bf16 bits in BSHD (uint16_t: the header stays free of cuda_bf16.h).
+  const uint16_t* q = nullptr;
+  const uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
+  int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
+  int64_t block_q = 0, block_k = 0;  // Br, Bc: the quantization tiles (Fp8Config::block_q, block_k)
+  // Valid rows per batch (device, [batch]); nullptr: every row is valid. Rows past them are written as 0.
+  const int32_t* rows_q = nullptr;
+  const int32_t* rows_k = nullptr;
+  bool smooth_k = false;
+  const float* hadamard_factors = nullptr;  // device, [head_dim]: RandomHadamard::output_factor; nullptr: off
+  double softmax_scale = 0.0;               // for the LSE shift of K smoothing
+  // Outputs (device).
+  uint8_t* q8 = nullptr;       // [batch, seqlen_q, heads_q, head_dim] e4m3
+  uint8_t* k8 = nullptr;       // [batch, seqlen_k, heads_kv, head_dim] e4m3
+  uint8_t* v8 = nullptr;       // [batch, heads_kv, tiles_k, head_dim, block_k] e4m3 (k-major per tile)
+  float* q_descale = nullptr;  // [batch, heads_q, tiles_q]
+  float* k_descale = nullptr;  // [batch, heads_kv, tiles_k]
+  float* v_descale = nullptr;  // [batch, heads_kv, tiles_k]
+  float* lse_shift = nullptr;  // [batch, heads_q, seqlen_q]
+  float* k_mean = nullptr;     // workspace [batch, heads_kv, head_dim] (used when smooth_k)
+};
+
+inline int64_t fp8_tiles(int64_t seqlen, int64_t block) {
+  return (seqlen + block - 1) / block;
+}
+
+// Offset of V[b, j, hk, c] in the k-major V8 layout.
+inline int64_t fp8_v_offset(int64_t b, int64_t j, int64_t hk, int64_t c, int64_t heads_kv, int64_t seqlen_k,
+                            int64_t head_dim, int64_t block_k) {
+  const int64_t tiles = fp8_tiles(seqlen_k, block_k);
+  return (((b * heads_kv + hk) * tiles + j / block_k) * head_dim + c) * block_k + j % block_k;
+}
+
+// Runs the pre-pass on `stream`. Head dims 64, 128 and 256 (the Hopper kernel's); throws flashlab::Error
+// naming the field otherwise.
+void launch_fp8_prepass(const Fp8PrepassParams& params, cudaStream_t stream);
+
+}  // namespace flashlab::hopper
