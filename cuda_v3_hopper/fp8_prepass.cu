@@ -167,7 +167,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// V: the amax of the tile's valid keys, then the tile written k-major, out[b][hk][tile][c][key in tile], keys
+// V: the amax of the tile's valid keys, then the tile written k-major, out[b][hk][tile][c][position] (the key
+// order of fp8_v_key), keys
 // past the valid length and past seqlen_k (the last tile's padding to block_k) as 0.
 __global__ void __launch_bounds__(kThreads) v_quantize_kernel(Fp8PrepassParams p) {
   const int64_t tile = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, d = p.head_dim, bc = p.block_k;
@@ -186,8 +187,9 @@ __global__ void __launch_bounds__(kThreads) v_quantize_kernel(Fp8PrepassParams p
   if (threadIdx.x == 0) p.v_descale[(b * p.heads_kv + hk) * gridDim.x + tile] = descale;
 
   uint8_t* out = p.v8 + ((b * p.heads_kv + hk) * gridDim.x + tile) * d * bc;
-  for (int64_t index = threadIdx.x; index < d * bc; index += kThreads) {  // key fastest: coalesced stores
-    const int64_t c = index / bc, j = j0 + index % bc;
+  for (int64_t index = threadIdx.x; index < d * bc;
+       index += kThreads) {  // position fastest: coalesced stores
+    const int64_t c = index / bc, j = j0 + fp8_v_key(index % bc, bc);
     out[index] = j < valid ? to_e4m3(__fdiv_rn(value(j, c), descale)) : uint8_t{0};
   }
 }

@@ -3,9 +3,12 @@
 //   fp8_selftest [--only TEXT]
 //       bit-exactness: on random and awkward shapes (lengths not multiples of the tiles, GQA, padding, empty
 //       batches, NaN and infinity in the inputs) every e4m3 code, tile descale and LSE shift of the pre-pass
-//       equals the emulation's (fp8_emulated.hpp, fp8_prepass()); PASS/FAIL per case, exit 1 on any mismatch
-//   fp8_selftest --time [--head-dim D] [--seqlen N] [--repeat R]
-//       the pre-pass time on FA3's setup (16k tokens, hidden 2048) and its bandwidth
+//       equals the emulation's (fp8_emulated.hpp, fp8_prepass()); then the main kernel (fp8.hpp) against
+//       fp8_emulated_attention within the bound derived at check_attention(), on awkward shapes, GQA, causal,
+//       windows and padding; PASS/FAIL per case, exit 1 on any failure (--only: cases named with TEXT)
+//   fp8_selftest --time [--head-dim D] [--seqlen N] [--causal] [--repeat R]
+//       on FA3's setup (16k tokens, hidden 2048): the pre-pass alone, the main kernel in TFLOP/s, and the two
+//       end to end
 // Exit 2 without an sm_90 GPU (as hopper_ws_selftest).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -23,11 +26,14 @@
 
 #include "common/cuda/check.hpp"
 #include "common/cuda/device_buffer.hpp"
+#include "common/flops.hpp"
 #include "common/hadamard.hpp"
 #include "common/inputs.hpp"
+#include "common/mask.hpp"
 #include "common/number_format.hpp"
 #include "common/problem.hpp"
 #include "common/tensor.hpp"
+#include "cuda_v3_hopper/fp8.hpp"
 #include "cuda_v3_hopper/fp8_emulated.hpp"
 #include "cuda_v3_hopper/fp8_prepass.hpp"
 
@@ -274,6 +280,189 @@ bool run_case(const Case& c, uint64_t seed) {
   return failures == 0;
 }
 
+// The main kernel's inputs: the pre-pass's outputs, plus O and LSE, poisoned.
+struct DeviceAttention {
+  DevicePrepass prepass;
+  DeviceBuffer<uint16_t> o;
+  DeviceBuffer<float> lse;
+  flashlab::hopper::Fp8AttentionParams params;
+
+  DeviceAttention(const Problem& p, const AttentionInputs& inputs, const Fp8Config& config)
+      : prepass(p, inputs, config),
+        o(std::max<int64_t>(p.q_elements(), 1)),
+        lse(std::max<int64_t>(p.lse_elements(), 1)) {
+    FLASHLAB_CUDA_CHECK(cudaMemset(o.get(), 0xFF, o.bytes()));  // 0xFFFF: a bf16 NaN
+    FLASHLAB_CUDA_CHECK(cudaMemset(lse.get(), 0xFF, lse.bytes()));
+    const Fp8PrepassParams& pre = prepass.params;
+    params = flashlab::hopper::Fp8AttentionParams{.q8 = pre.q8,
+                                                  .k8 = pre.k8,
+                                                  .v8 = pre.v8,
+                                                  .q_descale = pre.q_descale,
+                                                  .k_descale = pre.k_descale,
+                                                  .v_descale = pre.v_descale,
+                                                  .lse_shift = pre.lse_shift,
+                                                  .o = o.get(),
+                                                  .lse = lse.get(),
+                                                  .seqlens_q = pre.rows_q,
+                                                  .seqlens_k = pre.rows_k,
+                                                  .batch = static_cast<int>(p.batch),
+                                                  .seqlen_q = static_cast<int>(p.seqlen_q),
+                                                  .seqlen_k = static_cast<int>(p.seqlen_k),
+                                                  .heads_q = static_cast<int>(p.heads_q),
+                                                  .heads_kv = static_cast<int>(p.heads_kv),
+                                                  .head_dim = static_cast<int>(p.head_dim),
+                                                  .block_q = static_cast<int>(config.block_q),
+                                                  .block_k = static_cast<int>(config.block_k),
+                                                  .softmax_scale = static_cast<float>(p.softmax_scale()),
+                                                  .p_scale = config.p_scale,
+                                                  .causal = p.causal,
+                                                  .window_left = static_cast<int>(p.window_left),
+                                                  .window_right = static_cast<int>(p.window_right)};
+  }
+
+  void run() {
+    flashlab::hopper::launch_fp8_prepass(prepass.params, nullptr);
+    flashlab::hopper::launch_fp8_attention(params, nullptr);
+  }
+};
+
+// One e4m3 rounding step at x >= 0: the spacing of the grid around x (3 mantissa bits; subnormals, below
+// 2^-6, are multiples of 2^-9).
+double e4m3_step(double x) {
+  if (x < 0x1p-6) return 0x1p-9;
+  int exponent = 0;
+  std::frexp(x, &exponent);  // x = f * 2^exponent, f in [0.5, 1)
+  return std::ldexp(1.0, exponent - 1 - 3);
+}
+
+// The kernel against fp8_emulated_attention. Both take the same e4m3 operands (the pre-pass is bit-exact,
+// checked above), so they differ only where they round differently:
+//   S     the order of the fp32 additions of exact e4m3 products (the tensor core's), and exp2 on an FMA
+//         against the emulation's exp(s - m): the fp32 P of the two differ by a relative delta far below
+//         e4m3's step (2^-3 relative), so P * 2^8 rounds to the same e4m3 value or to a neighbouring one: at
+//         most one step e4m3_step(2^8 P_j) apart. That is the term the bound is made of:
+//           |O_kernel - O_emulated|_c <= sum_j step(2^8 P_j) |V_jc| / (2^8 l)          (one step of P)
+//                                        + 2^-8 sum_j P_j |V_jc| / l                  (fp32 order, exp2, l)
+//                                        + 2^-7 |O_emulated,c|                        (the bf16 output
+//                                        rounding)
+//         with V_jc the dequantized V (e4m3 value times its tile's descale) and P_j, l recomputed here in
+//         fp64 from the operands (the tiles' descales folded in as the emulation folds them).
+//   LSE   m + log l: |delta| <= 2^-8 + 2^-16 |LSE| (l's relative delta, m's rounding); -inf exactly where the
+//         emulation has -inf.
+// Rows that see no key must give O = 0 and LSE = -inf in both.
+bool check_attention(const Problem& p, const Fp8Config& config, const flashlab::hopper::Fp8Prepass& ops,
+                     const flashlab::AttentionOutputs& expected, const std::vector<float>& o,
+                     const std::vector<float>& lse) {
+  const flashlab::Visibility visibility(p);
+  const int64_t d = p.head_dim, bc = config.block_k, bq = config.block_q;
+  const int64_t tiles_q = flashlab::hopper::fp8_tiles(p.seqlen_q, bq),
+                tiles_k = flashlab::hopper::fp8_tiles(p.seqlen_k, bc);
+  const double scale = static_cast<float>(p.softmax_scale());
+  int64_t failures = 0;
+  double worst_ratio = 0.0, worst_step_share = 0.0;
+  std::vector<double> probability(static_cast<size_t>(std::max<int64_t>(p.seqlen_k, 1)));
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        const int64_t hk = p.kv_head(h);
+        const float* q = ops.q.data() + flashlab::bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
+        const double q_descale = ops.q_descale[(b * p.heads_q + h) * tiles_q + i / bq];
+        const flashlab::KeyRange keys = visibility.key_range(b, i);
+        double m = -INFINITY;
+        for (int64_t j = keys.begin; j < keys.end; ++j) {
+          if (!visibility.mask_allows(i, j)) continue;
+          const float* k = ops.k.data() + flashlab::bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
+          double dot = 0.0;
+          for (int64_t c = 0; c < d; ++c) dot += double(q[c]) * k[c];
+          probability[j] = dot * q_descale * ops.k_descale[(b * p.heads_kv + hk) * tiles_k + j / bc] * scale;
+          m = std::max(m, probability[j]);
+        }
+        double l = 0.0;
+        for (int64_t j = keys.begin; j < keys.end; ++j)
+          if (visibility.mask_allows(i, j)) l += probability[j] = std::exp(probability[j] - m);
+        const float* want_o =
+            expected.o.data.data() + flashlab::bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
+        const float* got_o = o.data() + flashlab::bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
+        for (int64_t c = 0; c < d; ++c) {
+          double step = 0.0, mass = 0.0;
+          for (int64_t j = keys.begin; j < keys.end; ++j) {
+            if (!visibility.mask_allows(i, j)) continue;
+            const double v =
+                std::fabs(double(ops.v[flashlab::bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d)]) *
+                          ops.v_descale[(b * p.heads_kv + hk) * tiles_k + j / bc]);
+            step += e4m3_step(config.p_scale * probability[j]) * v / config.p_scale;
+            mass += probability[j] * v;
+          }
+          const double bound = l > 0.0 ? (step + 0x1p-8 * mass) / l + 0x1p-7 * std::fabs(want_o[c]) : 0.0;
+          const double error = std::fabs(double(got_o[c]) - want_o[c]);
+          const bool ok = error <= bound;  // false for NaN
+          if (bound > 0.0) worst_ratio = std::max(worst_ratio, error / bound);
+          if (l > 0.0 && step > 0.0) worst_step_share = std::max(worst_step_share, error / (step / l));
+          if (!ok && failures++ < 5)
+            std::printf("    O[b %lld, i %lld, h %lld, c %lld]: kernel %.7g, emulation %.7g, bound %.3g\n",
+                        static_cast<long long>(b), static_cast<long long>(i), static_cast<long long>(h),
+                        static_cast<long long>(c), got_o[c], want_o[c], bound);
+        }
+        const int64_t at = (b * p.heads_q + h) * p.seqlen_q + i;
+        const double want_lse = expected.lse.data[at], got_lse = lse[at];
+        const bool lse_ok = std::isinf(want_lse)
+                                ? got_lse == want_lse
+                                : std::fabs(got_lse - want_lse) <= 0x1p-8 + 0x1p-16 * std::fabs(want_lse);
+        if (!lse_ok && failures++ < 5)
+          std::printf("    LSE[b %lld, h %lld, i %lld]: kernel %.7g, emulation %.7g\n",
+                      static_cast<long long>(b), static_cast<long long>(h), static_cast<long long>(i),
+                      got_lse, want_lse);
+      }
+  std::printf("    max |error| / bound %.3f; max |error| / (one e4m3 step of P) %.3f\n", worst_ratio,
+              worst_step_share);
+  return failures == 0;
+}
+
+struct AttentionCase {
+  std::string name;
+  Problem problem;
+  Distribution distribution = Distribution::normal;
+};
+
+std::vector<AttentionCase> attention_cases() {
+  std::vector<AttentionCase> all;
+  all.push_back({"attention d128 lengths off the tiles, GQA 2", shape(2, 4, 2, 300, 333, 128)});
+  all.push_back({"attention d256 outliers, one key block and a half", shape(1, 2, 1, 129, 190, 256),
+                 Distribution::outliers});
+  Problem causal = shape(1, 4, 1, 257, 700, 128);
+  causal.causal = true;
+  all.push_back({"attention d128 causal (bottom-right), GQA 4", causal});
+  Problem window = shape(2, 2, 2, 200, 200, 256);
+  window.window_left = 50, window.window_right = 10;
+  all.push_back({"attention d256 sliding window", window});
+  Problem padded = shape(3, 2, 1, 257, 450, 128);
+  padded.seqlens_q = {100, 0, 257};
+  padded.seqlens_k = {450, 5, 0};
+  all.push_back({"attention d128 padded batches (empty rows and keys)", padded});
+  all.push_back(
+      {"attention d128 large inputs, single query", shape(1, 2, 2, 1, 1000, 128), Distribution::large});
+  return all;
+}
+
+bool run_attention_case(const AttentionCase& c, uint64_t seed) {
+  const Problem& p = c.problem;
+  p.validate();
+  const Fp8Config config = flashlab::hopper::registered_fp8_config(p.head_dim);
+  const AttentionInputs inputs = flashlab::random_inputs(p, c.distribution, seed);
+  flashlab::AttentionOutputs expected = flashlab::AttentionOutputs::poisoned(p);
+  flashlab::hopper::fp8_emulated_attention(p, inputs, expected, config);
+  const flashlab::hopper::Fp8Prepass ops = flashlab::hopper::fp8_prepass(p, inputs, config);
+  DeviceAttention device(p, inputs, config);
+  device.run();
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> bits = to_host(device.o, p.q_elements());
+  std::vector<float> o(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) o[i] = std::bit_cast<float>(static_cast<uint32_t>(bits[i]) << 16);
+  const bool ok = check_attention(p, config, ops, expected, o, to_host(device.lse, p.lse_elements()));
+  std::printf("%s  %s\n", ok ? "PASS" : "FAIL", c.name.c_str());
+  return ok;
+}
+
 int run_correctness(const std::string& only) {
   int failed = 0, run = 0;
   uint64_t seed = 12;
@@ -283,35 +472,53 @@ int run_correctness(const std::string& only) {
     ++run;
     failed += run_case(c, seed) ? 0 : 1;
   }
+  for (const AttentionCase& c : attention_cases()) {
+    ++seed;
+    if (!only.empty() && c.name.find(only) == std::string::npos) continue;
+    ++run;
+    failed += run_attention_case(c, seed) ? 0 : 1;
+  }
   std::printf("%d of %d cases passed\n", run - failed, run);
   return failed == 0 && run > 0 ? 0 : 1;
 }
 
-// The pre-pass alone on FA3's benchmark setup: 16k tokens (batch = 16384 / seqlen), hidden 2048 (heads =
-// 2048 / head_dim), the registered configuration.
-int run_timing(int64_t head_dim, int64_t seqlen, int repeats) {
+// FA3's benchmark setup: 16k tokens (batch = 16384 / seqlen), hidden 2048 (heads = 2048 / head_dim), the
+// registered configuration. Times the pre-pass, the main kernel and both back to back; TFLOP/s count the
+// attention FLOPs (common/flops.hpp), so the end-to-end figure includes the pre-pass's time at no FLOPs.
+int run_timing(int64_t head_dim, int64_t seqlen, bool causal, int repeats) {
   const int64_t heads = 2048 / head_dim;
-  const Problem p = shape(std::max<int64_t>(1, 16384 / seqlen), heads, heads, seqlen, seqlen, head_dim);
+  Problem p = shape(std::max<int64_t>(1, 16384 / seqlen), heads, heads, seqlen, seqlen, head_dim);
+  p.causal = causal;
   p.validate();
   const Fp8Config config = flashlab::hopper::registered_fp8_config(head_dim);
   const AttentionInputs inputs = flashlab::random_inputs(p, Distribution::normal, 1);
-  DevicePrepass device(p, inputs, config);
+  DeviceAttention device(p, inputs, config);
   cudaEvent_t start, stop;
   FLASHLAB_CUDA_CHECK(cudaEventCreate(&start));
   FLASHLAB_CUDA_CHECK(cudaEventCreate(&stop));
-  flashlab::hopper::launch_fp8_prepass(device.params, nullptr);  // warm-up
-  FLASHLAB_CUDA_CHECK(cudaEventRecord(start));
-  for (int r = 0; r < repeats; ++r) flashlab::hopper::launch_fp8_prepass(device.params, nullptr);
-  FLASHLAB_CUDA_CHECK(cudaEventRecord(stop));
-  FLASHLAB_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0.0f;
-  FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  const double seconds = ms / 1e3 / repeats;
-  // Compulsory traffic: bf16 Q, K, V read once, e4m3 written once (the two-pass tiles re-read from L2).
+  auto seconds = [&](auto&& work) {
+    work();  // warm-up
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(start));
+    for (int r = 0; r < repeats; ++r) work();
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(stop));
+    FLASHLAB_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    return ms / 1e3 / repeats;
+  };
+  const double prepass =
+      seconds([&] { flashlab::hopper::launch_fp8_prepass(device.prepass.params, nullptr); });
+  const double kernel = seconds([&] { flashlab::hopper::launch_fp8_attention(device.params, nullptr); });
+  const double both = seconds([&] { device.run(); });
+  const double flops = flashlab::forward_flops(p);
+  // Compulsory pre-pass traffic: bf16 Q, K, V read once, e4m3 written once.
   const double bytes = 3.0 * (p.q_elements() + 2.0 * p.kv_elements());
-  std::printf("pre-pass  batch %lld, heads %lld, seqlen %lld, head_dim %lld: %.1f us, %.0f GB/s compulsory\n",
+  std::printf("fp8  batch %lld, heads %lld, seqlen %lld, head_dim %lld, %s\n",
               static_cast<long long>(p.batch), static_cast<long long>(heads), static_cast<long long>(seqlen),
-              static_cast<long long>(head_dim), seconds * 1e6, bytes / seconds / 1e9);
+              static_cast<long long>(head_dim), causal ? "causal" : "non-causal");
+  std::printf("  pre-pass     %9.1f us  %7.0f GB/s compulsory\n", prepass * 1e6, bytes / prepass / 1e9);
+  std::printf("  main kernel  %9.1f us  %7.1f TFLOP/s\n", kernel * 1e6, flops / kernel * 1e-12);
+  std::printf("  end to end   %9.1f us  %7.1f TFLOP/s\n", both * 1e6, flops / both * 1e-12);
   FLASHLAB_CUDA_CHECK(cudaEventDestroy(start));
   FLASHLAB_CUDA_CHECK(cudaEventDestroy(stop));
   return 0;
@@ -320,7 +527,7 @@ int run_timing(int64_t head_dim, int64_t seqlen, int repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool timing = false;
+  bool timing = false, causal = false;
   int64_t head_dim = 128, seqlen = 8192;
   int repeats = 20;
   std::string only;
@@ -328,6 +535,8 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--time") {
       timing = true;
+    } else if (arg == "--causal") {
+      causal = true;
     } else if (arg == "--head-dim" && i + 1 < argc) {
       head_dim = std::atoll(argv[++i]);
     } else if (arg == "--seqlen" && i + 1 < argc) {
@@ -337,9 +546,10 @@ int main(int argc, char** argv) {
     } else if (arg == "--repeat" && i + 1 < argc) {
       repeats = std::max(1, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--only TEXT] | [--time [--head-dim 64|128|256] [--seqlen N] [--repeat R]]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--only TEXT] | [--time [--head-dim 128|256] [--seqlen N] [--causal] [--repeat R]]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -356,7 +566,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cuda_v3_hopper/fp8 needs an sm_90 GPU (H100/H200)\n");
       return 2;
     }
-    return timing ? run_timing(head_dim, seqlen, repeats) : run_correctness(only);
+    return timing ? run_timing(head_dim, seqlen, causal, repeats) : run_correctness(only);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "error: %s\n", error.what());
     return 1;
