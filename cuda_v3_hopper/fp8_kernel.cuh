@@ -97,6 +97,23 @@ struct Fp8Tiles {
   __device__ uint64_t* v_empty(int stage) const { return barriers() + 1 + 3 * Config::kStages + stage; }
 };
 
+// The claim convert_p() rests on, checked at compile time: fp8_v_key is a permutation of every 32-key group,
+// and k position 4t + e (+16) holds the key of the accumulator's registers {0, 1, 4, 5}: 2t, 2t + 1, 8 + 2t,
+// 9 + 2t (+16).
+constexpr bool fp8_v_order_matches_accumulator(int64_t block_k) {
+  for (int64_t key = 0; key < block_k; ++key)
+    if (fp8_v_key(fp8_v_position(key, block_k), block_k) != key) return false;
+  for (int64_t group = 0; group + 32 <= block_k; group += 32)
+    for (int64_t t = 0; t < 4; ++t)
+      for (int64_t e = 0; e < 4; ++e)
+        for (int64_t h = 0; h < 2; ++h)
+          if (fp8_v_key(group + 16 * h + 4 * t + e, block_k) != group + 16 * h + 8 * (e / 2) + 2 * t + e % 2)
+            return false;
+  return true;
+}
+static_assert(fp8_v_order_matches_accumulator(224) && fp8_v_order_matches_accumulator(128) &&
+              fp8_v_order_matches_accumulator(160) && fp8_v_order_matches_accumulator(50));
+
 // 3-D box load (keys in tile, head_dim, tile index) of the k-major V8 tensor.
 __device__ inline void tma_load_3d(void* destination, const CUtensorMap* map, uint64_t* barrier, int32_t c0,
                                    int32_t c1, int32_t c2) {

@@ -124,7 +124,8 @@ const char* fp8_attention_unsupported(const Fp8AttentionParams& p) {
   if (p.heads_q > 65535 || p.batch > 65535) return "heads_q and batch must be <= 65535 (grid dimensions)";
   if (!(p.softmax_scale > 0.0f))
     return "softmax_scale must be positive (the row maximum is taken on raw scores)";
-  if (p.p_scale != 256.0f && !(p.p_scale > 0.0f && p.p_scale <= 256.0f)) return "p_scale must be in (0, 256]";
+  // P * p_scale <= p_scale must stay within e4m3's 448.
+  if (!(p.p_scale > 0.0f && p.p_scale <= 256.0f)) return "p_scale must be in (0, 256]";
   if (p.window_left < -1 || p.window_right < -1) return "window_left and window_right must be >= -1";
   for (const void* pointer :
        {static_cast<const void*>(p.q8), static_cast<const void*>(p.k8), static_cast<const void*>(p.v8)})
