@@ -6,9 +6,10 @@
 #   bench/cpu_report.sh OUTDIR        (after ./flashlab test or any build)
 set -euo pipefail
 out=${1:?usage: bench/cpu_report.sh OUTDIR}
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-tool="$root/build/bin/flashlab"
 mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tool=build/bin/flashlab   # relative to the repository root, so that the report shows commands anyone can run
 report="$out/report.md"
 commit=$(git -C "$root" rev-parse --short HEAD)
 

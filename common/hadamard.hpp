@@ -36,6 +36,9 @@ class RandomHadamard {
   }
 
   int64_t dim() const { return dim_; }
+  // The factor apply() multiplies coordinate c by after the butterflies: s_c / sqrt(d), rounded to float as
+  // apply() rounds it (a kernel that applies the same transform takes these factors).
+  float output_factor(int64_t c) const { return signs_[static_cast<size_t>(c)] * normalizer_; }
 
   // x <- x M = (x H) diag(s) / sqrt(d), in place (H is symmetric, so x H is the transform of x).
   void apply(float* x) const {

@@ -8,6 +8,29 @@
 
 namespace flashlab {
 
+ScoreRow reference_score_row(const Problem& p, const AttentionInputs& in, const Visibility& visibility,
+                             int64_t b, int64_t i, int64_t h, double* scores, uint8_t* seen) {
+  const int64_t d = p.head_dim, hk = p.kv_head(h);
+  const double scale = p.softmax_scale();
+  const float* q = in.q_row(p, b, i, h);
+  ScoreRow row{-std::numeric_limits<double>::infinity(), false};
+  bool has_nan = false;
+  for (int64_t j = 0; j < p.seqlen_k; ++j) {
+    seen[j] = visibility.visible(b, i, j);
+    if (!seen[j]) continue;
+    const float* k = in.k_row(p, b, j, hk);
+    double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * static_cast<double>(k[c]);
+    scores[j] = dot * scale;
+    has_nan |= std::isnan(scores[j]);
+    row.max = std::max(row.max, scores[j]);  // std::max drops a NaN, hence has_nan
+    row.any = true;
+  }
+  if (has_nan) row.max = std::numeric_limits<double>::quiet_NaN();
+  return row;
+}
+
 ReferenceResult reference_attention(const Problem& p, const AttentionInputs& in) {
   return reference_attention(p, in, 1);
 }
@@ -17,7 +40,6 @@ ReferenceResult reference_attention(const Problem& p, const AttentionInputs& in,
   if (row_step < 1) fail("row_step (", row_step, ") must be >= 1");
   const Visibility visibility(p);
   const int64_t d = p.head_dim;
-  const double scale = p.softmax_scale();
   ReferenceResult result;
   result.o.assign(static_cast<size_t>(p.q_elements()), 0.0);
   result.lse.assign(static_cast<size_t>(p.lse_elements()), -std::numeric_limits<double>::infinity());
@@ -29,23 +51,9 @@ ReferenceResult reference_attention(const Problem& p, const AttentionInputs& in,
       std::vector<double> scores(static_cast<size_t>(p.seqlen_k));
       std::vector<uint8_t> seen(static_cast<size_t>(p.seqlen_k));
       for (int64_t i = 0; i < p.seqlen_q; i += row_step) {
-        const float* q = in.q_row(p, b, i, h);
-        double row_max = -std::numeric_limits<double>::infinity();
-        bool any = false, has_nan = false;
-        for (int64_t j = 0; j < p.seqlen_k; ++j) {
-          seen[j] = visibility.visible(b, i, j);
-          if (!seen[j]) continue;
-          const float* k = in.k_row(p, b, j, hk);
-          double dot = 0.0;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * static_cast<double>(k[c]);
-          scores[j] = dot * scale;
-          has_nan |= std::isnan(scores[j]);
-          row_max = std::max(row_max, scores[j]);
-          any = true;
-        }
+        const auto [row_max, any] =
+            reference_score_row(p, in, visibility, b, i, h, scores.data(), seen.data());
         if (!any) continue;  // fully masked: O = 0, LSE = -inf (already set)
-        if (has_nan) row_max = std::numeric_limits<double>::quiet_NaN();
         double row_sum = 0.0;
         double* out = &result.o[bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d)];
         for (int64_t j = 0; j < p.seqlen_k; ++j) {

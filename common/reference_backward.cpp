@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/mask.hpp"
+#include "common/reference.hpp"
 
 namespace flashlab {
 
@@ -30,21 +31,9 @@ ReferenceGradients reference_backward(const Problem& p, const AttentionInputs& i
           const float* q = in.q_row(p, b, i, h);
           const float* dout = d_out.ptr() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
           // Forward, in fp64: S over the visible keys, its max, the normalizer.
-          double row_max = -std::numeric_limits<double>::infinity();
-          bool any = false, has_nan = false;
-          for (int64_t j = 0; j < p.seqlen_k; ++j) {
-            seen[j] = visibility.visible(b, i, j);
-            if (!seen[j]) continue;
-            const float* k = in.k_row(p, b, j, hk);
-            double dot = 0.0;
-            for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * static_cast<double>(k[c]);
-            scores[j] = dot * scale;
-            has_nan |= std::isnan(scores[j]);
-            row_max = std::max(row_max, scores[j]);
-            any = true;
-          }
+          const auto [row_max, any] =
+              reference_score_row(p, in, visibility, b, i, h, scores.data(), seen.data());
           if (!any) continue;  // fully masked row: O is the constant 0, so it contributes no gradient
-          if (has_nan) row_max = std::numeric_limits<double>::quiet_NaN();
           double row_sum = 0.0;
           for (int64_t j = 0; j < p.seqlen_k; ++j)
             if (seen[j]) row_sum += (weights[j] = std::exp(scores[j] - row_max));

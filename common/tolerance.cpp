@@ -112,6 +112,30 @@ HostTensor quantize_per_tensor_e4m3(const HostTensor& tensor) {
 
 }  // namespace
 
+// The baselines' score row, in float from inputs rounded by `rounded`: s[j] = scale q_i . k_j over the keys
+// row i sees, -inf for the others. Returns the row max: NaN when a score is NaN (it poisons its row), -inf
+// for a fully masked row.
+template <class Round>
+float baseline_score_row(const Problem& p, const AttentionInputs& in, const Visibility& visibility, int64_t b,
+                         int64_t i, int64_t h, Round rounded, float* s) {
+  const int64_t d = p.head_dim, hk = p.kv_head(h);
+  const float scale = static_cast<float>(p.softmax_scale());
+  const float* q = in.q_row(p, b, i, h);
+  float row_max = -INFINITY;
+  for (int64_t j = 0; j < p.seqlen_k; ++j) {
+    if (!visibility.visible(b, i, j)) {
+      s[j] = -INFINITY;
+      continue;
+    }
+    const float* k = in.k_row(p, b, j, hk);
+    float dot = 0.0f;
+    for (int64_t c = 0; c < d; ++c) dot += rounded(q[c]) * rounded(k[c]);
+    s[j] = dot * scale;
+    row_max = std::isnan(s[j]) ? s[j] : std::max(row_max, s[j]);
+  }
+  return row_max;
+}
+
 // f32/f16/bf16: inputs, P (when the kernel rounds it) and O rounded to the dtype.
 // e4m3: inputs quantized to fp8 with one scale per tensor, P scaled by 2^8 and rounded to e4m3 (when the
 // kernel rounds it, as every fp8 tensor-core kernel must), O rounded to bf16, the output format of fp8
@@ -126,7 +150,6 @@ AttentionOutputs baseline_attention(const Problem& p, const AttentionInputs& giv
   const AttentionInputs& in = fp8 ? quantized : given;
   const Visibility visibility(p);
   const int64_t d = p.head_dim;
-  const float scale = static_cast<float>(p.softmax_scale());
   AttentionOutputs out = AttentionOutputs::poisoned(p);
   auto rounded = [dtype, fp8](float x) { return fp8 ? x : round_to(dtype, x); };  // inputs already quantized
   auto rounded_p = [dtype, fp8](float x) {
@@ -141,19 +164,7 @@ AttentionOutputs baseline_attention(const Problem& p, const AttentionInputs& giv
       std::vector<float> s(static_cast<size_t>(p.seqlen_k));
       std::vector<float> acc(static_cast<size_t>(d));
       for (int64_t i = 0; i < p.seqlen_q; ++i) {
-        const float* q = in.q_row(p, b, i, h);
-        float row_max = -INFINITY;
-        for (int64_t j = 0; j < p.seqlen_k; ++j) {
-          if (!visibility.visible(b, i, j)) {
-            s[j] = -INFINITY;
-            continue;
-          }
-          const float* k = in.k_row(p, b, j, hk);
-          float dot = 0.0f;
-          for (int64_t c = 0; c < d; ++c) dot += rounded(q[c]) * rounded(k[c]);
-          s[j] = dot * scale;
-          row_max = std::isnan(s[j]) ? s[j] : std::max(row_max, s[j]);
-        }
+        const float row_max = baseline_score_row(p, in, visibility, b, i, h, rounded, s.data());
         float* o = out.o_row(p, b, i, h);
         if (row_max == -INFINITY) {  // fully masked row
           for (int64_t c = 0; c < d; ++c) o[c] = 0.0f;
@@ -262,18 +273,7 @@ AttentionGradients baseline_backward(const Problem& p, const AttentionInputs& in
           const float* dout = d_out.ptr() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
           float* dq = grad.dq.ptr() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
           std::fill(dq, dq + d, 0.0f);
-          float row_max = -INFINITY;
-          for (int64_t j = 0; j < p.seqlen_k; ++j) {  // S = scale q_i K^T over the visible keys
-            if (!visibility.visible(b, i, j)) {
-              s[j] = -INFINITY;
-              continue;
-            }
-            const float* k = in.k_row(p, b, j, hk);
-            float dot = 0.0f;
-            for (int64_t c = 0; c < d; ++c) dot += rounded(q[c]) * rounded(k[c]);
-            s[j] = dot * scale;
-            row_max = std::isnan(s[j]) ? s[j] : std::max(row_max, s[j]);
-          }
+          const float row_max = baseline_score_row(p, in, visibility, b, i, h, rounded, s.data());
           if (row_max == -INFINITY) continue;  // fully masked row: dQ = 0, nothing added to dK or dV
           float row_sum = 0.0f;
           for (int64_t j = 0; j < p.seqlen_k; ++j)

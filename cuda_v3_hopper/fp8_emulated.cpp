@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -311,6 +312,22 @@ std::string why_invalid(const Fp8Config& config) {
   if (!(config.p_scale > 0.0f) || !power_of_two || config.p_scale > 256.0f)
     return "p_scale (" + std::to_string(config.p_scale) + ") must be a power of two in (0, 256]";
   return "";
+}
+
+Fp8Prepass fp8_prepass(const Problem& p, const AttentionInputs& in, const Fp8Config& config) {
+  if (const std::string reason = why_invalid(config); !reason.empty()) fail(reason);
+  if (config.qk_outlier_threshold > 0.0f || config.v_outlier_threshold > 0.0f)
+    fail(
+        "qk_outlier_threshold and v_outlier_threshold must be 0 for fp8_prepass: its operands have no sparse "
+        "part");
+  Fp8Operands ops = quantization_prepass(p, in, config);
+  return Fp8Prepass{.q = std::move(ops.q.values),
+                    .k = std::move(ops.k.values),
+                    .v = std::move(ops.v.values),
+                    .q_descale = std::move(ops.q.descale),
+                    .k_descale = std::move(ops.k.descale),
+                    .v_descale = std::move(ops.v.descale),
+                    .lse_shift = std::move(ops.lse_shift)};
 }
 
 void fp8_emulated_attention(const Problem& p, const AttentionInputs& in, AttentionOutputs& out,

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/problem.hpp"
 #include "common/tensor.hpp"
@@ -61,6 +62,18 @@ Fp8Config registered_fp8_config(int64_t head_dim);
 
 // "" when the config is usable, else the knob at fault, named.
 std::string why_invalid(const Fp8Config& config);
+
+// What the pre-pass hands the main loop (without the outlier decomposition, which the kernel does not do):
+// Q, K and V as the float values of their e4m3 codes in the BSHD layout of the inputs (rows past a batch's
+// valid length hold 0), the descale of every tile, descale[(b * heads + h) * tiles + t], and the LSE shift of
+// K smoothing per query row, [batch, heads_q, seqlen_q] (0 without smoothing). The one host definition of the
+// pre-pass math: the Hopper pre-pass kernel (fp8_prepass.cu) is checked byte for byte against it.
+struct Fp8Prepass {
+  std::vector<float> q, k, v;
+  std::vector<float> q_descale, k_descale, v_descale;
+  std::vector<float> lse_shift;
+};
+Fp8Prepass fp8_prepass(const Problem& problem, const AttentionInputs& inputs, const Fp8Config& config);
 
 // O (bf16 values) and LSE of `problem` through the FP8 pipeline. Any shape and every mask; Hadamard is
 // applied only when the knob is on and head_dim is a power of two.

@@ -180,4 +180,30 @@ ProblemSetup problem_from_args(const Args& args) {
   return setup;
 }
 
+const Implementation& implementation_from_args(const Args& args, const char* command) {
+  if (args.positional().size() != 1)
+    fail(command, " needs exactly one implementation name (see flashlab list)");
+  return *implementations_from_args(args).front();
+}
+
+std::vector<const Implementation*> implementations_from_args(const Args& args,
+                                                             bool (*keep)(const Implementation&)) {
+  std::vector<const Implementation*> chosen;
+  for (const std::string& name : args.positional()) {
+    const Implementation* impl = find_implementation(name);
+    if (impl == nullptr) fail("unknown implementation '", name, "' (see flashlab list)");
+    chosen.push_back(impl);
+  }
+  if (chosen.empty())
+    for (const Implementation& impl : implementations())
+      if (keep == nullptr || keep(impl)) chosen.push_back(&impl);
+  return chosen;
+}
+
+int64_t repeats_from_args(const Args& args, int64_t fallback, int64_t minimum) {
+  const int64_t repeats = args.get_int("--repeat", fallback);
+  if (repeats < minimum) fail("--repeat (", repeats, ") must be >= ", minimum);
+  return repeats;
+}
+
 }  // namespace flashlab::cli

@@ -13,6 +13,7 @@
 #include "common/inputs.hpp"
 #include "common/npy.hpp"
 #include "common/problem.hpp"
+#include "common/registry.hpp"
 #include "common/tensor.hpp"
 
 namespace flashlab::cli {
@@ -50,6 +51,17 @@ struct ProblemSetup {
 // Builds and validates the problem; reads --q/--k/--v when given (their shapes then define the problem, and
 // any size flag given as well must agree), else draws seeded random inputs.
 ProblemSetup problem_from_args(const Args& args);
+
+// The one implementation a command names (`command` is the command's name, for the message).
+const Implementation& implementation_from_args(const Args& args, const char* command);
+
+// The implementations the command line names, in that order; with none named, every registered one that
+// `keep` accepts (all of them when `keep` is null). An unknown name is an error.
+std::vector<const Implementation*> implementations_from_args(const Args& args,
+                                                             bool (*keep)(const Implementation&) = nullptr);
+
+// --repeat (timed runs per measurement), `fallback` when absent; fewer than `minimum` is an error.
+int64_t repeats_from_args(const Args& args, int64_t fallback, int64_t minimum = 1);
 
 // Copies a float32/float64 .npy array read for `flag` from `path` into `tensor`, whose shape the problem
 // fixed

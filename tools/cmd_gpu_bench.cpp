@@ -148,22 +148,15 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
     std::cout << json.end_array().str();
     return 0;
   }
-  const int64_t max_repeats = args.get_int("--repeat", 20);
-  if (max_repeats < 3) fail("--repeat (", max_repeats, ") must be >= 3");
+  const int64_t max_repeats = repeats_from_args(args, 20, 3);
   // A time budget: once spent, the remaining shapes are skipped (and named on stderr), so that a caller with
   // a deadline still gets the rows measured so far.
   const double max_seconds = args.get_double("--max-seconds", 1e30);
   if (!(max_seconds > 0)) fail("--max-seconds (", max_seconds, ") must be > 0");
-  std::vector<const Implementation*> chosen;
-  for (const std::string& name : args.positional()) {
-    const Implementation* impl = find_implementation(name);
-    if (impl == nullptr) fail("unknown implementation '", name, "' (see flashlab list)");
-    if (impl->device != Device::cuda) fail(name, " is not a GPU implementation");
-    chosen.push_back(impl);
-  }
-  if (chosen.empty())
-    for (const Implementation& impl : implementations())
-      if (impl.device == Device::cuda) chosen.push_back(&impl);
+  const std::vector<const Implementation*> chosen =
+      implementations_from_args(args, [](const Implementation& impl) { return impl.device == Device::cuda; });
+  for (const Implementation* impl : chosen)
+    if (impl->device != Device::cuda) fail(impl->name, " is not a GPU implementation");
   if (const std::string& reason = cuda::unavailable_reason(); !reason.empty())
     fail("gpu-bench needs a GPU: ", reason);
 #if FLASHLAB_HAVE_CUDA

@@ -78,12 +78,9 @@ int grad_command(const std::vector<std::string>& argv) {
   auto switches = problem_switches();
   switches.insert({"--no-check", "--json"});
   const Args args(argv, valued, switches);
-  if (args.positional().size() != 1) fail("grad needs exactly one implementation name (see flashlab list)");
-  const std::string& name = args.positional()[0];
-  const Implementation* impl = find_implementation(name);
-  if (impl == nullptr) fail("unknown implementation '", name, "' (see flashlab list)");
-  const int64_t repeats = args.get_int("--repeat", 5);
-  if (repeats < 1) fail("--repeat (", repeats, ") must be >= 1");
+  const Implementation* impl = &implementation_from_args(args, "grad");
+  const std::string& name = impl->name;
+  const int64_t repeats = repeats_from_args(args, 5);
   const ProblemSetup setup = problem_from_args(args);
   const Problem& p = setup.problem;
   if (const std::string reason = why_cannot_run_backward(*impl, p); !reason.empty())
@@ -148,17 +145,9 @@ const CommandRegistration grad{
 // ---- compare --backward
 // -----------------------------------------------------------------------------------------
 int compare_backward(const Args& args) {
-  std::vector<const Implementation*> chosen;
-  for (const std::string& name : args.positional()) {
-    const Implementation* impl = find_implementation(name);
-    if (impl == nullptr) fail("unknown implementation '", name, "' (see flashlab list)");
-    chosen.push_back(impl);
-  }
-  if (chosen.empty())
-    for (const Implementation& impl : implementations())
-      if (impl.backward) chosen.push_back(&impl);
-  const int64_t repeats = args.get_int("--repeat", 5);
-  if (repeats < 1) fail("--repeat (", repeats, ") must be >= 1");
+  const std::vector<const Implementation*> chosen =
+      implementations_from_args(args, [](const Implementation& impl) { return bool(impl.backward); });
+  const int64_t repeats = repeats_from_args(args, 5);
   const ProblemSetup setup = problem_from_args(args);
   const Problem& p = setup.problem;
   std::string d_out_source;

@@ -46,16 +46,8 @@ int roofline_command(const std::vector<std::string>& argv) {
   auto valued = problem_flags();
   valued.insert({"--repeat", "--svg"});
   const Args args(argv, valued, problem_switches());
-  std::vector<const Implementation*> chosen;
-  for (const std::string& name : args.positional()) {
-    const Implementation* impl = find_implementation(name);
-    if (impl == nullptr) fail("unknown implementation '", name, "' (see flashlab list)");
-    chosen.push_back(impl);
-  }
-  if (chosen.empty())
-    for (const Implementation& impl : implementations()) chosen.push_back(&impl);
-  const int64_t repeats = args.get_int("--repeat", 3);
-  if (repeats < 1) fail("--repeat (", repeats, ") must be >= 1");
+  const std::vector<const Implementation*> chosen = implementations_from_args(args);
+  const int64_t repeats = repeats_from_args(args, 3);
   const ProblemSetup setup = problem_from_args(args);
   const Problem& p = setup.problem;
 

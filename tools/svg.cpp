@@ -117,6 +117,29 @@ std::string Chart::render() const {
            p.y <= y.max * (1 + 1e-9);
   };
 
+  // Point labels, in pixels: each beside its series' last point, placed from the top of the chart down and
+  // moved down until it clears the labels above it, so that close points keep their labels in their order.
+  std::vector<Point> label_at(series_.size());
+  std::vector<size_t> labelled;
+  for (size_t n = 0; n < series_.size(); ++n) {
+    const Series& s = series_[n];
+    for (auto p = s.points.rbegin(); p != s.points.rend() && !s.point_label.empty(); ++p)
+      if (inside(*p)) {
+        label_at[n] = {px(p->x) + 7, py(p->y) - 7};
+        labelled.push_back(n);
+        break;
+      }
+  }
+  std::stable_sort(labelled.begin(), labelled.end(),
+                   [&](size_t a, size_t b) { return label_at[a].y < label_at[b].y; });
+  for (size_t k = 0; k < labelled.size(); ++k) {
+    Point& at = label_at[labelled[k]];
+    for (size_t above = 0; above < k; ++above) {
+      const Point& other = label_at[labelled[above]];
+      if (std::fabs(other.x - at.x) < 110 && other.y + 13 > at.y) at.y = other.y + 13;
+    }
+  }
+
   std::ostringstream svg;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\"" << height
       << "\" viewBox=\"0 0 " << kWidth << " " << height
@@ -148,7 +171,6 @@ std::string Chart::render() const {
 
   // Series: lines, markers, point labels, legend entries.
   double legend_y = kTop + 8;
-  std::vector<Point> labels;  // positions of the point labels placed so far, in pixels
   for (size_t n = 0; n < series_.size(); ++n) {
     const Series& s = series_[n];
     const char* color = kPalette[n % std::size(kPalette)];
@@ -167,19 +189,9 @@ std::string Chart::render() const {
         svg << "<circle cx=\"" << number(px(p.x)) << "\" cy=\"" << number(py(p.y)) << "\" r=\"4\" fill=\""
             << color << "\"><title>" << xml_escape(s.name) << ": (" << p.x << ", " << p.y
             << ")</title></circle>\n";
-    if (!s.point_label.empty() && !shown.empty()) {
-      Point at{px(shown.back().x) + 7, py(shown.back().y) - 7};
-      // Moves the label down until it clears the labels already placed (points close together).
-      for (bool moved = true; moved;) {
-        moved = false;
-        for (const Point& other : labels)
-          if (std::fabs(other.x - at.x) < 110 && std::fabs(other.y - at.y) < 13)
-            at.y = other.y + 13, moved = true;
-      }
-      labels.push_back(at);
-      svg << "<text x=\"" << number(at.x) << "\" y=\"" << number(at.y) << "\" font-size=\"11\" fill=\""
-          << color << "\">" << xml_escape(s.point_label) << "</text>\n";
-    }
+    if (!s.point_label.empty() && !shown.empty())
+      svg << "<text x=\"" << number(label_at[n].x) << "\" y=\"" << number(label_at[n].y)
+          << "\" font-size=\"11\" fill=\"" << color << "\">" << xml_escape(s.point_label) << "</text>\n";
     svg << "</g>\n";
     if (s.name.empty()) continue;
     const double lx = kLeft + plot_w + 16;

@@ -1,0 +1,262 @@
+// The FP8 pre-pass on sm_90a (fp8_prepass.hpp): bf16 Q, K, V to the e4m3 operands of the Hopper FP8 kernel,
+// byte for byte what fp8_emulated.cpp's quantization_prepass computes. Bit-exactness rules followed here:
+//   - every float operation is the emulation's, one IEEE operation at a time, in the emulation's order
+//     (__fadd_rn, __fsub_rn, __fmul_rn, __fdiv_rn: nvcc may not fuse them into an FMA that the host would not
+//     do);
+//   - the sums whose order changes the result (K's mean, the LSE shift, both in fp64) run in the emulation's
+//     order, one thread per sum; the maxima (amax) are order-free and reduce in any order;
+//   - the butterflies of the Walsh-Hadamard transform are RandomHadamard::walsh_hadamard's: stage by stage
+//     (half = 1, 2, 4, ...), each producing a + b and a - b from the same a and b.
+#include "cuda_v3_hopper/fp8_prepass.hpp"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "common/cuda/check.hpp"
+#include "common/error.hpp"
+
+namespace flashlab::hopper {
+
+namespace {
+
+constexpr float kE4m3MaxFinite = 448.0f;  // S.1111.110 (common/number_format.hpp, E4M3::max_finite)
+constexpr int kThreads = 256;
+
+__device__ float load_bf16(const uint16_t* p) {
+  return __uint_as_float(static_cast<uint32_t>(*p) << 16);
+}
+
+// Round to nearest even, saturating to +-448 (infinity too), NaN to NaN: common/number_format.hpp's
+// encode_e4m3, which documents that it mirrors this PTX instruction. The pair form converts (a, b) into
+// (upper, lower) bytes; x goes in the lower byte.
+__device__ uint8_t to_e4m3(float x) {
+  uint16_t pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(x));
+  return static_cast<uint8_t>(pair & 0xffu);
+}
+
+// common/number_format.hpp's e4m3_descale: amax / 448, or 1 for a tile with nothing finite to scale (all
+// zero, empty, or padding), so that x / descale stays defined.
+__device__ float e4m3_descale(float amax) {
+  return amax > 0.0f && isfinite(amax) ? __fdiv_rn(amax, kE4m3MaxFinite) : 1.0f;
+}
+
+// Max over the block of each thread's `value`; every thread gets the result.
+__device__ float block_max(float value) {
+  __shared__ float partial[kThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2)
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (lane == 0) partial[warp] = value;
+  __syncthreads();
+  float result = partial[0];
+  for (int w = 1; w < kThreads / 32; ++w) result = fmaxf(result, partial[w]);
+  __syncthreads();  // partial[] is reused by the next call
+  return result;
+}
+
+__device__ int64_t valid_rows(const int32_t* rows, int64_t b, int64_t seqlen) {
+  return rows == nullptr ? seqlen : rows[b];
+}
+
+// K smoothing, part 1: mean[b, hk, c] over the valid keys of the finite entries, summed in fp64 in key order
+// (fp8_emulated.cpp: sum over j = 0, 1, ... of double(x), then float(sum / count)). One thread per channel.
+__global__ void k_mean_kernel(Fp8PrepassParams p) {
+  const int64_t b = blockIdx.x / p.heads_kv, hk = blockIdx.x % p.heads_kv;
+  const int64_t keys = valid_rows(p.rows_k, b, p.seqlen_k);
+  for (int64_t c = threadIdx.x; c < p.head_dim; c += blockDim.x) {
+    double sum = 0.0, count = 0.0;
+    for (int64_t j = 0; j < keys; ++j) {
+      const float x = load_bf16(p.k + ((b * p.seqlen_k + j) * p.heads_kv + hk) * p.head_dim + c);
+      if (isfinite(x)) sum = __dadd_rn(sum, static_cast<double>(x)), count = __dadd_rn(count, 1.0);
+    }
+    p.k_mean[(b * p.heads_kv + hk) * p.head_dim + c] =
+        count > 0.0 ? __double2float_rn(__ddiv_rn(sum, count)) : 0.0f;
+  }
+}
+
+// K smoothing, part 2: the LSE shift softmax_scale * q_i . mean of each valid query row (of a batch with at
+// least one key), summed in fp64 over the channels in order; 0 elsewhere. Each product double(q) * mean is
+// exact (8 + 24 significant bits), so the host's FMA contraction, if any, cannot change it either.
+__global__ void lse_shift_kernel(Fp8PrepassParams p) {
+  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= p.batch * p.heads_q * p.seqlen_q) return;
+  const int64_t i = index % p.seqlen_q, h = index / p.seqlen_q % p.heads_q,
+                b = index / (p.seqlen_q * p.heads_q);
+  const int64_t hk = h / (p.heads_q / p.heads_kv);
+  float shift = 0.0f;
+  if (p.smooth_k && i < valid_rows(p.rows_q, b, p.seqlen_q) && valid_rows(p.rows_k, b, p.seqlen_k) > 0) {
+    const uint16_t* q = p.q + ((b * p.seqlen_q + i) * p.heads_q + h) * p.head_dim;
+    const float* mean = p.k_mean + (b * p.heads_kv + hk) * p.head_dim;
+    double sum = 0.0;
+    for (int64_t c = 0; c < p.head_dim; ++c)
+      sum = __dadd_rn(sum, __dmul_rn(static_cast<double>(load_bf16(q + c)), static_cast<double>(mean[c])));
+    shift = __double2float_rn(__dmul_rn(sum, p.softmax_scale));
+  }
+  p.lse_shift[index] = shift;  // [batch, heads_q, seqlen_q]: `index` is already that offset
+}
+
+// One row of Q or K as the main loop will see it, before the scale: bf16, minus K's mean (smoothing), through
+// x M = (x H) diag(s) / sqrt(d). A warp holds the row, lane l the kPer consecutive channels from l * kPer:
+// the butterflies with half < kPer pair entries of one lane, the wider ones pair lane l with lane l ^ (half /
+// kPer), which holds the partner at the same position.
+template <int kDim>
+struct RowTransform {
+  static constexpr int kPer = kDim / 32;
+  float x[kPer];
+
+  __device__ void load(const uint16_t* row, const float* mean, const float* factors, int lane) {
+    for (int e = 0; e < kPer; ++e) x[e] = load_bf16(row + lane * kPer + e);
+    if (mean != nullptr)
+      for (int e = 0; e < kPer; ++e) x[e] = __fsub_rn(x[e], mean[lane * kPer + e]);
+    if (factors == nullptr) return;
+    for (int half = 1; half < kPer; half *= 2)  // in-thread stages
+      for (int block = 0; block < kPer; block += 2 * half)
+        for (int e = block; e < block + half; ++e) {
+          const float a = x[e], b = x[e + half];
+          x[e] = __fadd_rn(a, b);
+          x[e + half] = __fsub_rn(a, b);
+        }
+    for (int half = kPer; half < kDim; half *= 2) {  // across lanes
+      const int lane_mask = half / kPer;
+      const bool upper = (lane & lane_mask) != 0;  // this lane holds the b of its pairs
+      for (int e = 0; e < kPer; ++e) {
+        const float other = __shfl_xor_sync(0xffffffffu, x[e], lane_mask);
+        x[e] = upper ? __fsub_rn(other, x[e]) : __fadd_rn(x[e], other);  // a - b with a = other; a + b
+      }
+    }
+    for (int e = 0; e < kPer; ++e) x[e] = __fmul_rn(x[e], factors[lane * kPer + e]);
+  }
+};
+
+// Q or K (BSHD, `heads` heads): one block per (tile of `block` rows, head, batch), a warp per row. Two passes
+// over the tile, both computing the rows the same way: the amax of the valid rows' finite entries, then the
+// e4m3 codes of x / descale (0 for rows past the valid length, as the emulation pads them).
+template <int kDim>
+__global__ void __launch_bounds__(kThreads)
+    qk_quantize_kernel(const uint16_t* in, uint8_t* out, float* descale_out, int64_t seqlen, int64_t heads,
+                       int64_t block, const int32_t* rows, const float* mean_base, const float* factors) {
+  const int64_t tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t valid = valid_rows(rows, b, seqlen);
+  const int64_t s0 = tile * block, s1 = min(s0 + block, seqlen), valid_end = min(s1, valid);
+  const float* mean = mean_base == nullptr ? nullptr : mean_base + (b * heads + h) * kDim;
+  auto row_in = [&](int64_t s) { return in + ((b * seqlen + s) * heads + h) * kDim; };
+  RowTransform<kDim> row;
+
+  float amax = 0.0f;
+  for (int64_t s = s0 + warp; s < valid_end; s += kThreads / 32) {
+    row.load(row_in(s), mean, factors, lane);
+    for (int e = 0; e < RowTransform<kDim>::kPer; ++e)
+      if (isfinite(row.x[e])) amax = fmaxf(amax, fabsf(row.x[e]));
+  }
+  const float descale = e4m3_descale(block_max(amax));
+  if (threadIdx.x == 0) descale_out[(b * heads + h) * gridDim.x + tile] = descale;
+
+  for (int64_t s = s0 + warp; s < s1; s += kThreads / 32) {
+    uint8_t* row_out = out + ((b * seqlen + s) * heads + h) * kDim + lane * RowTransform<kDim>::kPer;
+    if (s < valid) {
+      row.load(row_in(s), mean, factors, lane);
+      for (int e = 0; e < RowTransform<kDim>::kPer; ++e) row_out[e] = to_e4m3(__fdiv_rn(row.x[e], descale));
+    } else {
+      for (int e = 0; e < RowTransform<kDim>::kPer; ++e) row_out[e] = 0;
+    }
+  }
+}
+
+// V: the amax of the tile's valid keys, then the tile written k-major, out[b][hk][tile][c][position] (the key
+// order of fp8_v_key), keys
+// past the valid length and past seqlen_k (the last tile's padding to block_k) as 0.
+__global__ void __launch_bounds__(kThreads) v_quantize_kernel(Fp8PrepassParams p) {
+  const int64_t tile = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, d = p.head_dim, bc = p.block_k;
+  const int64_t valid = valid_rows(p.rows_k, b, p.seqlen_k);
+  const int64_t j0 = tile * bc, valid_end = min(j0 + bc, valid);
+  auto value = [&](int64_t j, int64_t c) {
+    return load_bf16(p.v + ((b * p.seqlen_k + j) * p.heads_kv + hk) * d + c);
+  };
+
+  float amax = 0.0f;
+  for (int64_t index = threadIdx.x; index < (valid_end - j0) * d; index += kThreads) {
+    const float x = value(j0 + index / d, index % d);
+    if (isfinite(x)) amax = fmaxf(amax, fabsf(x));
+  }
+  const float descale = e4m3_descale(block_max(amax));
+  if (threadIdx.x == 0) p.v_descale[(b * p.heads_kv + hk) * gridDim.x + tile] = descale;
+
+  uint8_t* out = p.v8 + ((b * p.heads_kv + hk) * gridDim.x + tile) * d * bc;
+  for (int64_t index = threadIdx.x; index < d * bc;
+       index += kThreads) {  // position fastest: coalesced stores
+    const int64_t c = index / bc, j = j0 + fp8_v_key(index % bc, bc);
+    out[index] = j < valid ? to_e4m3(__fdiv_rn(value(j, c), descale)) : uint8_t{0};
+  }
+}
+
+template <int kDim>
+void launch_qk(const uint16_t* in, uint8_t* out, float* descale, int64_t batch, int64_t seqlen, int64_t heads,
+               int64_t block, const int32_t* rows, const float* mean, const float* factors,
+               cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(fp8_tiles(seqlen, block)), static_cast<unsigned>(heads),
+                  static_cast<unsigned>(batch));
+  qk_quantize_kernel<kDim>
+      <<<grid, kThreads, 0, stream>>>(in, out, descale, seqlen, heads, block, rows, mean, factors);
+  FLASHLAB_CUDA_CHECK(cudaGetLastError());
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) fail("fp8 pre-pass: " + message);
+}
+
+}  // namespace
+
+void launch_fp8_prepass(const Fp8PrepassParams& p, cudaStream_t stream) {
+  require(p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256,
+          "head_dim (" + std::to_string(p.head_dim) + ") must be 64, 128 or 256");
+  require(p.batch >= 0 && p.seqlen_q >= 0 && p.seqlen_k >= 0, "batch, seqlen_q and seqlen_k must be >= 0");
+  require(p.heads_q >= 1 && p.heads_kv >= 1 && p.heads_q % p.heads_kv == 0,
+          "heads_q (" + std::to_string(p.heads_q) + ") must be a positive multiple of heads_kv (" +
+              std::to_string(p.heads_kv) + ")");
+  require(p.heads_q <= 65535 && p.batch <= 65535, "heads_q and batch must be <= 65535 (grid dimensions)");
+  require(p.block_q >= 1 && p.block_k >= 1, "block_q and block_k must be >= 1");
+  require(
+      p.q && p.k && p.v && p.q8 && p.k8 && p.v8 && p.q_descale && p.k_descale && p.v_descale && p.lse_shift,
+      "q, k, v and every output pointer must be set");
+  require(!p.smooth_k || p.k_mean != nullptr, "k_mean (the workspace of smooth_k) must be set");
+  if (p.batch == 0) return;
+
+  const float* mean = nullptr;
+  if (p.smooth_k && p.seqlen_k > 0) {
+    k_mean_kernel<<<static_cast<unsigned>(p.batch * p.heads_kv), static_cast<unsigned>(p.head_dim), 0,
+                    stream>>>(p);
+    FLASHLAB_CUDA_CHECK(cudaGetLastError());
+    mean = p.k_mean;
+  }
+  if (const int64_t rows = p.batch * p.heads_q * p.seqlen_q; rows > 0) {
+    Fp8PrepassParams shift = p;
+    shift.smooth_k = mean != nullptr;
+    lse_shift_kernel<<<static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads, 0, stream>>>(shift);
+    FLASHLAB_CUDA_CHECK(cudaGetLastError());
+  }
+  auto launch = [&](auto dim_tag) {
+    constexpr int kDim = decltype(dim_tag)::value;
+    if (p.seqlen_q > 0)
+      launch_qk<kDim>(p.q, p.q8, p.q_descale, p.batch, p.seqlen_q, p.heads_q, p.block_q, p.rows_q, nullptr,
+                      p.hadamard_factors, stream);
+    if (p.seqlen_k > 0)
+      launch_qk<kDim>(p.k, p.k8, p.k_descale, p.batch, p.seqlen_k, p.heads_kv, p.block_k, p.rows_k, mean,
+                      p.hadamard_factors, stream);
+  };
+  if (p.head_dim == 64) launch(std::integral_constant<int, 64>{});
+  if (p.head_dim == 128) launch(std::integral_constant<int, 128>{});
+  if (p.head_dim == 256) launch(std::integral_constant<int, 256>{});
+  if (p.seqlen_k > 0) {
+    const dim3 grid(static_cast<unsigned>(fp8_tiles(p.seqlen_k, p.block_k)),
+                    static_cast<unsigned>(p.heads_kv), static_cast<unsigned>(p.batch));
+    v_quantize_kernel<<<grid, kThreads, 0, stream>>>(p);
+    FLASHLAB_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+}  // namespace flashlab::hopper
