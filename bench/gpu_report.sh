@@ -5,16 +5,21 @@
 #
 # 1. builds (release preset, CUDA on) if needed;
 # 2. runs the CUDA tests (ctest -L cuda: the shared harness over every GPU implementation);
-# 3. runs compute-sanitizer memcheck and racecheck on a small case of every GPU implementation
-#    (`flashlab run IMPL ...`: awkward lengths, GQA, causal, padding);
-# 4. times our GPU implementations on device pointers (`flashlab gpu-bench --json`) and the PyTorch SDPA peers
+# 3. runs the stages' own GPU self-tests (cuda_v2_selftest, hopper_ws_selftest, decoding_cuda_selftest) and
+#    the timing modes of the last two (--time);
+# 4. runs compute-sanitizer: memcheck on each self-test (a few small cases) and on the shared harness over
+#    the GPU implementations (FLASHLAB_IMPL=cuda: the case matrix, small shapes), racecheck on a small case of
+#    every GPU implementation (`flashlab run IMPL ...`: awkward lengths, GQA, causal, padding);
+# 5. times our GPU implementations on device pointers (`flashlab gpu-bench --json`) and the PyTorch SDPA peers
 #    (bench/peers_torch.py) on the same shapes, same device, same run;
-# 5. writes OUTDIR/results-<device>-<date>.json (SPEC's results schema) and a Markdown table next to it, plus
-#    the logs of every step. Copy the .json and .md into docs/results/ and commit them.
+# 6. writes OUTDIR/results-<device>-<date>.json (SPEC's results schema) and a Markdown table next to it, plus
+#    the logs of every step (OUTDIR/*.log, each step's exit code in OUTDIR/exit_codes.txt). Copy the .json and
+#    .md into docs/results/ and commit them.
 #
-# Every step has its own time limit; the whole run stays within 9 minutes on an H100 (typical: build 1.5 min
-# from scratch, tests 0.5, compute-sanitizer 2-3, our benchmarks at most 2.5, peers at most 2). A failing step is
-# reported in the summary (and the exit code is 1), and the later steps still run.
+# Every step has its own time limit; the whole run stays within 10 minutes on an H100 (typical: build 1.5 min
+# from scratch, tests 0.5, self-tests 1, compute-sanitizer 2-3, our benchmarks at most 2.5, peers at most 2).
+# A failing step is reported in the summary (and the exit code is 1), and the later steps still run. An
+# implementation this GPU cannot run (cuda_v3_hopper/ws off Hopper) is reported and left out of the steps.
 set -uo pipefail
 
 if [[ $# -ne 1 ]]; then
@@ -30,6 +35,24 @@ status=0
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 elapsed() { echo "$(( $(date +%s) - started ))s"; }
+# step NAME LOG SECONDS COMMAND...: runs a command under a time limit with its output in OUTDIR/LOG, records
+# its exit code in OUTDIR/exit_codes.txt and the summary; a non-zero exit marks the run failed and the script
+# goes on.
+step() {
+  local name=$1 log=$2 seconds=$3
+  shift 3
+  timeout "$seconds" "$@" >"$out/$log" 2>&1
+  local rc=$?
+  echo "$rc $name" >>"$out/exit_codes.txt"
+  if [[ $rc -eq 0 ]]; then
+    note "$name: ok ($(elapsed))"
+  else
+    [[ $rc -eq 124 ]] && echo "(timed out after ${seconds}s)" >>"$out/$log"
+    note "$name: FAILED, exit code $rc$([[ $rc -eq 124 ]] && echo ", timed out") (see $log)"
+    status=1
+  fi
+}
+: >"$out/exit_codes.txt"
 
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true  # driver, clocks and what else runs on the device
 
@@ -56,13 +79,19 @@ if [[ ${#gpu_impls[@]} -eq 0 ]]; then
   note "no GPU implementation is registered"
   exit 1
 fi
+available=()
 for line in "${gpu_impls[@]}"; do
   read -r name dtype availability <<<"$line"
-  if [[ "$availability" != ok ]]; then
+  if [[ "$availability" == ok ]]; then
+    available+=("$line")
+  elif [[ "$availability" == no_CUDA_device* || "$availability" == built_without_CUDA* ]]; then
     note "$name is unavailable here: ${availability//_/ } (a CUDA build on a GPU machine is needed)"
     exit 1
+  else  # this GPU cannot run it (e.g. an architecture it needs): reported, and left out of the steps below
+    note "$name is left out: ${availability//_/ }"
   fi
 done
+gpu_impls=("${available[@]}")
 
 # ---- 2. CUDA tests
 if timeout 180 ctest --test-dir build -L cuda --output-on-failure >"$out/ctest_cuda.log" 2>&1; then
@@ -72,39 +101,78 @@ else
   status=1
 fi
 
-# ---- 3. compute-sanitizer on a small case of every GPU implementation
+# ---- 3. the stages' own GPU self-tests (each exits 0 only when every case ran and passed)
+has_hopper=0  # whether cuda_v3_hopper/ws runs here (compute capability 9.0)
+for line in "${gpu_impls[@]}"; do
+  [[ $line == "cuda_v3_hopper/ws "* ]] && has_hopper=1
+done
+step "cuda_v2_selftest" selftest_cuda_v2.log 120 build/bin/cuda_v2_selftest
+if [[ $has_hopper -eq 1 ]]; then
+  step "hopper_ws_selftest" selftest_hopper_ws.log 120 build/bin/hopper_ws_selftest
+  step "hopper_ws_selftest --time" selftest_hopper_ws_time.log 120 build/bin/hopper_ws_selftest --time
+else
+  note "hopper_ws_selftest not run: this GPU is not compute capability 9.0"
+fi
+step "decoding_cuda_selftest" selftest_decoding_cuda.log 120 build/bin/decoding_cuda_selftest
+step "decoding_cuda_selftest --time" selftest_decoding_cuda_time.log 90 build/bin/decoding_cuda_selftest --time
+
+# ---- 4. compute-sanitizer: memcheck on the self-tests and the harness, racecheck on every implementation
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
   /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
 small_cases=("--batch 2 --heads 4 --kv-heads 2 --seqlen-q 97 --seqlen-k 203 --head-dim 64 --causal"
-             "--batch 3 --heads 2 --seqlen-q 70 --seqlen-k 150 --head-dim 80 --window-left 20 --window-right 4 --seqlens-q 70,0,33 --seqlens-k 150,40,0")
+             "--batch 3 --heads 8 --kv-heads 2 --seqlen-q 4 --seqlen-k 700 --head-dim 128 --causal --seqlens-k 700,0,333")
 if [[ -z "$sanitizer" ]]; then
   note "compute-sanitizer NOT FOUND: memcheck and racecheck were not run"
+  echo "127 compute-sanitizer (not found)" >>"$out/exit_codes.txt"
   status=1
 else
+  memcheck=("$sanitizer" --tool memcheck --error-exitcode 3)
+  # Small cases of each self-test: short lengths, padding, paged caches (memcheck slows kernels down a lot).
+  step "memcheck cuda_v2_selftest" sanitizer_memcheck_cuda_v2_selftest.log 120 \
+    "${memcheck[@]}" build/bin/cuda_v2_selftest "seqlen 97"
+  if [[ $has_hopper -eq 1 ]]; then
+    step "memcheck hopper_ws_selftest" sanitizer_memcheck_hopper_ws_selftest.log 120 \
+      "${memcheck[@]}" build/bin/hopper_ws_selftest --only "97 x 97"
+  fi
+  step "memcheck decoding_cuda_selftest" sanitizer_memcheck_decoding_cuda_selftest.log 120 \
+    "${memcheck[@]}" build/bin/decoding_cuda_selftest --only "ragged"
+  # Every GPU implementation through the registry adapter, on the harness's case matrix (small shapes).
+  step "memcheck flashlab_tests (FLASHLAB_IMPL=cuda)" sanitizer_memcheck_flashlab_tests.log 240 \
+    env FLASHLAB_IMPL=cuda "${memcheck[@]}" build/tests/flashlab_tests \
+    --test-case="every implementation matches the fp64 reference on the case matrix"
   for line in "${gpu_impls[@]}"; do
     read -r name dtype _ <<<"$line"
-    for tool in memcheck racecheck; do
-      log="$out/sanitizer_${tool}_${name//\//_}.log"
-      : >"$log"
-      ok=1
-      cases=("${small_cases[@]}")
-      [[ $tool == racecheck ]] && cases=("${small_cases[0]}")  # racecheck is the slow one: one case
-      for case_flags in "${cases[@]}"; do
-        # shellcheck disable=SC2086
-        timeout 90 "$sanitizer" --tool "$tool" --error-exitcode 3 "$flashlab" run "$name" $case_flags \
-          --dtype "$dtype" --repeat 1 >>"$log" 2>&1 || ok=0
-      done
-      if [[ $ok -eq 1 ]]; then
-        note "compute-sanitizer $tool $name: clean ($(elapsed))"
-      else
-        note "compute-sanitizer $tool $name: FAILED (see $(basename "$log"))"
-        status=1
+    log="$out/sanitizer_racecheck_${name//\//_}.log"
+    : >"$log"
+    ok=1
+    ran=0
+    for case_flags in "${small_cases[@]}"; do
+      # shellcheck disable=SC2086
+      timeout 90 "$sanitizer" --tool racecheck --error-exitcode 3 "$flashlab" run "$name" $case_flags \
+        --dtype "$dtype" --repeat 1 >>"$log" 2>&1
+      rc=$?
+      echo "(exit code $rc: $case_flags)" >>"$log"
+      if [[ $rc -eq 2 ]]; then  # the implementation refuses this case (e.g. seqlen_q 97 for decoding)
+        continue
       fi
+      ran=$((ran + 1))
+      [[ $rc -ne 0 ]] && ok=0
+      break  # racecheck is the slow one: one case that the implementation runs
     done
+    echo "$([[ $ok -eq 1 && $ran -gt 0 ]] && echo 0 || echo 1) racecheck $name" >>"$out/exit_codes.txt"
+    if [[ $ran -eq 0 ]]; then
+      note "compute-sanitizer racecheck $name: no small case runs on it (see $(basename "$log"))"
+      status=1
+    elif [[ $ok -eq 1 ]]; then
+      note "compute-sanitizer racecheck $name: clean ($(elapsed))"
+    else
+      note "compute-sanitizer racecheck $name: FAILED (see $(basename "$log"))"
+      status=1
+    fi
   done
 fi
 
-# ---- 4. benchmarks: ours, then the peers on the same shapes
+# ---- 5. benchmarks: ours, then the peers on the same shapes
 "$flashlab" gpu-bench --list-shapes --shapes all >"$out/shapes.json"
 : >"$out/gpu_bench.log"
 # Each set separately, with a budget after which gpu-bench stops starting shapes (and still writes its JSON),
@@ -134,7 +202,7 @@ else
   note "PyTorch with CUDA is not installed: no peers measured (see peers.log)"
 fi
 
-# ---- 5. results JSON and Markdown table
+# ---- 6. results JSON and Markdown table
 command_line="bash bench/gpu_report.sh $1"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [[ -n "$(git status --porcelain 2>/dev/null)" ]] && commit="$commit (with uncommitted changes)"

@@ -165,24 +165,12 @@ AttentionOutputs run_on_device(Launcher launcher, const Problem& p, const Attent
   DeviceBuffer<uint8_t> mask(p.mask ? p.mask->size() : 0);
   if (p.mask) mask.copy_from_host(p.mask->data());
 
-  cuda_v2::SplitQParams params;
-  params.dtype = p.dtype;
+  cuda_v2::SplitQParams params = cuda_v2::split_q_params(p);  // the registry launchers' parameters
   params.q = q.get();
   params.k = k.get();
   params.v = v.get();
   params.o = o.get();
   params.lse = lse.get();
-  params.batch = static_cast<int>(p.batch);
-  params.heads_q = static_cast<int>(p.heads_q);
-  params.heads_kv = static_cast<int>(p.heads_kv);
-  params.seqlen_q = static_cast<int>(p.seqlen_q);
-  params.seqlen_k = static_cast<int>(p.seqlen_k);
-  params.head_dim = static_cast<int>(p.head_dim);
-  params.set_dense_strides();
-  params.softmax_scale = static_cast<float>(p.softmax_scale());
-  params.causal = p.causal;
-  params.window_left = static_cast<int>(p.window_left);
-  params.window_right = static_cast<int>(p.window_right);
   params.seqlens_q = p.seqlens_q.empty() ? nullptr : seqlens_q.get();
   params.seqlens_k = p.seqlens_k.empty() ? nullptr : seqlens_k.get();
   params.mask = p.mask ? mask.get() : nullptr;

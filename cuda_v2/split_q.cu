@@ -360,4 +360,8 @@ void split_q_forward(const SplitQParams& params, cudaStream_t stream) {
     dispatch_head_dim<__nv_bfloat16>(params, stream);
 }
 
+void launch_split_q(const Problem& problem, const DeviceTensors& tensors) {
+  split_q_forward(split_q_params(problem, tensors), nullptr);
+}
+
 }  // namespace flashlab::cuda_v2

@@ -6,6 +6,37 @@
 
 namespace flashlab::cuda_v2 {
 
+SplitQParams split_q_params(const Problem& problem) {
+  SplitQParams params;
+  params.dtype = problem.dtype;
+  params.batch = static_cast<int>(problem.batch);
+  params.heads_q = static_cast<int>(problem.heads_q);
+  params.heads_kv = static_cast<int>(problem.heads_kv);
+  params.seqlen_q = static_cast<int>(problem.seqlen_q);
+  params.seqlen_k = static_cast<int>(problem.seqlen_k);
+  params.head_dim = static_cast<int>(problem.head_dim);
+  params.set_dense_strides();
+  params.softmax_scale = static_cast<float>(problem.softmax_scale());
+  params.causal = problem.causal;
+  params.window_left = static_cast<int>(problem.window_left);
+  params.window_right = static_cast<int>(problem.window_right);
+  return params;
+}
+
+SplitQParams split_q_params(const Problem& problem, const DeviceTensors& tensors) {
+  SplitQParams params = split_q_params(problem);
+  params.q = tensors.q;
+  params.k = tensors.k;
+  params.v = tensors.v;
+  params.o = tensors.o;
+  params.lse = tensors.lse;
+  params.mask = tensors.mask;
+  const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);
+  params.seqlens_q = lengths.seqlens_q;
+  params.seqlens_k = lengths.seqlens_k;
+  return params;
+}
+
 void SplitQParams::set_dense_strides() {
   q_head_stride = o_head_stride = head_dim;
   k_head_stride = v_head_stride = head_dim;

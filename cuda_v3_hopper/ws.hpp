@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "common/problem.hpp"
+
 namespace flashlab::hopper {
 
 enum class HopperDType { bf16, f16 };
@@ -57,6 +59,11 @@ struct HopperParams {
 
 // Fills the strides of packed BSHD tensors from the sizes.
 void set_packed_strides(HopperParams& params);
+
+// A problem's parameters: dtype (bf16, or f16 for any other), sizes, packed strides, scale, causal and
+// window, the full kernel. The pointers (tensors, lengths) are the caller's to set. Used by the registry
+// launcher (launch_ws, ws_stage.hpp) and the self-test.
+HopperParams ws_params(const Problem& problem);
 
 // Why the launcher cannot run these parameters, or empty when it can (head dim, dtype, ablation, alignment).
 const char* hopper_ws_unsupported(const HopperParams& params);

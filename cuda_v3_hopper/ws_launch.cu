@@ -6,9 +6,11 @@
 #include <cstdint>
 
 #include "common/cuda/check.hpp"
+#include "common/cuda/int_lengths.hpp"
 #include "common/error.hpp"
 #include "cuda_v3_hopper/ws.hpp"
 #include "cuda_v3_hopper/ws_kernel.cuh"
+#include "cuda_v3_hopper/ws_stage.hpp"
 
 // The lower rungs of the ablation ladder are extra kernel instantiations; a build may leave them out.
 #ifndef FLASHLAB_HOPPER_ABLATION
@@ -146,6 +148,23 @@ void set_packed_strides(HopperParams& p) {
   p.k_stride_batch = p.v_stride_batch = p.k_stride_seq * p.seqlen_k;
 }
 
+HopperParams ws_params(const Problem& problem) {
+  HopperParams params;
+  params.dtype = problem.dtype == DType::bf16 ? HopperDType::bf16 : HopperDType::f16;
+  params.batch = static_cast<int>(problem.batch);
+  params.heads_q = static_cast<int>(problem.heads_q);
+  params.heads_kv = static_cast<int>(problem.heads_kv);
+  params.seqlen_q = static_cast<int>(problem.seqlen_q);
+  params.seqlen_k = static_cast<int>(problem.seqlen_k);
+  params.head_dim = static_cast<int>(problem.head_dim);
+  set_packed_strides(params);
+  params.scale = static_cast<float>(problem.softmax_scale());
+  params.causal = problem.causal;
+  params.window_left = static_cast<int>(problem.window_left);
+  params.window_right = static_cast<int>(problem.window_right);
+  return params;
+}
+
 const char* hopper_ws_unsupported(const HopperParams& p) {
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return "head_dim must be 64, 128 or 256";
   if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.seqlen_q < 1 || p.seqlen_k < 0)
@@ -195,6 +214,22 @@ void hopper_ws_forward(const HopperParams& params, cudaStream_t stream) {
       return bf16 ? launch_rung<__nv_bfloat16, 256>(params, stream)
                   : launch_rung<__half, 256>(params, stream);
   }
+}
+
+void launch_ws(const Problem& problem, const DeviceTensors& tensors) {
+  if (problem.dtype != DType::bf16 && problem.dtype != DType::f16)
+    fail("cuda_v3_hopper/ws: dtype (", to_string(problem.dtype), ") must be bf16 or f16");
+  if (tensors.mask != nullptr) fail("cuda_v3_hopper/ws: an explicit mask is not supported");
+  HopperParams params = ws_params(problem);
+  params.q = tensors.q;
+  params.k = tensors.k;
+  params.v = tensors.v;
+  params.o = tensors.o;
+  params.lse = tensors.lse;
+  const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);
+  params.seqlens_q = lengths.seqlens_q;
+  params.seqlens_k = lengths.seqlens_k;
+  hopper_ws_forward(params, nullptr);
 }
 
 }  // namespace flashlab::hopper

@@ -35,7 +35,6 @@ using flashlab::DType;
 using flashlab::Problem;
 using flashlab::cuda::DeviceBuffer;
 using flashlab::hopper::HopperAblation;
-using flashlab::hopper::HopperDType;
 using flashlab::hopper::HopperParams;
 
 // Host floats (already rounded to the dtype) to the 16-bit device format, and back.
@@ -87,23 +86,12 @@ struct DeviceProblem {
       k.copy_from_host(to_16bit(inputs.k.data, p.dtype).data());
       v.copy_from_host(to_16bit(inputs.v.data, p.dtype).data());
     }
-    params.dtype = p.dtype == DType::bf16 ? HopperDType::bf16 : HopperDType::f16;
+    params = flashlab::hopper::ws_params(p);  // the registry launcher's parameters
     params.q = q.get();
     params.k = k.get();
     params.v = v.get();
     params.o = o.get();
     params.lse = lse.get();
-    params.batch = static_cast<int>(p.batch);
-    params.heads_q = static_cast<int>(p.heads_q);
-    params.heads_kv = static_cast<int>(p.heads_kv);
-    params.seqlen_q = static_cast<int>(p.seqlen_q);
-    params.seqlen_k = static_cast<int>(p.seqlen_k);
-    params.head_dim = static_cast<int>(p.head_dim);
-    flashlab::hopper::set_packed_strides(params);
-    params.scale = static_cast<float>(p.softmax_scale());
-    params.causal = p.causal;
-    params.window_left = static_cast<int>(p.window_left);
-    params.window_right = static_cast<int>(p.window_right);
     if (!p.seqlens_q.empty()) {
       const std::vector<int> lengths(p.seqlens_q.begin(), p.seqlens_q.end());
       seqlens_q = DeviceBuffer<int>(lengths.size());

@@ -110,19 +110,9 @@ struct DeviceProblem {
 
   DeviceProblem(const Case& c, const AttentionInputs& inputs, uint64_t seed) {
     const Problem& p = c.problem;
-    params.dtype = p.dtype == DType::bf16 ? SplitKvDType::bf16 : SplitKvDType::f16;
-    params.batch = static_cast<int>(p.batch);
-    params.heads_q = static_cast<int>(p.heads_q);
-    params.heads_kv = static_cast<int>(p.heads_kv);
-    params.seqlen_q = static_cast<int>(p.seqlen_q);
-    params.seqlen_k = static_cast<int>(p.seqlen_k);
-    params.head_dim = static_cast<int>(p.head_dim);
+    params = flashlab::decoding::split_kv_params(p);  // the registry launcher's parameters
     params.page_size = c.page_size;
-    flashlab::decoding::set_packed_strides(params);
-    params.scale = static_cast<float>(p.softmax_scale());
-    params.causal = p.causal;
-    params.window_left = static_cast<int>(p.window_left);
-    params.window_right = static_cast<int>(p.window_right);
+    flashlab::decoding::set_packed_strides(params);  // again, for the page pool's strides
     params.num_splits = c.num_splits;
 
     q = upload(to_16bit(inputs.q.data, p.dtype));

@@ -6,8 +6,11 @@
 #include <cstdint>
 
 #include "common/cuda/check.hpp"
+#include "common/cuda/device.hpp"
+#include "common/cuda/int_lengths.hpp"
 #include "common/error.hpp"
 #include "decoding/cuda_split_kv.cuh"
+#include "decoding/cuda_split_kv_stage.hpp"
 
 namespace flashlab::decoding {
 
@@ -85,6 +88,23 @@ void launch(const SplitKvParams& p, int num_splits, cudaStream_t stream) {
 
 }  // namespace
 
+SplitKvParams split_kv_params(const Problem& problem) {
+  SplitKvParams params;
+  params.dtype = problem.dtype == DType::bf16 ? SplitKvDType::bf16 : SplitKvDType::f16;
+  params.batch = static_cast<int>(problem.batch);
+  params.heads_q = static_cast<int>(problem.heads_q);
+  params.heads_kv = static_cast<int>(problem.heads_kv);
+  params.seqlen_q = static_cast<int>(problem.seqlen_q);
+  params.seqlen_k = static_cast<int>(problem.seqlen_k);
+  params.head_dim = static_cast<int>(problem.head_dim);
+  set_packed_strides(params);
+  params.scale = static_cast<float>(problem.softmax_scale());
+  params.causal = problem.causal;
+  params.window_left = static_cast<int>(problem.window_left);
+  params.window_right = static_cast<int>(problem.window_right);
+  return params;
+}
+
 void set_packed_strides(SplitKvParams& p) {
   const int64_t d = p.head_dim;
   p.q_stride_head = p.o_stride_head = d;
@@ -126,8 +146,10 @@ const char* cuda_split_kv_unsupported(const SplitKvParams& p) {
   return nullptr;
 }
 
-int cuda_split_kv_num_splits(const SplitKvParams& p) {
-  if (const char* reason = cuda_split_kv_unsupported(p)) fail("cuda_split_kv: ", reason);
+namespace {
+
+// The split count for valid parameters (the pointers are not looked at).
+int resolve_splits(const SplitKvParams& p) {
   if (p.num_splits > 0) return p.num_splits;
   // Fill one wave: as many blocks as the SMs hold at once (2 per SM at d = 128, from the shared memory).
   const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_kv * row_tiles(p);
@@ -138,11 +160,22 @@ int cuda_split_kv_num_splits(const SplitKvParams& p) {
   return static_cast<int>(std::clamp<int64_t>(splits, 1, kMaxSplits));
 }
 
-size_t cuda_split_kv_workspace_bytes(const SplitKvParams& p) {
-  const int splits = cuda_split_kv_num_splits(p);
+// Elements of the partials (O_j and LSE_j, float) for `splits` splits; none when unsplit.
+int64_t partial_elements(const SplitKvParams& p, int splits) {
   if (splits == 1) return 0;
-  const int64_t partials = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * splits;
-  return static_cast<size_t>(partials * (p.head_dim + 1)) * sizeof(float);  // O_j [.., D] then LSE_j
+  return static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * splits * (p.head_dim + 1);
+}
+
+}  // namespace
+
+int cuda_split_kv_num_splits(const SplitKvParams& p) {
+  if (const char* reason = cuda_split_kv_unsupported(p)) fail("cuda_split_kv: ", reason);
+  return resolve_splits(p);
+}
+
+size_t cuda_split_kv_workspace_bytes(const SplitKvParams& p) {
+  // O_j [.., D] then LSE_j
+  return static_cast<size_t>(partial_elements(p, cuda_split_kv_num_splits(p))) * sizeof(float);
 }
 
 void cuda_split_kv_forward(const SplitKvParams& p, cudaStream_t stream) {
@@ -160,6 +193,52 @@ void cuda_split_kv_forward(const SplitKvParams& p, cudaStream_t stream) {
   } else {
     half ? launch<__half, 128>(p, splits, stream) : launch<__nv_bfloat16, 128>(p, splits, stream);
   }
+}
+
+// ---- The registry entry's side (cuda_split_kv_stage.hpp) ----
+
+namespace {
+
+// The workspace: the partials first (16-byte aligned, where the buffer starts), then the int lengths.
+size_t aligned16_bytes(size_t bytes) {
+  return (bytes + 15) / 16 * 16;
+}
+
+}  // namespace
+
+size_t cuda_split_kv_registry_workspace_bytes(const Problem& problem) {
+  const SplitKvParams p = split_kv_params(problem);
+  return aligned16_bytes(static_cast<size_t>(partial_elements(p, resolve_splits(p))) * sizeof(float)) +
+         cuda::int_lengths_bytes(problem);
+}
+
+int64_t cuda_split_kv_partial_elements(const Problem& problem) {
+  // The split count is the device's (SM count, occupancy); where no device can say, count one split.
+  const SplitKvParams p = split_kv_params(problem);
+  return partial_elements(p, cuda::unavailable_reason().empty() ? resolve_splits(p) : 1);
+}
+
+void launch_cuda_split_kv(const Problem& problem, const DeviceTensors& tensors) {
+  if (problem.page_size > 0)
+    fail("decoding/cuda_split_kv: page_size (", problem.page_size,
+         "): the registry's device tensors hold contiguous K/V");
+  if (!problem.seqlens_q.empty())
+    for (const int64_t rows : problem.seqlens_q)
+      if (rows != problem.seqlen_q)
+        fail("decoding/cuda_split_kv: seqlens_q (padded query rows) is not supported");
+  SplitKvParams params = split_kv_params(problem);
+  params.q = tensors.q;
+  params.k = tensors.k;
+  params.v = tensors.v;
+  params.o = tensors.o;
+  params.lse = tensors.lse;
+  params.mask = tensors.mask;
+  params.workspace_bytes = cuda_split_kv_workspace_bytes(params);  // validates the parameters
+  auto* workspace = static_cast<unsigned char*>(tensors.workspace);
+  params.workspace = params.workspace_bytes > 0 ? workspace : nullptr;
+  params.seqlens_k =
+      cuda::narrow_lengths(problem, tensors, workspace + aligned16_bytes(params.workspace_bytes)).seqlens_k;
+  cuda_split_kv_forward(params, nullptr);
 }
 
 }  // namespace flashlab::decoding

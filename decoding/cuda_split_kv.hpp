@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/problem.hpp"
+
 namespace flashlab::decoding {
 
 enum class SplitKvDType { f16, bf16 };
@@ -68,6 +70,11 @@ struct SplitKvParams {
 
 // Fills the strides of packed BSHD tensors (and packed page pools when page_size > 0) from the sizes.
 void set_packed_strides(SplitKvParams& params);
+
+// A problem's parameters: dtype (bf16, or f16 for any other), sizes, packed contiguous strides, scale, causal
+// and window, the heuristic's split count. The pointers (tensors, lengths, mask, workspace) and the paged
+// cache are the caller's to set. Used by the registry launcher (cuda_split_kv_stage.hpp) and the self-test.
+SplitKvParams split_kv_params(const Problem& problem);
 
 // The number of splits the launcher will use: params.num_splits when > 0, else the heuristic for the current
 // device (decoding/CUDA.md "The split heuristic").

@@ -1,0 +1,55 @@
+// cuda_v2's registrations: ordinary C++, compiled in every build, so both kernels are listed (and their tests
+// skipped with the reason) where there is no CUDA. The kernels are in split_q_simt.cu and split_q.cu; their
+// launchers on the registry's device tensors build SplitQParams with split_q_params() (split_q_params.cpp).
+#include <climits>
+#include <string>
+
+#include "common/cuda/gpu_stage.hpp"
+#include "cuda_v2/split_q.hpp"
+
+namespace flashlab::cuda_v2 {
+
+namespace {
+
+// What both kernels cannot do, as the launch check (check_split_q*) would refuse it, but before any device
+// memory is touched. The dtype is the registry's business (Implementation::dtypes).
+std::string supports(const Problem& p) {
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    return "head_dim (" + std::to_string(p.head_dim) + ") must be 64, 128 or 256 (the compiled tiles)";
+  // The grid is (q-blocks, heads_q, batch); CUDA limits its y and z extents to 65535.
+  if (p.heads_q > 65535) return "heads_q (" + std::to_string(p.heads_q) + ") must be at most 65535";
+  if (p.batch > 65535) return "batch (" + std::to_string(p.batch) + ") must be at most 65535";
+  // SplitQParams holds lengths and windows as int.
+  if (p.seqlen_q > INT_MAX) return "seqlen_q (" + std::to_string(p.seqlen_q) + ") must fit an int";
+  if (p.seqlen_k > INT_MAX) return "seqlen_k (" + std::to_string(p.seqlen_k) + ") must fit an int";
+  if (p.window_left > INT_MAX) return "window_left (" + std::to_string(p.window_left) + ") must fit an int";
+  if (p.window_right > INT_MAX)
+    return "window_right (" + std::to_string(p.window_right) + ") must fit an int";
+  // The kernels take the row maximum of the unscaled scores and fold the scale into exp2 (a positive scale
+  // keeps the maximum where it is).
+  if (!(p.softmax_scale() > 0.0))
+    return "scale (" + std::to_string(p.softmax_scale()) + ") must be positive for cuda_v2";
+  return "";
+}
+
+const Registration split_q_simt{gpu_implementation(
+    {.name = "cuda_v2/split_q_simt",
+     .summary = "FA2 schedule on CUDA cores, fp32: grid over (q-block, head, batch), warps split Q",
+     .constraints = "f32; head_dim 64, 128, 256; every mask, GQA, any length",
+     .supports = supports,
+     .device_workspace_bytes = workspace_bytes},
+    FLASHLAB_CUDA_LAUNCHER(launch_split_q_simt))};
+
+const Registration split_q{gpu_implementation(
+    {.name = "cuda_v2/split_q",
+     .summary = "FA2 on tensor cores: mma.sync m16n8k16 + ldmatrix, cp.async double buffering, fp32 accum",
+     .dtypes = {DType::f16, DType::bf16},
+     .constraints = "f16, bf16; head_dim 64, 128, 256; every mask, GQA, any length",
+     .rounds_p = true,  // P is rounded to the input format: it is the A operand of the P V mma
+     .supports = supports,
+     .device_workspace_bytes = workspace_bytes},
+    FLASHLAB_CUDA_LAUNCHER(launch_split_q))};
+
+}  // namespace
+
+}  // namespace flashlab::cuda_v2

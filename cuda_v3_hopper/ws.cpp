@@ -1,0 +1,62 @@
+// cuda_v3_hopper/ws's registration: ordinary C++, compiled in every build, so the stage is listed (and its
+// tests skipped with the reason) where there is no CUDA or no Hopper GPU. The kernel is in ws_kernel.cuh, its
+// launcher in ws_launch.cu.
+#include <climits>
+#include <optional>
+#include <string>
+
+#include "common/cuda/device.hpp"
+#include "common/cuda/gpu_stage.hpp"
+#include "cuda_v3_hopper/ws_stage.hpp"
+
+namespace flashlab::hopper {
+
+namespace {
+
+// wgmma and setmaxnreg exist only in sm_90a's feature set, and the kernel is compiled for it alone: it runs
+// on compute capability 9.0 and nowhere else (not on 8.x, nor on 10.x).
+std::string needs_sm90a() {
+  const std::optional<cuda::DeviceProperties> device = cuda::device_properties();
+  if (!device) return cuda::unavailable_reason();
+  if (device->compute_major == 9 && device->compute_minor == 0) return "";
+  return "needs compute capability 9.0 (sm_90a); this device is " + std::to_string(device->compute_major) +
+         "." + std::to_string(device->compute_minor);
+}
+
+std::string supports(const Problem& p) {
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    return "head_dim (" + std::to_string(p.head_dim) + ") must be 64, 128 or 256 (the compiled tiles)";
+  if (p.mask)
+    return "mask: an explicit mask is not supported by cuda_v3_hopper/ws (causal, window, padding are)";
+  // The grid is (q-blocks, heads_q, batch); CUDA limits its y and z extents to 65535.
+  if (p.heads_q > 65535) return "heads_q (" + std::to_string(p.heads_q) + ") must be at most 65535";
+  if (p.batch > 65535) return "batch (" + std::to_string(p.batch) + ") must be at most 65535";
+  // HopperParams holds lengths and windows as int.
+  if (p.seqlen_q > INT_MAX) return "seqlen_q (" + std::to_string(p.seqlen_q) + ") must fit an int";
+  if (p.seqlen_k > INT_MAX) return "seqlen_k (" + std::to_string(p.seqlen_k) + ") must fit an int";
+  if (p.window_left > INT_MAX) return "window_left (" + std::to_string(p.window_left) + ") must fit an int";
+  if (p.window_right > INT_MAX)
+    return "window_right (" + std::to_string(p.window_right) + ") must fit an int";
+  // The row maximum is taken on unscaled scores and the scale folded into exp2 (kept in place only by a
+  // positive scale).
+  if (!(p.softmax_scale() > 0.0))
+    return "scale (" + std::to_string(p.softmax_scale()) + ") must be positive for cuda_v3_hopper/ws";
+  return "";
+}
+
+const Registration ws{gpu_implementation(
+    {.name = "cuda_v3_hopper/ws",
+     .summary =
+         "FA3 on Hopper: TMA producer warpgroup, wgmma consumers, ping-pong and intra-warpgroup overlap",
+     .dtypes = {DType::bf16, DType::f16},
+     .constraints =
+         "bf16, f16; sm_90a; head_dim 64, 128, 256; causal, window, padding, GQA; no explicit mask",
+     .rounds_p = true,  // P is rounded to the input format: it is the A operand of the P V wgmma
+     .availability = needs_sm90a,
+     .supports = supports,
+     .device_workspace_bytes = ws_workspace_bytes},
+    FLASHLAB_CUDA_LAUNCHER(launch_ws))};
+
+}  // namespace
+
+}  // namespace flashlab::hopper

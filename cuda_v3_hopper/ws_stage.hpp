@@ -1,0 +1,21 @@
+// cuda_v3_hopper/ws as a registry entry: the launcher on the registry's device tensors, in plain C++ (ws.hpp
+// needs the CUDA headers; the registration, ws.cpp, is compiled in every build).
+#pragma once
+
+#include <cstddef>
+
+#include "common/cuda/int_lengths.hpp"
+#include "common/registry.hpp"
+
+namespace flashlab::hopper {
+
+// Scratch the launcher needs: the int copies of the per-batch lengths (HopperParams holds them as int).
+inline size_t ws_workspace_bytes(const Problem& problem) {
+  return cuda::int_lengths_bytes(problem);
+}
+
+// The full kernel (every ablation ingredient on) for a bf16 or f16 problem, enqueued on the default stream
+// (ws_launch.cu; CUDA builds only, runs on sm_90a).
+void launch_ws(const Problem& problem, const DeviceTensors& tensors);
+
+}  // namespace flashlab::hopper
