@@ -26,6 +26,7 @@
 
 #include "common/cuda/check.hpp"
 #include "common/cuda/device_buffer.hpp"
+#include "common/cuda/device_problem.hpp"
 #include "common/flops.hpp"
 #include "common/hadamard.hpp"
 #include "common/inputs.hpp"
@@ -44,17 +45,9 @@ using flashlab::Distribution;
 using flashlab::DType;
 using flashlab::Problem;
 using flashlab::cuda::DeviceBuffer;
+using flashlab::cuda::to_16bit;
 using flashlab::hopper::Fp8Config;
 using flashlab::hopper::Fp8PrepassParams;
-
-std::vector<uint16_t> to_bf16_bits(const std::vector<float>& values) {
-  std::vector<uint16_t> bits(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    const __nv_bfloat16 x = __float2bfloat16(values[i]);
-    std::memcpy(&bits[i], &x, 2);
-  }
-  return bits;
-}
 
 DeviceBuffer<int32_t> lengths_on_device(const std::vector<int64_t>& lengths) {
   if (lengths.empty()) return {};
@@ -92,10 +85,10 @@ struct DevicePrepass {
         factors(static_cast<size_t>(p.head_dim)),
         rows_q(lengths_on_device(p.seqlens_q)),
         rows_k(lengths_on_device(p.seqlens_k)) {
-    if (p.q_elements() > 0) q.copy_from_host(to_bf16_bits(inputs.q.data).data());
+    if (p.q_elements() > 0) q.copy_from_host(to_16bit(inputs.q.data, DType::bf16).data());
     if (p.kv_elements() > 0) {
-      k.copy_from_host(to_bf16_bits(inputs.k.data).data());
-      v.copy_from_host(to_bf16_bits(inputs.v.data).data());
+      k.copy_from_host(to_16bit(inputs.k.data, DType::bf16).data());
+      v.copy_from_host(to_16bit(inputs.v.data, DType::bf16).data());
     }
     params = Fp8PrepassParams{.q = q.get(),
                               .k = k.get(),

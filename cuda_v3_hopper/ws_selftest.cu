@@ -19,6 +19,7 @@
 
 #include "common/cuda/check.hpp"
 #include "common/cuda/device_buffer.hpp"
+#include "common/cuda/device_problem.hpp"
 #include "common/flops.hpp"
 #include "common/inputs.hpp"
 #include "common/problem.hpp"
@@ -34,39 +35,10 @@ using flashlab::AttentionOutputs;
 using flashlab::DType;
 using flashlab::Problem;
 using flashlab::cuda::DeviceBuffer;
+using flashlab::cuda::from_16bit;
+using flashlab::cuda::to_16bit;
 using flashlab::hopper::HopperAblation;
 using flashlab::hopper::HopperParams;
-
-// Host floats (already rounded to the dtype) to the 16-bit device format, and back.
-std::vector<uint16_t> to_16bit(const std::vector<float>& values, DType dtype) {
-  std::vector<uint16_t> bits(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::bf16) {
-      const __nv_bfloat16 x = __float2bfloat16(values[i]);
-      std::memcpy(&bits[i], &x, 2);
-    } else {
-      const __half x = __float2half(values[i]);
-      std::memcpy(&bits[i], &x, 2);
-    }
-  }
-  return bits;
-}
-
-std::vector<float> from_16bit(const std::vector<uint16_t>& bits, DType dtype) {
-  std::vector<float> values(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) {
-    if (dtype == DType::bf16) {
-      __nv_bfloat16 x;
-      std::memcpy(&x, &bits[i], 2);
-      values[i] = __bfloat162float(x);
-    } else {
-      __half x;
-      std::memcpy(&x, &bits[i], 2);
-      values[i] = __half2float(x);
-    }
-  }
-  return values;
-}
 
 // The problem's inputs on the device, with outputs poisoned (NaN everywhere) so an unwritten element fails.
 struct DeviceProblem {

@@ -27,6 +27,7 @@
 
 #include "common/cuda/check.hpp"
 #include "common/cuda/device_buffer.hpp"
+#include "common/cuda/device_problem.hpp"
 #include "common/inputs.hpp"
 #include "common/problem.hpp"
 #include "common/reference.hpp"
@@ -42,43 +43,10 @@ using flashlab::DType;
 using flashlab::Problem;
 using flashlab::Random;
 using flashlab::cuda::DeviceBuffer;
+using flashlab::cuda::from_16bit;
+using flashlab::cuda::to_16bit;
 using flashlab::decoding::SplitKvDType;
 using flashlab::decoding::SplitKvParams;
-
-// Host floats (already rounded to the dtype) to the 16-bit device format, and back.
-uint16_t to_16bit(float value, DType dtype) {
-  uint16_t bits;
-  if (dtype == DType::bf16) {
-    const __nv_bfloat16 x = __float2bfloat16(value);
-    std::memcpy(&bits, &x, 2);
-  } else {
-    const __half x = __float2half(value);
-    std::memcpy(&bits, &x, 2);
-  }
-  return bits;
-}
-
-std::vector<uint16_t> to_16bit(const std::vector<float>& values, DType dtype) {
-  std::vector<uint16_t> bits(values.size());
-  for (size_t i = 0; i < values.size(); ++i) bits[i] = to_16bit(values[i], dtype);
-  return bits;
-}
-
-std::vector<float> from_16bit(const std::vector<uint16_t>& bits, DType dtype) {
-  std::vector<float> values(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) {
-    if (dtype == DType::bf16) {
-      __nv_bfloat16 x;
-      std::memcpy(&x, &bits[i], 2);
-      values[i] = __bfloat162float(x);
-    } else {
-      __half x;
-      std::memcpy(&x, &bits[i], 2);
-      values[i] = __half2float(x);
-    }
-  }
-  return values;
-}
 
 template <typename T>
 DeviceBuffer<T> upload(const std::vector<T>& host) {
@@ -161,6 +129,8 @@ struct DeviceProblem {
     const uint16_t nan_bits = 0xFFFF;
     std::vector<uint16_t> k_pool(static_cast<size_t>(num_pages * page_elems), nan_bits), v_pool = k_pool;
     std::vector<int> table(static_cast<size_t>(std::max<int64_t>(used, 1)), 0);
+    const std::vector<uint16_t> k16 = to_16bit(inputs.k.data, p.dtype),
+                                v16 = to_16bit(inputs.v.data, p.dtype);
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t page = 0; page < pages_per_seq; ++page) {
         const int physical = order[static_cast<size_t>(b * pages_per_seq + page)];
@@ -170,8 +140,8 @@ struct DeviceProblem {
           if (j >= p.seqlen_k) break;
           const int64_t src = (b * p.seqlen_k + j) * row, dst = physical * page_elems + r * row;
           for (int64_t e = 0; e < row; ++e) {
-            k_pool[dst + e] = to_16bit(inputs.k.data[src + e], p.dtype);
-            v_pool[dst + e] = to_16bit(inputs.v.data[src + e], p.dtype);
+            k_pool[dst + e] = k16[src + e];
+            v_pool[dst + e] = v16[src + e];
           }
         }
       }

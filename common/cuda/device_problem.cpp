@@ -53,6 +53,21 @@ void from_storage(DType dtype, const std::byte* stored, size_t count, float* val
   }
 }
 
+std::vector<uint16_t> to_16bit(const std::vector<float>& values, DType dtype) {
+  if (storage_bytes(dtype) != 2) fail("to_16bit: dtype ", to_string(dtype), " is not stored in 16 bits");
+  const std::vector<std::byte> stored = to_storage(dtype, values.data(), values.size());
+  std::vector<uint16_t> bits(values.size());
+  if (!bits.empty()) std::memcpy(bits.data(), stored.data(), stored.size());
+  return bits;
+}
+
+std::vector<float> from_16bit(const std::vector<uint16_t>& bits, DType dtype) {
+  if (storage_bytes(dtype) != 2) fail("from_16bit: dtype ", to_string(dtype), " is not stored in 16 bits");
+  std::vector<float> values(bits.size());
+  from_storage(dtype, reinterpret_cast<const std::byte*>(bits.data()), bits.size(), values.data());
+  return values;
+}
+
 namespace {
 
 // Uploads host floats in the storage format of `dtype`.

@@ -23,6 +23,10 @@ size_t storage_bytes(DType dtype);  // bytes per element of storage_dtype(dtype)
 std::vector<std::byte> to_storage(DType dtype, const float* values, size_t count);
 void from_storage(DType dtype, const std::byte* stored, size_t count, float* values);
 
+// The same for the 16-bit formats (f16, bf16), as the stages' selftests hold their device tensors.
+std::vector<uint16_t> to_16bit(const std::vector<float>& values, DType dtype);
+std::vector<float> from_16bit(const std::vector<uint16_t>& bits, DType dtype);
+
 class DeviceProblem {
  public:
   // Allocates every tensor of `problem`, uploads the inputs (converted), the mask and the per-batch lengths,
