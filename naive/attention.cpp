@@ -90,8 +90,10 @@ void one_pass_attention(const Problem& p, const AttentionInputs& in, AttentionOu
           float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
           for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
-          const float score = dot * scale;
-          const float* v = in.v_row(p, b, j, hk);
+          // [[maybe_unused]]: read only by exercise one-pass's lines; a student's copy without them must
+          // still compile warning-free.
+          [[maybe_unused]] const float score = dot * scale;
+          [[maybe_unused]] const float* v = in.v_row(p, b, j, hk);
           // EXERCISE BEGIN one-pass
           // teaches: the one-pass output recurrence that removes S: acc' = acc exp(m - m') + exp(s - m') v
           // difficulty: 2
