@@ -76,6 +76,8 @@ TEST_CASE("every backward matches the fp64 reference backward on the case matrix
              slot->problem.describe(), "): ", verdict.explain());
         CHECK(verdict.passed());
         ++(verdict.passed() ? tally[impl->name].passed : tally[impl->name].failed);
+        report_case(verdict.passed(), impl->name, dtype, "backward ", test_case, slot->problem,
+                    verdict.explain());
       }
     }
   }
