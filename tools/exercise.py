@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STAGES = ["naive", "cpu_tiled", "decoding"]  # CPU stages whose sources can be turned into exercises
@@ -37,8 +38,10 @@ SOURCE_SUFFIXES = (".cpp", ".hpp", ".h")
 BEGIN = re.compile(r"^\s*//\s*EXERCISE BEGIN\s+([a-z0-9-]+)\s*$")
 END = re.compile(r"^\s*//\s*EXERCISE END\s+([a-z0-9-]+)\s*$")
 FIELD = re.compile(r"^\s*//\s*(teaches|difficulty|docs|hint):\s?(.*)$")
-# The harness's test cases a student's copy is checked by: the case matrix and the invariance properties.
-TEST_CASES = "*case matrix*,*adding a constant*,*permuting keys*"
+# The harness's test cases a student's copy is checked by: the case matrix, the invariance properties and, for
+# implementations with a backward pass, the backward on the case matrix (tests/test_backward.cpp).
+TEST_CASES = ("*case matrix*,*adding a constant*,*permuting keys*,"
+              "*every backward matches the fp64 reference backward on the case matrix*")
 
 
 class Failure(Exception):
@@ -247,9 +250,9 @@ def command_check(args):
     cases, order = {}, []
     current = None
     for line in output.split("\n"):
-        match = re.match(r"^  (PASS|FAIL) (\S+) \[(\w+)\] on '(.*)' \((.*)\)$", line)
+        match = re.match(r"^  (PASS|FAIL) (\S+) \[(\w+)\] (backward )?on '(.*)' \((.*)\)$", line)
         if match:
-            key = (match.group(4), match.group(5))
+            key = ((match.group(4) or "") + match.group(5), match.group(6))
             if key not in cases:
                 cases[key] = []
                 order.append(key)
@@ -307,15 +310,28 @@ def command_selftest(args):
                 plans.append((exercise_id, variant, folder, write_workspace(entry, folder, keep)))
         configure_with(build_dir, [plan[2] for plan in plans])
         targets = [plan[3] for plan in plans]
-        subprocess.run(["cmake", "--build", build_dir, "--target"] + targets, check=True, stdout=subprocess.DEVNULL)
-        for exercise_id, variant, _, target in plans:
+        started = time.monotonic()
+        build = subprocess.run(["cmake", "--build", build_dir, "--target"] + targets, capture_output=True, text=True)
+        print(f"  built {len(targets)} exercise programs in {time.monotonic() - started:.0f} s")
+        if build.returncode != 0:
+            print(build.stdout[-5000:] + build.stderr[-2000:])
+            raise Failure("the exercise programs do not build (a skeleton must compile: it fails on its numbers)")
+        for exercise_id, variant, folder, target in plans:
+            # Warning-free, so that a skeleton also compiles where warnings are errors (the ci preset's stages).
+            warnings = list(dict.fromkeys(line for line in build.stdout.split("\n")  # once each, in order
+                                          if folder + os.sep in line and "warning:" in line))
+            started = time.monotonic()
             ok, output = run_harness(build_dir, target, exercise_id)
+            seconds = time.monotonic() - started
             expected = variant == "solution"
-            good = ok == expected
+            good = ok == expected and not warnings
             passed, failed = passed + good, failed + (not good)
             verdict = "passes" if ok else "fails"
-            print(f"  {'ok  ' if good else 'BAD '} {exercise_id}: the {variant} {verdict} the check")
-            if not good:
+            print(f"  {'ok  ' if good else 'BAD '} {exercise_id}: the {variant} {verdict} the check ({seconds:.1f} s)"
+                  + (f", but compiles with {len(warnings)} warning(s):" if warnings else ""))
+            for line in warnings:
+                print("       " + line)
+            if ok != expected:
                 print(output[-3000:])
     finally:
         subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-DFLASHLAB_EXERCISE_DIRS=" + original],
