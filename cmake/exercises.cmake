@@ -3,13 +3,48 @@
 # copy (not to the real stage) and registers its implementations as "exercise/ID/<name>".
 set(FLASHLAB_EXERCISE_DIRS "" CACHE STRING "Exercise workspaces to build (maintained by ./flashlab exercise)")
 
+# flashlab_add_exercise(target id dir SOURCES... [REUSE FILES...]): SOURCES are compiled from the workspace `dir`;
+# each REUSE file (stage-relative, e.g. naive/attention.cpp) is linked as the object its stage already built, which
+# tools/exercise.py allows only for files that neither hold nor include the exercise's lines. A REUSE file that no
+# stage builds is compiled from the workspace like the others.
 function(flashlab_add_exercise target id dir)
-  list(TRANSFORM ARGN PREPEND ${dir}/ OUTPUT_VARIABLE sources)
+  cmake_parse_arguments(PARSE_ARGV 3 arg "" "" "REUSE")
+  set(files ${arg_UNPARSED_ARGUMENTS})
+  set(reused_objects)
+  set(reused_stages)
+  get_property(stages GLOBAL PROPERTY FLASHLAB_STAGES)
+  foreach(file ${arg_REUSE})
+    set(found FALSE)
+    foreach(stage ${stages})
+      get_target_property(stage_dir ${stage} SOURCE_DIR)
+      get_target_property(stage_sources ${stage} SOURCES)
+      file(RELATIVE_PATH folder ${PROJECT_SOURCE_DIR} ${stage_dir})
+      get_filename_component(name ${file} NAME)
+      if(folder STREQUAL "" OR NOT file STREQUAL "${folder}/${name}" OR NOT name IN_LIST stage_sources)
+        continue()
+      endif()
+      # The object's path, e.g. build/naive/CMakeFiles/flashlab_naive.dir/./attention.cpp.o (Ninja adds the "./").
+      string(REPLACE "." "\\." name_pattern ${name})
+      list(APPEND reused_objects "$<FILTER:$<TARGET_OBJECTS:${stage}>,INCLUDE,/${stage}\\.dir/(\\./)?${name_pattern}\\.o$>")
+      list(APPEND reused_stages ${stage})
+      set(found TRUE)
+      break()
+    endforeach()
+    if(NOT found)
+      list(APPEND files ${file})
+    endif()
+  endforeach()
+  list(TRANSFORM files PREPEND ${dir}/ OUTPUT_VARIABLE sources)
   set(prefix_source ${PROJECT_BINARY_DIR}/exercises/${target}_prefix.cpp)
   file(WRITE ${prefix_source}
        "// Generated: registers this program's implementations as exercise/${id}/<name>.\n"
        "extern \"C\" const char* flashlab_registration_prefix() { return \"exercise/${id}/\"; }\n")
-  add_executable(${target} ${sources} ${prefix_source})
+  # Not part of `all`: a half-written copy must not break the build of everything else; ./flashlab exercise
+  # check builds it by name.
+  add_executable(${target} EXCLUDE_FROM_ALL ${sources} ${prefix_source} ${reused_objects})
+  if(reused_stages)
+    add_dependencies(${target} ${reused_stages})
+  endif()
   # The workspace comes first on the include path, so the student's copies of the stage's headers are used.
   target_include_directories(${target} BEFORE PRIVATE ${dir})
   target_link_libraries(${target} PRIVATE flashlab_harness flashlab_common doctest::doctest)

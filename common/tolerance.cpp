@@ -215,9 +215,10 @@ std::string Verdict::explain() const {
 namespace {
 
 // max_err over one BSHD tensor [batch, seqlen, heads, head_dim]; `row` names the sequence index (i or j).
+// `first` receives the first element (memory order) whose error exceeds `limit`.
 double tensor_deviation(const char* tensor, const char* row, const std::vector<float>& x,
                         const std::vector<double>& ref, int64_t batch, int64_t seqlen, int64_t heads,
-                        int64_t head_dim, std::string& worst) {
+                        int64_t head_dim, double limit, std::string& worst, std::string& first) {
   double max_err = 0.0;
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t s = 0; s < seqlen; ++s)
@@ -225,13 +226,17 @@ double tensor_deviation(const char* tensor, const char* row, const std::vector<f
         const int64_t base = bshd_offset(b, s, h, seqlen, heads, head_dim);
         for (int64_t c = 0; c < head_dim; ++c) {
           const double err = element_error(x[base + c], ref[base + c]);
+          auto describe = [&] {
+            return describe_element(tensor,
+                                    "b=" + std::to_string(b) + ", " + row + "=" + std::to_string(s) +
+                                        ", h=" + std::to_string(h) + ", c=" + std::to_string(c),
+                                    x[base + c], ref[base + c]);
+          };
           if (err > max_err || (std::isinf(err) && worst.empty())) {
             max_err = err;
-            worst = describe_element(tensor,
-                                     "b=" + std::to_string(b) + ", " + row + "=" + std::to_string(s) +
-                                         ", h=" + std::to_string(h) + ", c=" + std::to_string(c),
-                                     x[base + c], ref[base + c]);
+            worst = describe();
           }
+          if (err > limit && first.empty()) first = describe();
         }
       }
   return max_err;
@@ -240,14 +245,17 @@ double tensor_deviation(const char* tensor, const char* row, const std::vector<f
 }  // namespace
 
 GradientDeviation gradient_deviation(const Problem& p, const AttentionGradients& grad,
-                                     const ReferenceGradients& ref) {
+                                     const ReferenceGradients& ref, const GradientTolerance* tolerance) {
   GradientDeviation result;
-  result.max_err_dq = tensor_deviation("dQ", "i", grad.dq.data, ref.dq, p.batch, p.seqlen_q, p.heads_q,
-                                       p.head_dim, result.worst_dq);
-  result.max_err_dk = tensor_deviation("dK", "j", grad.dk.data, ref.dk, p.batch, p.seqlen_k, p.heads_kv,
-                                       p.head_dim, result.worst_dk);
-  result.max_err_dv = tensor_deviation("dV", "j", grad.dv.data, ref.dv, p.batch, p.seqlen_k, p.heads_kv,
-                                       p.head_dim, result.worst_dv);
+  result.max_err_dq =
+      tensor_deviation("dQ", "i", grad.dq.data, ref.dq, p.batch, p.seqlen_q, p.heads_q, p.head_dim,
+                       tolerance ? tolerance->dq : kInf, result.worst_dq, result.first_dq);
+  result.max_err_dk =
+      tensor_deviation("dK", "j", grad.dk.data, ref.dk, p.batch, p.seqlen_k, p.heads_kv, p.head_dim,
+                       tolerance ? tolerance->dk : kInf, result.worst_dk, result.first_dk);
+  result.max_err_dv =
+      tensor_deviation("dV", "j", grad.dv.data, ref.dv, p.batch, p.seqlen_k, p.heads_kv, p.head_dim,
+                       tolerance ? tolerance->dv : kInf, result.worst_dv, result.first_dv);
   return result;
 }
 
@@ -319,7 +327,7 @@ GradientTolerance gradient_tolerance_from_baseline(DType dtype, const GradientDe
 
 GradientVerdict judge_gradients(const Problem& p, const AttentionGradients& grad,
                                 const ReferenceGradients& ref, const GradientTolerance& tol) {
-  return {gradient_deviation(p, grad, ref), tol};
+  return {gradient_deviation(p, grad, ref, &tol), tol};
 }
 
 std::string GradientVerdict::explain() const {
@@ -328,9 +336,12 @@ std::string GradientVerdict::explain() const {
   text << "max error dQ " << deviation.max_err_dq << " (tolerance " << tolerance.dq << "), dK "
        << deviation.max_err_dk << " (tolerance " << tolerance.dk << "), dV " << deviation.max_err_dv
        << " (tolerance " << tolerance.dv << ")";
-  if (deviation.max_err_dq > tolerance.dq) text << "\n  worst: " << deviation.worst_dq;
-  if (deviation.max_err_dk > tolerance.dk) text << "\n  worst: " << deviation.worst_dk;
-  if (deviation.max_err_dv > tolerance.dv) text << "\n  worst: " << deviation.worst_dv;
+  if (deviation.max_err_dq > tolerance.dq)
+    text << "\n  first wrong: " << deviation.first_dq << "\n  worst:       " << deviation.worst_dq;
+  if (deviation.max_err_dk > tolerance.dk)
+    text << "\n  first wrong: " << deviation.first_dk << "\n  worst:       " << deviation.worst_dk;
+  if (deviation.max_err_dv > tolerance.dv)
+    text << "\n  first wrong: " << deviation.first_dv << "\n  worst:       " << deviation.worst_dv;
   return text.str();
 }
 

@@ -70,9 +70,13 @@ struct GradientDeviation {
   double max_err_dv = 0.0;
   // The first worst element of each, e.g. "dK[b=0, j=12, h=1, c=3] = 0.51 but the reference is 0.49".
   std::string worst_dq, worst_dk, worst_dv;
+  // The first element (memory order) of each beyond the tolerance, when one was given.
+  std::string first_dq, first_dk, first_dv;
 };
+struct GradientTolerance;
 GradientDeviation gradient_deviation(const Problem& problem, const AttentionGradients& grad,
-                                     const ReferenceGradients& ref);
+                                     const ReferenceGradients& ref,
+                                     const GradientTolerance* tolerance = nullptr);
 
 // The naive backward at `dtype` precision, the yardstick for the gradient tolerance. Its forward (O, LSE) is
 // its own, recomputed at the same precision.
@@ -93,7 +97,8 @@ struct GradientVerdict {
     return deviation.max_err_dq <= tolerance.dq && deviation.max_err_dk <= tolerance.dk &&
            deviation.max_err_dv <= tolerance.dv;
   }
-  std::string explain() const;  // one line of errors and tolerances, plus the worst element of each failure
+  std::string explain()
+      const;  // errors and tolerances; per failing tensor, the first wrong and the worst element
 };
 GradientVerdict judge_gradients(const Problem& problem, const AttentionGradients& grad,
                                 const ReferenceGradients& ref, const GradientTolerance& tol);

@@ -48,15 +48,26 @@ inline void prefetch_rows(const float* rows, int64_t stride, int64_t count, int6
 }
 
 // The union of the key ranges of rows [i0, i0 + rows): K/V tiles outside it are hidden from the whole Q tile
-// and are never visited. Empty when every row is fully masked.
-inline KeyRange tile_key_span(const Visibility& visibility, int64_t b, int64_t i0, int64_t rows) {
+// and are never visited. Empty when every row is fully masked. [[maybe_unused]]: the parameters are read only
+// by exercise causal-skip's lines; a student's copy without them must still compile warning-free.
+inline KeyRange tile_key_span([[maybe_unused]] const Visibility& visibility, [[maybe_unused]] int64_t b,
+                              [[maybe_unused]] int64_t i0, int64_t rows) {
   KeyRange span{0, 0};
   for (int64_t r = 0; r < rows; ++r) {
+    // EXERCISE BEGIN causal-skip
+    // teaches: block skipping: the K/V tiles a Q tile must visit are the union of its rows' visible key
+    //   ranges (causal, window, padding); tiles outside it are never loaded
+    // difficulty: 2
+    // docs: docs/02-cpu-tiled.md#4. Block skipping
+    // hint: widen span (keys [span.begin, span.end)) to cover row i0 + r's visible keys,
+    //   visibility.key_range(b, i0 + r); a fully masked row (an empty range) adds nothing, and an empty
+    //   span takes the first non-empty range as it is. The tile loop in forward.cpp visits only this span.
     const KeyRange range = visibility.key_range(b, i0 + r);
     if (range.empty()) continue;
     if (span.empty()) span = range;
     span.begin = std::min(span.begin, range.begin);
     span.end = std::max(span.end, range.end);
+    // EXERCISE END causal-skip
   }
   return span;
 }
@@ -90,9 +101,11 @@ struct LaneScratch {
 //   m_new = max(m_old, rowmax(S)),  P = exp(S - m_new),  l_new = exp(m_old - m_new) l_old + rowsum(P).
 // The per-row state is SoftmaxState (raise_max, add); the row maxima and sums over the tile and the
 // exponentials are vector operations down the lanes. factor[r] = exp(m_old - m_new), for rescaling O.
+// [[maybe_unused]] factor: written only by exercise tiled-rescale's lines; a student's copy without them must
+// still compile warning-free.
 template <class V>
 void online_softmax_tile(float* st, int64_t ld, int64_t nk, int64_t lanes, SoftmaxState<float>* state,
-                         float* factor, LaneScratch scratch) {
+                         [[maybe_unused]] float* factor, LaneScratch scratch) {
   constexpr int L = V::lanes;
   for (int64_t lane = 0; lane < lanes; lane += L) {  // rowmax(S), a NaN score kept
     V block_max = V::splat(-INFINITY);
@@ -100,8 +113,18 @@ void online_softmax_tile(float* st, int64_t ld, int64_t nk, int64_t lanes, Softm
     block_max.store(scratch.block_max + lane);
   }
   for (int64_t r = 0; r < lanes; ++r) {
+    // EXERCISE BEGIN tiled-rescale
+    // teaches: the tile-level online softmax: raise the running max by a whole tile's rowmax, rescale the
+    //   running sum l and the output accumulator O~ by exp(m_old - m_new) (FA2 Algorithm 1 lines 9-10)
+    // difficulty: 2
+    // docs: docs/02-cpu-tiled.md#2. The softmax state and its merge, per tile
+    // hint: here, for lane r: raise state[r]'s max to scratch.block_max[r] (SoftmaxState::raise_max rescales
+    //   l and returns exp(m_old - m_new)); keep that in factor[r] and the new max in scratch.row_max[r]
+    //   (the exponentials below read it). In micro_kernel.hpp's output_block, store
+    //   out = post * acc + pre * out (pre is that factor: fma(a, b, c) = a * b + c, V::load, .store(out)).
     factor[r] = state[r].raise_max(scratch.block_max[r]);
     scratch.row_max[r] = state[r].row_max;
+    // EXERCISE END tiled-rescale
   }
   for (int64_t lane = 0; lane < lanes; lane += L) {  // P = exp(S - m_new) and rowsum(P)
     const V row_max = V::load(scratch.row_max + lane);

@@ -16,7 +16,9 @@
 
 namespace flashlab::decoding {
 
-void split_kv_attention(const Problem& p, const AttentionInputs& in, AttentionOutputs& out,
+// [[maybe_unused]] out: written only by exercise split-kv-combine's lines; a student's copy without them must
+// still compile warning-free.
+void split_kv_attention(const Problem& p, const AttentionInputs& in, [[maybe_unused]] AttentionOutputs& out,
                         int64_t requested_chunks) {
   const SplitPlan plan = plan_split(p, requested_chunks, omp_get_max_threads());
   const KVReader kv(p, in);
@@ -53,11 +55,23 @@ void split_kv_attention(const Problem& p, const AttentionInputs& in, AttentionOu
     for (int64_t b = 0; b < p.batch; ++b) {
       for (int64_t i = 0; i < p.seqlen_q; ++i) {
         for (int64_t h = 0; h < p.heads_q; ++h) {
+          // EXERCISE BEGIN split-kv-combine
+          // teaches: the Flash-Decoding combine: the chunks' normalized partials (O_j, LSE_j) merge exactly
+          //   into O = sum_j exp(LSE_j - LSE) O_j with LSE = log sum_j exp(LSE_j)
+          // difficulty: 2
+          // docs: docs/07-decoding.md#3. Why the merge is exact
+          // hint: row (i, h) of batch element b is packed row all.packed(i, h); its partial from chunk j
+          //   is at partial_o[((b * plan.chunks + j) * R + packed) * d] and
+          //   partial_lse[(b * plan.chunks + j) * R + packed]. Merge the plan.chunks partials
+          //   (combine_partials in common/softmax_state.hpp, or SoftmaxState::from_lse and merge into acc),
+          //   then write O (finalize into out.o_row(p, b, i, h)) and the LSE (out.lse_at(p, b, h, i)).
+          //   A chunk that saw no key has LSE_j = -inf: weight 0.
           const int64_t first = b * plan.chunks * R + all.packed(i, h);
           const SoftmaxState<float> state = combine_partials(plan.chunks, partial_o.data() + first * d, R * d,
                                                              partial_lse.data() + first, R, acc.data(), d);
           state.finalize(acc.data(), out.o_row(p, b, i, h), d);
           out.lse_at(p, b, h, i) = state.lse();
+          // EXERCISE END split-kv-combine
         }
       }
     }

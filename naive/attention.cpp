@@ -90,12 +90,14 @@ void one_pass_attention(const Problem& p, const AttentionInputs& in, AttentionOu
           float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
           for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
-          const float score = dot * scale;
-          const float* v = in.v_row(p, b, j, hk);
+          // [[maybe_unused]]: read only by exercise one-pass's lines; a student's copy without them must
+          // still compile warning-free.
+          [[maybe_unused]] const float score = dot * scale;
+          [[maybe_unused]] const float* v = in.v_row(p, b, j, hk);
           // EXERCISE BEGIN one-pass
           // teaches: the one-pass output recurrence that removes S: acc' = acc exp(m - m') + exp(s - m') v
           // difficulty: 2
-          // docs: docs/01-softmax.md#4. One pass
+          // docs: docs/01-softmax.md#4. One pass: the output recurrence that removes S
           // hint: with the key's score and its value row v: raise the running max to include the score
           //   (factor = state.raise_max(score) is exp(m_old - m_new)), get p = state.weight(score), add p to
           //   the running sum (state.add), and update every acc[c] to acc[c] * factor + p * v[c].

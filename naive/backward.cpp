@@ -35,8 +35,11 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t c = 0; c < n; ++c) y[c] += a * x[c];
 }
 
-void materialized_backward(const Problem& p, const AttentionInputs& in, const AttentionOutputs& fwd,
-                           const HostTensor& d_out, AttentionGradients& grad) {
+// [[maybe_unused]] fwd and dout: read only by exercise backward-ds's lines; a student's copy without them
+// must still compile warning-free.
+void materialized_backward(const Problem& p, const AttentionInputs& in,
+                           [[maybe_unused]] const AttentionOutputs& fwd, const HostTensor& d_out,
+                           AttentionGradients& grad) {
   const Visibility visibility(p);
   const int64_t sq = p.seqlen_q, sk = p.seqlen_k, d = p.head_dim;
   const float scale = static_cast<float>(p.softmax_scale());
@@ -65,7 +68,7 @@ void materialized_backward(const Problem& p, const AttentionInputs& in, const At
       }
       for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h) {
         for (int64_t i = 0; i < sq; ++i) {  // P = softmax(scale q_i K^T), recomputed in full
-          float* row = P.data() + i * sk;  // not &P[i * sk]: with seqlen_k == 0 there is no element
+          float* row = P.data() + i * sk;   // not &P[i * sk]: with seqlen_k == 0 there is no element
           for (int64_t j = 0; j < sk; ++j)
             row[j] = visibility.visible(b, i, j) ? scale * dot(in.q_row(p, b, i, h), in.k_row(p, b, j, hk), d)
                                                  : -INFINITY;
@@ -75,13 +78,23 @@ void materialized_backward(const Problem& p, const AttentionInputs& in, const At
           for (int64_t j = 0; j < sk; ++j)
             if (P[i * sk + j] != 0.0f) axpy(P[i * sk + j], d_out_row(b, i, h), dv_row(b, j, hk), d);
         for (int64_t i = 0; i < sq; ++i) {  // dS = P * (dO V^T - D), D_i = dO_i . O_i
-          const float* dout = d_out_row(b, i, h);
+          [[maybe_unused]] const float* dout = d_out_row(b, i, h);
+          // EXERCISE BEGIN backward-ds
+          // teaches: the softmax's backward: D_i = rowsum(dO * O) = dO_i . O_i replaces the sum over j of
+          //   P_ij dP_ij, and dS = P * (dP - D) with dP = dO V^T
+          // difficulty: 2
+          // docs: docs/08-backward.md#The gradient, step by step
+          // hint: for row i: D = dot(dout, row i of the forward output fwd.o, d) (bshd_offset(b, i, h, sq,
+          //   p.heads_q, d) is its offset); then for every key j, dP_ij = dot(dout, in.v_row(p, b, j, hk), d)
+          //   and dS[i * sk + j] = P[i * sk + j] * (dP_ij - D). Write 0 where P is 0 (a masked key), not
+          //   0 * (dP - D), which is NaN when that key's V holds a NaN.
           const float D = dot(dout, fwd.o.ptr() + bshd_offset(b, i, h, sq, p.heads_q, d), d);
           for (int64_t j = 0; j < sk; ++j) {
             const float weight = P[i * sk + j];
             // A masked key takes no part: 0, not 0 * (dP - D), which is NaN when its V holds a NaN.
             dS[i * sk + j] = weight == 0.0f ? 0.0f : weight * (dot(dout, in.v_row(p, b, j, hk), d) - D);
           }
+          // EXERCISE END backward-ds
         }
         for (int64_t i = 0; i < sq; ++i) {  // dQ = scale dS K
           float* dq = dq_row(b, i, h);

@@ -1,5 +1,6 @@
 #include "tests/harness.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <regex>
 
@@ -32,6 +33,19 @@ PreparedCase prepare(const Case& test_case, DType dtype) {
   attach_paged_kv(prepared.problem, prepared.inputs, test_case.seed);
   prepared.reference = reference_attention(prepared.problem, prepared.inputs);
   return prepared;
+}
+
+void report_case(bool passed, const std::string& impl, DType dtype, const char* pass, const Case& test_case,
+                 const Problem& problem, const std::string& explanation) {
+  if (std::getenv("FLASHLAB_VERBOSE") == nullptr) return;
+  std::printf("  %s %s [%s] %son '%s' (%s)\n", passed ? "PASS" : "FAIL", impl.c_str(),
+              std::string(to_string(dtype)).c_str(), pass, test_case.name.c_str(),
+              problem.describe().c_str());
+  if (passed) return;
+  std::string detail = "    " + explanation;
+  for (size_t at = detail.find('\n'); at != std::string::npos; at = detail.find('\n', at + 1))
+    detail.insert(at + 1, "  ");
+  std::printf("%s\n", detail.c_str());
 }
 
 }  // namespace flashlab::testing

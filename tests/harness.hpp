@@ -28,4 +28,12 @@ struct PreparedCase {
 };
 PreparedCase prepare(const Case& test_case, DType dtype);
 
+// With FLASHLAB_VERBOSE set, prints one line per checked case, "  PASS|FAIL <impl> [<dtype>] <pass> on
+// '<case>'
+// (<problem>)", and for a failure the verdict's explanation indented below it (course exercises show these to
+// the student; tools/exercise.py reads this format). `pass` is "" for the forward and "backward " for the
+// backward.
+void report_case(bool passed, const std::string& impl, DType dtype, const char* pass, const Case& test_case,
+                 const Problem& problem, const std::string& explanation);
+
 }  // namespace flashlab::testing

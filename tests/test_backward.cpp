@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <string>
 
 #include "common/error.hpp"
 #include "tests/harness.hpp"
@@ -76,6 +77,8 @@ TEST_CASE("every backward matches the fp64 reference backward on the case matrix
              slot->problem.describe(), "): ", verdict.explain());
         CHECK(verdict.passed());
         ++(verdict.passed() ? tally[impl->name].passed : tally[impl->name].failed);
+        report_case(verdict.passed(), impl->name, dtype, "backward ", test_case, slot->problem,
+                    verdict.explain());
       }
     }
   }
@@ -114,6 +117,29 @@ TEST_CASE("the gradient check catches unwritten and wrong elements") {
     (wrong.*tensor).data[7] += 1e-3f;
     CHECK_FALSE(judge_gradients(p, wrong, ref, tol).passed());
   }
+}
+
+TEST_CASE("a failing gradient verdict names the first wrong element of the failing tensor") {
+  Problem p;
+  p.seqlen_q = 5;
+  p.seqlen_k = 6;
+  p.head_dim = 8;
+  const AttentionInputs in = random_inputs(p, Distribution::normal, 5);
+  const HostTensor d_out = random_d_out(p, 6);
+  const ReferenceGradients ref = reference_backward(p, in, d_out);
+  const AttentionGradients baseline = baseline_backward(p, in, d_out, DType::f32);
+  const GradientTolerance tol =
+      gradient_tolerance_from_baseline(DType::f32, gradient_deviation(p, baseline, ref));
+  AttentionGradients wrong = baseline;
+  wrong.dk.data[11] += 1.0f;  // dK[b=0, j=1, h=0, c=3]
+  wrong.dk.data[40] += 2.0f;  // dK[b=0, j=5, h=0, c=0], the worst
+  const GradientVerdict verdict = judge_gradients(p, wrong, ref, tol);
+  REQUIRE_FALSE(verdict.passed());
+  const std::string text = verdict.explain();
+  CHECK(text.find("first wrong: dK[b=0, j=1, h=0, c=3]") != std::string::npos);
+  CHECK(text.find("worst:       dK[b=0, j=5, h=0, c=0]") != std::string::npos);
+  CHECK(text.find("dQ[") == std::string::npos);  // dQ and dV are right: not named
+  CHECK(text.find("dV[") == std::string::npos);
 }
 
 TEST_CASE("run_backward refuses what it cannot run, naming the reason") {

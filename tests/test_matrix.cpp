@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <optional>
 
@@ -19,7 +18,6 @@ TEST_CASE("every implementation matches the fp64 reference on the case matrix") 
   const auto impls = selected_implementations();
   REQUIRE_MESSAGE(!impls.empty(), "FLASHLAB_IMPL selects no implementation");
   std::map<std::string, Tally> tally;
-  const bool verbose = std::getenv("FLASHLAB_VERBOSE") != nullptr;
   for (const Case& test_case : case_matrix()) {
     std::map<DType, std::optional<PreparedCase>> prepared;  // built lazily, once per dtype
     for (const Implementation* impl : impls) {
@@ -39,17 +37,7 @@ TEST_CASE("every implementation matches the fp64 reference on the case matrix") 
              "): ", verdict.explain());
         CHECK(verdict.passed());
         ++(verdict.passed() ? tally[impl->name].passed : tally[impl->name].failed);
-        if (verbose) {  // one line per case (course exercises show these to the student)
-          std::printf("  %s %s [%s] on '%s' (%s)\n", verdict.passed() ? "PASS" : "FAIL", impl->name.c_str(),
-                      std::string(to_string(dtype)).c_str(), test_case.name.c_str(),
-                      slot->problem.describe().c_str());
-          if (!verdict.passed()) {
-            std::string detail = "    " + verdict.explain();
-            for (size_t at = detail.find('\n'); at != std::string::npos; at = detail.find('\n', at + 1))
-              detail.insert(at + 1, "  ");
-            std::printf("%s\n", detail.c_str());
-          }
-        }
+        report_case(verdict.passed(), impl->name, dtype, "", test_case, slot->problem, verdict.explain());
       }
     }
   }
