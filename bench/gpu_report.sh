@@ -5,8 +5,10 @@
 #
 # 1. builds (release preset, CUDA on) if needed;
 # 2. runs the CUDA tests (ctest -L cuda: the shared harness over every GPU implementation);
-# 3. runs the stages' own GPU self-tests (cuda_v2_selftest, hopper_ws_selftest, decoding_cuda_selftest) and
-#    the timing modes of the last two (--time);
+# 3. runs the stages' own GPU self-tests (cuda_v2_selftest, hopper_ws_selftest, fp8_selftest,
+#    decoding_cuda_selftest) and their timing modes (--time; fp8_selftest at head_dim 128 and 256, seqlen
+#    8192: the pre-pass, the main kernel and the two end to end), and `flashlab fp8-accuracy --device cuda`
+#    (FA3's Table 3 with the FP8 rows from the Hopper kernel);
 # 4. runs compute-sanitizer: memcheck on each self-test (a few small cases) and on the shared harness over
 #    the GPU implementations (FLASHLAB_IMPL=cuda: the case matrix, small shapes), racecheck on a small case of
 #    every GPU implementation (`flashlab run IMPL ...`: awkward lengths, GQA, causal, padding);
@@ -19,7 +21,8 @@
 # Every step has its own time limit; the whole run stays within 10 minutes on an H100 (typical: build 1.5 min
 # from scratch, tests 0.5, self-tests 1, compute-sanitizer 2-3, our benchmarks at most 2.5, peers at most 2).
 # A failing step is reported in the summary (and the exit code is 1), and the later steps still run. An
-# implementation this GPU cannot run (cuda_v3_hopper/ws off Hopper) is reported and left out of the steps.
+# implementation this GPU cannot run (cuda_v3_hopper/ws and /fp8 off Hopper) is reported and left out of the
+# steps.
 set -uo pipefail
 
 if [[ $# -ne 1 ]]; then
@@ -103,8 +106,10 @@ fi
 
 # ---- 3. the stages' own GPU self-tests (each exits 0 only when every case ran and passed)
 has_hopper=0  # whether cuda_v3_hopper/ws runs here (compute capability 9.0)
+has_fp8=0     # whether cuda_v3_hopper/fp8 does (likewise)
 for line in "${gpu_impls[@]}"; do
   [[ $line == "cuda_v3_hopper/ws "* ]] && has_hopper=1
+  [[ $line == "cuda_v3_hopper/fp8 "* ]] && has_fp8=1
 done
 step "cuda_v2_selftest" selftest_cuda_v2.log 120 build/bin/cuda_v2_selftest
 if [[ $has_hopper -eq 1 ]]; then
@@ -112,6 +117,16 @@ if [[ $has_hopper -eq 1 ]]; then
   step "hopper_ws_selftest --time" selftest_hopper_ws_time.log 120 build/bin/hopper_ws_selftest --time
 else
   note "hopper_ws_selftest not run: this GPU is not compute capability 9.0"
+fi
+if [[ $has_fp8 -eq 1 ]]; then
+  step "fp8_selftest" selftest_fp8.log 180 build/bin/fp8_selftest
+  for d in 128 256; do
+    step "fp8_selftest --time --head-dim $d" selftest_fp8_time_d$d.log 120 \
+      build/bin/fp8_selftest --time --head-dim "$d" --seqlen 8192
+  done
+  step "flashlab fp8-accuracy --device cuda" fp8_accuracy_cuda.log 240 "$flashlab" fp8-accuracy --device cuda
+else
+  note "fp8_selftest and fp8-accuracy --device cuda not run: this GPU is not compute capability 9.0"
 fi
 step "decoding_cuda_selftest" selftest_decoding_cuda.log 120 build/bin/decoding_cuda_selftest
 step "decoding_cuda_selftest --time" selftest_decoding_cuda_time.log 90 build/bin/decoding_cuda_selftest --time
@@ -133,6 +148,10 @@ else
   if [[ $has_hopper -eq 1 ]]; then
     step "memcheck hopper_ws_selftest" sanitizer_memcheck_hopper_ws_selftest.log 120 \
       "${memcheck[@]}" build/bin/hopper_ws_selftest --only "97 x 97"
+  fi
+  if [[ $has_fp8 -eq 1 ]]; then  # a pre-pass case (64 x 64 tiles, single rows) and a kernel case (one query)
+    step "memcheck fp8_selftest" sanitizer_memcheck_fp8_selftest.log 120 \
+      "${memcheck[@]}" build/bin/fp8_selftest --only "single"
   fi
   step "memcheck decoding_cuda_selftest" sanitizer_memcheck_decoding_cuda_selftest.log 120 \
     "${memcheck[@]}" build/bin/decoding_cuda_selftest --only "ragged"

@@ -112,34 +112,6 @@ void launch(const Fp8AttentionParams& params, cudaStream_t stream) {
 
 }  // namespace
 
-const char* fp8_attention_unsupported(const Fp8AttentionParams& p) {
-  if (p.head_dim != 128 && p.head_dim != 256) return "head_dim must be 128 or 256 (64 is not built)";
-  if (p.block_k != fp8_kernel_block_k(p.head_dim))
-    return "block_k must be the kernel's key block, fp8_kernel_block_k(head_dim) (224 for d 128, 128 for d "
-           "256)";
-  if (p.block_q < 1) return "block_q must be >= 1";
-  if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.seqlen_q < 1 || p.seqlen_k < 0)
-    return "batch, heads_q, heads_kv and seqlen_q must be >= 1, seqlen_k >= 0";
-  if (p.heads_q % p.heads_kv != 0) return "heads_q must be a multiple of heads_kv";
-  if (p.heads_q > 65535 || p.batch > 65535) return "heads_q and batch must be <= 65535 (grid dimensions)";
-  if (!(p.softmax_scale > 0.0f))
-    return "softmax_scale must be positive (the row maximum is taken on raw scores)";
-  // P * p_scale <= p_scale must stay within e4m3's 448.
-  if (!(p.p_scale > 0.0f && p.p_scale <= 256.0f)) return "p_scale must be in (0, 256]";
-  if (p.window_left < -1 || p.window_right < -1) return "window_left and window_right must be >= -1";
-  for (const void* pointer :
-       {static_cast<const void*>(p.q8), static_cast<const void*>(p.k8), static_cast<const void*>(p.v8)})
-    if (pointer != nullptr && reinterpret_cast<uintptr_t>(pointer) % 16 != 0)
-      return "q8, k8 and v8 must be 16-byte aligned (TMA)";
-  if (p.q8 == nullptr || p.o == nullptr || p.lse == nullptr || p.q_descale == nullptr ||
-      p.lse_shift == nullptr)
-    return "q8, q_descale, lse_shift, o and lse must be device pointers";
-  if (p.seqlen_k > 0 &&
-      (p.k8 == nullptr || p.v8 == nullptr || p.k_descale == nullptr || p.v_descale == nullptr))
-    return "k8, v8, k_descale and v_descale must be device pointers";
-  return "";
-}
-
 void launch_fp8_attention(const Fp8AttentionParams& params, cudaStream_t stream) {
   if (const char* reason = fp8_attention_unsupported(params); reason[0] != '\0')
     fail("cuda_v3_hopper/fp8: ", reason);

@@ -1,4 +1,5 @@
-// Self-test of the FP8 pre-pass (fp8_prepass.cu) on an H100/H200, before the FP8 kernel joins the registry.
+// Self-test of the FP8 pre-pass (fp8_prepass.cu) and main kernel (fp8.hpp) on an H100/H200, both driven
+// through the registry entry's own device set-up (fp8_device.hpp).
 //
 //   fp8_selftest [--only TEXT]
 //       bit-exactness: on random and awkward shapes (lengths not multiples of the tiles, GQA, padding, empty
@@ -25,18 +26,18 @@
 #include <vector>
 
 #include "common/cuda/check.hpp"
-#include "common/cuda/device_buffer.hpp"
 #include "common/cuda/device_problem.hpp"
 #include "common/flops.hpp"
-#include "common/hadamard.hpp"
 #include "common/inputs.hpp"
 #include "common/mask.hpp"
 #include "common/number_format.hpp"
 #include "common/problem.hpp"
 #include "common/tensor.hpp"
 #include "cuda_v3_hopper/fp8.hpp"
+#include "cuda_v3_hopper/fp8_device.hpp"
 #include "cuda_v3_hopper/fp8_emulated.hpp"
 #include "cuda_v3_hopper/fp8_prepass.hpp"
+#include "cuda_v3_hopper/fp8_stage.hpp"
 
 namespace {
 
@@ -44,96 +45,36 @@ using flashlab::AttentionInputs;
 using flashlab::Distribution;
 using flashlab::DType;
 using flashlab::Problem;
-using flashlab::cuda::DeviceBuffer;
-using flashlab::cuda::to_16bit;
+using flashlab::cuda::DeviceProblem;
 using flashlab::hopper::Fp8Config;
+using flashlab::hopper::Fp8DeviceParams;
 using flashlab::hopper::Fp8PrepassParams;
 
-DeviceBuffer<int32_t> lengths_on_device(const std::vector<int64_t>& lengths) {
-  if (lengths.empty()) return {};
-  const std::vector<int32_t> narrow(lengths.begin(), lengths.end());
-  DeviceBuffer<int32_t> buffer(narrow.size());
-  buffer.copy_from_host(narrow.data());
-  return buffer;
-}
-
-// The pre-pass's inputs and outputs on the device, outputs poisoned (0xFF: NaN in e4m3 and in fp32) so that
-// an element the kernel does not write cannot match.
+// A problem on the device (common/cuda/device_problem.hpp: bf16 Q, K, V, the lengths, the FP8 scratch as the
+// registry allocates it) and the parameters of both kernels, set up by the registry's own path
+// (fp8_device.hpp). The scratch, O and LSE are poisoned first (0xFF: NaN in e4m3, bf16 and fp32) so that an
+// element a kernel does not write cannot match.
 struct DevicePrepass {
-  DeviceBuffer<uint16_t> q, k, v;
-  DeviceBuffer<uint8_t> q8, k8, v8;
-  DeviceBuffer<float> q_descale, k_descale, v_descale, lse_shift, k_mean, factors;
-  DeviceBuffer<int32_t> rows_q, rows_k;
-  Fp8PrepassParams params;
+  DeviceProblem device;
+  Fp8DeviceParams params;
 
   DevicePrepass(const Problem& p, const AttentionInputs& inputs, const Fp8Config& config)
-      : q(std::max<int64_t>(p.q_elements(), 1)),
-        k(std::max<int64_t>(p.kv_elements(), 1)),
-        v(std::max<int64_t>(p.kv_elements(), 1)),
-        q8(std::max<int64_t>(p.q_elements(), 1)),
-        k8(std::max<int64_t>(p.kv_elements(), 1)),
-        v8(std::max<int64_t>(p.batch * p.heads_kv * flashlab::hopper::fp8_tiles(p.seqlen_k, config.block_k) *
-                                 p.head_dim * config.block_k,
-                             1)),
-        q_descale(std::max<int64_t>(
-            p.batch * p.heads_q * flashlab::hopper::fp8_tiles(p.seqlen_q, config.block_q), 1)),
-        k_descale(std::max<int64_t>(
-            p.batch * p.heads_kv * flashlab::hopper::fp8_tiles(p.seqlen_k, config.block_k), 1)),
-        v_descale(k_descale.size()),
-        lse_shift(std::max<int64_t>(p.lse_elements(), 1)),
-        k_mean(std::max<int64_t>(p.batch * p.heads_kv * p.head_dim, 1)),
-        factors(static_cast<size_t>(p.head_dim)),
-        rows_q(lengths_on_device(p.seqlens_q)),
-        rows_k(lengths_on_device(p.seqlens_k)) {
-    if (p.q_elements() > 0) q.copy_from_host(to_16bit(inputs.q.data, DType::bf16).data());
-    if (p.kv_elements() > 0) {
-      k.copy_from_host(to_16bit(inputs.k.data, DType::bf16).data());
-      v.copy_from_host(to_16bit(inputs.v.data, DType::bf16).data());
-    }
-    params = Fp8PrepassParams{.q = q.get(),
-                              .k = k.get(),
-                              .v = v.get(),
-                              .batch = p.batch,
-                              .seqlen_q = p.seqlen_q,
-                              .seqlen_k = p.seqlen_k,
-                              .heads_q = p.heads_q,
-                              .heads_kv = p.heads_kv,
-                              .head_dim = p.head_dim,
-                              .block_q = config.block_q,
-                              .block_k = config.block_k,
-                              .rows_q = p.seqlens_q.empty() ? nullptr : rows_q.get(),
-                              .rows_k = p.seqlens_k.empty() ? nullptr : rows_k.get(),
-                              .smooth_k = config.smooth_k,
-                              .hadamard_factors = nullptr,
-                              .softmax_scale = p.softmax_scale(),
-                              .q8 = q8.get(),
-                              .k8 = k8.get(),
-                              .v8 = v8.get(),
-                              .q_descale = q_descale.get(),
-                              .k_descale = k_descale.get(),
-                              .v_descale = v_descale.get(),
-                              .lse_shift = lse_shift.get(),
-                              .k_mean = k_mean.get()};
-    if (config.hadamard && flashlab::RandomHadamard::why_unsupported(p.head_dim).empty()) {
-      // The transform's own factors s_c / sqrt(d), so that the kernel multiplies by the same floats.
-      const flashlab::RandomHadamard transform(p.head_dim, config.hadamard_seed);
-      std::vector<float> host(static_cast<size_t>(p.head_dim));
-      for (int64_t c = 0; c < p.head_dim; ++c) host[c] = transform.output_factor(c);
-      factors.copy_from_host(host.data());
-      params.hadamard_factors = factors.get();
-    }
-    for (DeviceBuffer<uint8_t>* codes : {&q8, &k8, &v8})
-      FLASHLAB_CUDA_CHECK(cudaMemset(codes->get(), 0xFF, codes->bytes()));
-    for (DeviceBuffer<float>* floats : {&q_descale, &k_descale, &v_descale, &lse_shift})
-      FLASHLAB_CUDA_CHECK(cudaMemset(floats->get(), 0xFF, floats->bytes()));
+      : device(p, inputs, flashlab::hopper::fp8_workspace(p, config).bytes) {
+    const flashlab::DeviceTensors& t = device.tensors();
+    FLASHLAB_CUDA_CHECK(cudaMemset(t.workspace, 0xFF, flashlab::hopper::fp8_workspace(p, config).bytes));
+    if (p.q_elements() > 0)  // O in bf16: 2 bytes an element; 0xFFFF is a bf16 NaN
+      FLASHLAB_CUDA_CHECK(cudaMemset(t.o, 0xFF, static_cast<size_t>(p.q_elements()) * sizeof(uint16_t)));
+    if (p.lse_elements() > 0)
+      FLASHLAB_CUDA_CHECK(cudaMemset(t.lse, 0xFF, static_cast<size_t>(p.lse_elements()) * sizeof(float)));
+    params = flashlab::hopper::fp8_device_params(p, t, config);
   }
 };
 
 template <typename T>
-std::vector<T> to_host(const DeviceBuffer<T>& buffer, int64_t count) {
-  std::vector<T> host(buffer.size());
-  if (!host.empty()) buffer.copy_to_host(host.data());
-  host.resize(static_cast<size_t>(count));
+std::vector<T> to_host(const T* device, int64_t count) {
+  std::vector<T> host(static_cast<size_t>(count));
+  if (count > 0)
+    FLASHLAB_CUDA_CHECK(cudaMemcpy(host.data(), device, host.size() * sizeof(T), cudaMemcpyDeviceToHost));
   return host;
 }
 
@@ -216,7 +157,8 @@ bool run_case(const Case& c, uint64_t seed) {
   const flashlab::hopper::Fp8Prepass expected = flashlab::hopper::fp8_prepass(p, inputs, c.config);
 
   DevicePrepass device(p, inputs, c.config);
-  flashlab::hopper::launch_fp8_prepass(device.params, nullptr);
+  const Fp8PrepassParams& pre = device.params.prepass;
+  flashlab::hopper::launch_fp8_prepass(pre, nullptr);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
 
   const int64_t d = p.head_dim, bc = c.config.block_k;
@@ -232,11 +174,11 @@ bool run_case(const Case& c, uint64_t seed) {
     }
     report.push_back(m);
   };
-  compare_codes("q8", to_host(device.q8, p.q_elements()), expected.q);
-  compare_codes("k8", to_host(device.k8, p.kv_elements()), expected.k);
+  compare_codes("q8", to_host(pre.q8, p.q_elements()), expected.q);
+  compare_codes("k8", to_host(pre.k8, p.kv_elements()), expected.k);
   {
     // V k-major: every (b, j, hk, c) at fp8_v_offset, and the last tile's keys past seqlen_k hold 0.
-    const std::vector<uint8_t> v8 = to_host(device.v8, p.batch * p.heads_kv * tiles_k * d * bc);
+    const std::vector<uint8_t> v8 = to_host(pre.v8, p.batch * p.heads_kv * tiles_k * d * bc);
     Mismatches m{"v8 (k-major)"};
     std::vector<bool> visited(v8.size(), false);
     for (int64_t b = 0; b < p.batch; ++b)
@@ -259,10 +201,10 @@ bool run_case(const Case& c, uint64_t seed) {
       m.check(same(got[i], want[i]), static_cast<int64_t>(i), got[i], want[i]);
     report.push_back(m);
   };
-  compare_floats("q_descale", to_host(device.q_descale, p.batch * p.heads_q * tiles_q), expected.q_descale);
-  compare_floats("k_descale", to_host(device.k_descale, p.batch * p.heads_kv * tiles_k), expected.k_descale);
-  compare_floats("v_descale", to_host(device.v_descale, p.batch * p.heads_kv * tiles_k), expected.v_descale);
-  compare_floats("lse_shift", to_host(device.lse_shift, p.lse_elements()), expected.lse_shift);
+  compare_floats("q_descale", to_host(pre.q_descale, p.batch * p.heads_q * tiles_q), expected.q_descale);
+  compare_floats("k_descale", to_host(pre.k_descale, p.batch * p.heads_kv * tiles_k), expected.k_descale);
+  compare_floats("v_descale", to_host(pre.v_descale, p.batch * p.heads_kv * tiles_k), expected.v_descale);
+  compare_floats("lse_shift", to_host(pre.lse_shift, p.lse_elements()), expected.lse_shift);
 
   int64_t failures = 0;
   for (const Mismatches& m : report) failures += m.count;
@@ -272,52 +214,6 @@ bool run_case(const Case& c, uint64_t seed) {
       std::printf("    %s: %lld mismatches\n", m.what.c_str(), static_cast<long long>(m.count));
   return failures == 0;
 }
-
-// The main kernel's inputs: the pre-pass's outputs, plus O and LSE, poisoned.
-struct DeviceAttention {
-  DevicePrepass prepass;
-  DeviceBuffer<uint16_t> o;
-  DeviceBuffer<float> lse;
-  flashlab::hopper::Fp8AttentionParams params;
-
-  DeviceAttention(const Problem& p, const AttentionInputs& inputs, const Fp8Config& config)
-      : prepass(p, inputs, config),
-        o(std::max<int64_t>(p.q_elements(), 1)),
-        lse(std::max<int64_t>(p.lse_elements(), 1)) {
-    FLASHLAB_CUDA_CHECK(cudaMemset(o.get(), 0xFF, o.bytes()));  // 0xFFFF: a bf16 NaN
-    FLASHLAB_CUDA_CHECK(cudaMemset(lse.get(), 0xFF, lse.bytes()));
-    const Fp8PrepassParams& pre = prepass.params;
-    params = flashlab::hopper::Fp8AttentionParams{.q8 = pre.q8,
-                                                  .k8 = pre.k8,
-                                                  .v8 = pre.v8,
-                                                  .q_descale = pre.q_descale,
-                                                  .k_descale = pre.k_descale,
-                                                  .v_descale = pre.v_descale,
-                                                  .lse_shift = pre.lse_shift,
-                                                  .o = o.get(),
-                                                  .lse = lse.get(),
-                                                  .seqlens_q = pre.rows_q,
-                                                  .seqlens_k = pre.rows_k,
-                                                  .batch = static_cast<int>(p.batch),
-                                                  .seqlen_q = static_cast<int>(p.seqlen_q),
-                                                  .seqlen_k = static_cast<int>(p.seqlen_k),
-                                                  .heads_q = static_cast<int>(p.heads_q),
-                                                  .heads_kv = static_cast<int>(p.heads_kv),
-                                                  .head_dim = static_cast<int>(p.head_dim),
-                                                  .block_q = static_cast<int>(config.block_q),
-                                                  .block_k = static_cast<int>(config.block_k),
-                                                  .softmax_scale = static_cast<float>(p.softmax_scale()),
-                                                  .p_scale = config.p_scale,
-                                                  .causal = p.causal,
-                                                  .window_left = static_cast<int>(p.window_left),
-                                                  .window_right = static_cast<int>(p.window_right)};
-  }
-
-  void run() {
-    flashlab::hopper::launch_fp8_prepass(prepass.params, nullptr);
-    flashlab::hopper::launch_fp8_attention(params, nullptr);
-  }
-};
 
 // One e4m3 rounding step at x >= 0: the spacing of the grid around x (3 mantissa bits; subnormals, below
 // 2^-6, are multiples of 2^-9).
@@ -445,13 +341,12 @@ bool run_attention_case(const AttentionCase& c, uint64_t seed) {
   flashlab::AttentionOutputs expected = flashlab::AttentionOutputs::poisoned(p);
   flashlab::hopper::fp8_emulated_attention(p, inputs, expected, config);
   const flashlab::hopper::Fp8Prepass ops = flashlab::hopper::fp8_prepass(p, inputs, config);
-  DeviceAttention device(p, inputs, config);
-  device.run();
+  DevicePrepass device(p, inputs, config);
+  flashlab::hopper::run_fp8(device.params, nullptr);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<uint16_t> bits = to_host(device.o, p.q_elements());
-  std::vector<float> o(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) o[i] = std::bit_cast<float>(static_cast<uint32_t>(bits[i]) << 16);
-  const bool ok = check_attention(p, config, ops, expected, o, to_host(device.lse, p.lse_elements()));
+  flashlab::AttentionOutputs got = flashlab::AttentionOutputs::poisoned(p);
+  device.device.download(got);  // O from bf16, exactly
+  const bool ok = check_attention(p, config, ops, expected, got.o.data, got.lse.data);
   std::printf("%s  %s\n", ok ? "PASS" : "FAIL", c.name.c_str());
   return ok;
 }
@@ -485,7 +380,7 @@ int run_timing(int64_t head_dim, int64_t seqlen, bool causal, int repeats) {
   p.validate();
   const Fp8Config config = flashlab::hopper::registered_fp8_config(head_dim);
   const AttentionInputs inputs = flashlab::random_inputs(p, Distribution::normal, 1);
-  DeviceAttention device(p, inputs, config);
+  const DevicePrepass device(p, inputs, config);
   cudaEvent_t start, stop;
   FLASHLAB_CUDA_CHECK(cudaEventCreate(&start));
   FLASHLAB_CUDA_CHECK(cudaEventCreate(&stop));
@@ -500,9 +395,10 @@ int run_timing(int64_t head_dim, int64_t seqlen, bool causal, int repeats) {
     return ms / 1e3 / repeats;
   };
   const double prepass =
-      seconds([&] { flashlab::hopper::launch_fp8_prepass(device.prepass.params, nullptr); });
-  const double kernel = seconds([&] { flashlab::hopper::launch_fp8_attention(device.params, nullptr); });
-  const double both = seconds([&] { device.run(); });
+      seconds([&] { flashlab::hopper::launch_fp8_prepass(device.params.prepass, nullptr); });
+  const double kernel =
+      seconds([&] { flashlab::hopper::launch_fp8_attention(device.params.attention, nullptr); });
+  const double both = seconds([&] { flashlab::hopper::run_fp8(device.params, nullptr); });
   const double flops = flashlab::forward_flops(p);
   // Compulsory pre-pass traffic: bf16 Q, K, V read once, e4m3 written once.
   const double bytes = 3.0 * (p.q_elements() + 2.0 * p.kv_elements());

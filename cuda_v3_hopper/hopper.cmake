@@ -33,9 +33,11 @@ flashlab_hopper_cuda_target(hopper_ws_ptx)
 set_target_properties(hopper_ws_ptx PROPERTIES CUDA_PTX_COMPILATION ON)
 
 # cuda_v3_hopper/fp8: the FP8 pre-pass (bf16 Q, K, V to e4m3 operands and tile scales), the main kernel (d 128
-# and 256), and their self-test, which checks the pre-pass bit for bit and the kernel within a derived bound
+# and 256), their set-up on device tensors (fp8_stage.cu: the registry's launcher, which the self-test drives
+# too), and their self-test, which checks the pre-pass bit for bit and the kernel within a derived bound
 # against the emulation (fp8_emulated.cpp, linked in as the reference).
-add_library(flashlab_hopper_fp8 STATIC ${CMAKE_CURRENT_LIST_DIR}/fp8_prepass.cu ${CMAKE_CURRENT_LIST_DIR}/fp8_launch.cu)
+add_library(flashlab_hopper_fp8 STATIC ${CMAKE_CURRENT_LIST_DIR}/fp8_prepass.cu ${CMAKE_CURRENT_LIST_DIR}/fp8_launch.cu
+                                       ${CMAKE_CURRENT_LIST_DIR}/fp8_stage.cu)
 target_link_libraries(flashlab_hopper_fp8 PUBLIC flashlab_common CUDA::cudart)
 target_compile_options(flashlab_hopper_fp8 PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${FLASHLAB_HOPPER_GENCODE}>)
 flashlab_hopper_cuda_target(flashlab_hopper_fp8)

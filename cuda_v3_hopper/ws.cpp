@@ -11,8 +11,6 @@
 
 namespace flashlab::hopper {
 
-namespace {
-
 // wgmma and setmaxnreg exist only in sm_90a's feature set, and the kernel is compiled for it alone: it runs
 // on compute capability 9.0 and nowhere else (not on 8.x, nor on 10.x).
 std::string needs_sm90a() {
@@ -22,6 +20,8 @@ std::string needs_sm90a() {
   return "needs compute capability 9.0 (sm_90a); this device is " + std::to_string(device->compute_major) +
          "." + std::to_string(device->compute_minor);
 }
+
+namespace {
 
 std::string supports(const Problem& p) {
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "common/cuda/int_lengths.hpp"
 #include "common/registry.hpp"
@@ -13,6 +14,10 @@ namespace flashlab::hopper {
 inline size_t ws_workspace_bytes(const Problem& problem) {
   return cuda::int_lengths_bytes(problem);
 }
+
+// "" on a device of compute capability 9.0, else why the sm_90a kernels cannot run here (no device, or its
+// compute capability): the availability of every cuda_v3_hopper entry (ws.cpp).
+std::string needs_sm90a();
 
 // The full kernel (every ablation ingredient on) for a bf16 or f16 problem, enqueued on the default stream
 // (ws_launch.cu; CUDA builds only, runs on sm_90a).

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "common/registry.hpp"
+#include "cuda_v3_hopper/fp8_emulated.hpp"
+#include "cuda_v3_hopper/fp8_stage.hpp"
 
 namespace flashlab::testing {
 
@@ -52,8 +54,14 @@ TEST_CASE("GPU stages declare their formats, and whether they round P") {
   CHECK(entry("cuda_v3_hopper/ws").rounds_p);  // and of the P V wgmma
   CHECK(entry("decoding/cuda_split_kv").dtypes == half_formats);
   CHECK(!entry("decoding/cuda_split_kv").rounds_p);  // P stays fp32 (CUDA-core products)
-  for (const char* name :
-       {"cuda_v2/split_q_simt", "cuda_v2/split_q", "cuda_v3_hopper/ws", "decoding/cuda_split_kv"}) {
+  // The FP8 kernel is offered for e4m3 only (fed bf16, quantized by its own pre-pass), and rounds P as its
+  // emulation does (P * 2^8 to e4m3, the A operand of the P V wgmma): the same declarations as the oracle.
+  CHECK(entry("cuda_v3_hopper/fp8").dtypes == std::vector<DType>{DType::e4m3});
+  CHECK(entry("cuda_v3_hopper/fp8").rounds_p);
+  CHECK(entry("cuda_v3_hopper/fp8").dtypes == entry("cuda_v3_hopper/fp8_emulated").dtypes);
+  CHECK(entry("cuda_v3_hopper/fp8").rounds_p == entry("cuda_v3_hopper/fp8_emulated").rounds_p);
+  for (const char* name : {"cuda_v2/split_q_simt", "cuda_v2/split_q", "cuda_v3_hopper/ws",
+                           "cuda_v3_hopper/fp8", "decoding/cuda_split_kv"}) {
     INFO(name);
     CHECK(entry(name).device == Device::cuda);
 #if FLASHLAB_HAVE_CUDA
@@ -84,6 +92,24 @@ TEST_CASE("GPU stages refuse what their kernels cannot do, naming the field") {
   check_supports(entry("cuda_v2/split_q"), masked(shape(2, 2, 33, 40, 64)), "");
   check_supports(entry("cuda_v3_hopper/ws"), masked(shape(2, 2, 33, 40, 64)), "mask");
 
+  const Implementation& fp8 = entry("cuda_v3_hopper/fp8");
+  for (int64_t d : {128, 256}) check_supports(fp8, shape(4, 2, 97, 203, d), "");
+  for (int64_t d : {32, 64, 80, 96, 512}) check_supports(fp8, shape(2, 2, 33, 33, d), "head_dim");
+  check_supports(fp8, masked(shape(2, 2, 33, 40, 128)), "mask");
+  check_supports(fp8, scaled(shape(2, 2, 33, 33, 128), -0.125), "scale");
+  check_supports(fp8, scaled(shape(2, 2, 33, 33, 128), 0.0), "scale");
+  check_supports(fp8, shape(70000, 1, 1, 8, 128), "heads_q");
+  Problem fp8_paged = shape(8, 2, 1, 300, 128);
+  fp8_paged.page_size = 16;
+  check_supports(fp8, fp8_paged, "page_size");
+  Problem fp8_masks = shape(4, 1, 257, 700, 128);  // causal, a window, padding and GQA 4: all taken
+  fp8_masks.batch = 2;
+  fp8_masks.causal = true;
+  fp8_masks.window_left = 50;
+  fp8_masks.seqlens_q = {100, 0};
+  fp8_masks.seqlens_k = {700, 5};
+  check_supports(fp8, fp8_masks, "");
+
   const Implementation& decode = entry("decoding/cuda_split_kv");
   check_supports(decode, shape(32, 8, 1, 65536, 128), "");
   check_supports(decode, masked(shape(8, 2, 16, 300, 64)), "");  // a tree mask over 16 draft rows
@@ -100,6 +126,49 @@ TEST_CASE("GPU stages refuse what their kernels cannot do, naming the field") {
   paged.page_size = 16;
   check_supports(decode, paged, "page_size");
   check_supports(decode, scaled(shape(8, 2, 1, 300, 64), -1.0), "scale");
+}
+
+}  // namespace flashlab::testing
+
+namespace flashlab::testing {
+
+// The FP8 launcher carves its scratch (e4m3 operands, tile descales, K mean, LSE shift, Hadamard factors)
+// from the registry's workspace: every region 16-byte aligned (TMA reads q8, k8, v8), in order, disjoint,
+// large enough, and inside the bytes the registry allocates.
+TEST_CASE("cuda_v3_hopper/fp8's workspace holds every scratch region, aligned and disjoint") {
+  for (int64_t d : {128, 256}) {
+    Problem p = shape(6, 2, 300, 333, d);
+    p.batch = 3;
+    p.seqlens_q = {300, 0, 17};
+    p.seqlens_k = {333, 5, 0};
+    p.validate();
+    const hopper::Fp8Config config = hopper::registered_fp8_config(d);
+    const hopper::Fp8Workspace w = hopper::fp8_workspace(p, config);
+    INFO("head_dim ", d);
+    const int64_t tiles_q = (p.seqlen_q + config.block_q - 1) / config.block_q;
+    const int64_t tiles_k = (p.seqlen_k + config.block_k - 1) / config.block_k;
+    struct Region {
+      size_t offset;
+      int64_t bytes;
+    };
+    const std::vector<Region> regions = {{w.lengths, 6 * 4},
+                                         {w.q8, p.q_elements()},
+                                         {w.k8, p.kv_elements()},
+                                         {w.v8, p.batch * p.heads_kv * tiles_k * d * config.block_k},
+                                         {w.q_descale, p.batch * p.heads_q * tiles_q * 4},
+                                         {w.k_descale, p.batch * p.heads_kv * tiles_k * 4},
+                                         {w.v_descale, p.batch * p.heads_kv * tiles_k * 4},
+                                         {w.lse_shift, p.lse_elements() * 4},
+                                         {w.k_mean, p.batch * p.heads_kv * d * 4},
+                                         {w.hadamard_factors, d * 4}};
+    for (size_t r = 0; r < regions.size(); ++r) {
+      INFO("region ", r);
+      CHECK(regions[r].offset % 16 == 0);
+      const size_t end = regions[r].offset + static_cast<size_t>(regions[r].bytes);
+      CHECK(end <= (r + 1 < regions.size() ? regions[r + 1].offset : w.bytes));
+    }
+    CHECK(entry("cuda_v3_hopper/fp8").device_workspace_bytes(p) == w.bytes);
+  }
 }
 
 }  // namespace flashlab::testing

@@ -1,7 +1,8 @@
 // flashlab fp8-accuracy: FlashAttention-3's Table 3 reproduced with the exact fp8 emulation
 // (cuda_v3_hopper/fp8_emulated), plus our own steps beyond it. Inputs: every entry N(0, 1) plus N(0, 10^2)
 // with probability 0.001 (Distribution::outliers, the paper's inputs); the figure is the RMSE of O against
-// the fp64 reference.
+// the fp64 reference. With --device cuda the FP8 rows the Hopper kernel computes (block scales, with and
+// without incoherent processing, and the registered K smoothing) come from cuda_v3_hopper/fp8 on the GPU.
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -15,6 +16,7 @@
 #include "common/reference.hpp"
 #include "common/tolerance.hpp"
 #include "cuda_v3_hopper/fp8_emulated.hpp"
+#include "cuda_v3_hopper/fp8_stage.hpp"
 #include "tools/args.hpp"
 #include "tools/command.hpp"
 #include "tools/json.hpp"
@@ -68,7 +70,19 @@ struct Method {
   std::string name;
   std::optional<double> paper;  // FA3 Table 3's figure, where the paper has one
   std::function<AttentionOutputs(const Problem&, const AttentionInputs&)> run;
+  // The configuration, for the FP8 rows the Hopper kernel computes too (block scales, every rounding on, no
+  // outlier extraction): with --device cuda those rows come from cuda_v3_hopper/fp8 instead of the emulation.
+  std::optional<Fp8Config> kernel_config;
 };
+
+// The row's outputs from cuda_v3_hopper/fp8 (the GPU pre-pass and kernel, fed the same bf16 inputs).
+AttentionOutputs run_on_gpu(const Problem& p, const AttentionInputs& in, const Fp8Config& config) {
+  Problem e4m3 = p;
+  e4m3.dtype = DType::e4m3;
+  AttentionOutputs out = AttentionOutputs::poisoned(e4m3);
+  hopper::fp8_cuda_attention(e4m3, in, out, config);
+  return out;
+}
 
 Fp8Config with(Fp8Config config, Fp8Scaling scaling, bool hadamard) {
   config.scaling = scaling;
@@ -102,10 +116,11 @@ std::vector<Method> methods(int64_t head_dim) {
          return baseline_attention(p, in, DType::f16, true);
        }},
       {"fp8 per-tensor (the baseline)", 2.4e-2, fp8(with(fa3, Fp8Scaling::per_tensor, false))},
-      {"fp8 block quantization only", std::nullopt, fp8(with(fa3, Fp8Scaling::per_block, false))},
+      {"fp8 block quantization only", std::nullopt, fp8(with(fa3, Fp8Scaling::per_block, false)),
+       with(fa3, Fp8Scaling::per_block, false)},
       {"fp8 incoherent processing only", std::nullopt, fp8(with(fa3, Fp8Scaling::per_tensor, true))},
-      {"fp8 block + incoherent (FA3)", 9.1e-3, fp8(fa3)},
-      {"ours: FA3 + K smoothing (registered)", std::nullopt, fp8(smooth_k)},
+      {"fp8 block + incoherent (FA3)", 9.1e-3, fp8(fa3), fa3},
+      {"ours: FA3 + K smoothing (registered)", std::nullopt, fp8(smooth_k), smooth_k},
       {"ours: outlier decomposition, 4 RMS", std::nullopt, fp8(outliers)},
       {"budget: FA3, only Q and K in fp8", std::nullopt,
        fp8(variant([](Fp8Config& c) { c.quantize_v = c.round_p = false; }))},
@@ -123,13 +138,23 @@ double rmse(const std::vector<float>& out, const std::vector<double>& ref) {
 }
 
 int fp8_accuracy_command(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--seqlen", "--head-dim", "--seed"}, {"--json"});
+  const Args args(argv, {"--seqlen", "--head-dim", "--seed", "--device"}, {"--json"});
   if (!args.positional().empty()) fail("fp8-accuracy takes no arguments (got '", args.positional()[0], "')");
   Problem p;
   p.seqlen_q = p.seqlen_k = args.get_int("--seqlen", 2048);
   p.head_dim = args.get_int("--head-dim", 128);
   if (p.seqlen_q < 1) fail("--seqlen (", p.seqlen_q, ") must be >= 1");
   p.validate();
+  const std::string device = args.get("--device").value_or("cpu");
+  if (device != "cpu" && device != "cuda") fail("--device (", device, ") must be cpu or cuda");
+  const bool gpu = device == "cuda";
+  if (gpu) {
+    // Before the long CPU rows: where the kernel cannot run, say why and stop (exit code 2).
+    if (const std::string reason = hopper::fp8_availability(); !reason.empty())
+      fail("--device cuda: cuda_v3_hopper/fp8 cannot run here: ", reason);
+    if (p.head_dim != 128 && p.head_dim != 256)
+      fail("--head-dim (", p.head_dim, ") must be 128 or 256 with --device cuda (the kernel's head dims)");
+  }
   const uint64_t seed = static_cast<uint64_t>(args.get_int("--seed", 0));
   // Drawn in bf16, the format FP8 kernels are fed (and exact in fp16 too at these magnitudes), so that the
   // table measures the attention arithmetic and not the conversion of fp32 inputs.
@@ -142,13 +167,16 @@ int fp8_accuracy_command(const std::vector<std::string>& argv) {
   struct Row {
     const Method* method;
     double rmse_o, rmse_lse;
+    const char* source;  // where the row was computed: "cpu" (the emulation or a CPU baseline) or "cuda"
   };
   const std::vector<Method> table = methods(p.head_dim);
   std::vector<Row> rows;
   for (const Method& method : table) {
-    progress("running " + method.name + " ...");
-    const AttentionOutputs out = method.run(p, inputs);
-    rows.push_back({&method, rmse(out.o.data, ref.o), rmse(out.lse.data, ref.lse)});
+    const bool on_gpu = gpu && method.kernel_config.has_value();
+    progress("running " + method.name + (on_gpu ? " on the GPU ..." : " ..."));
+    const AttentionOutputs out =
+        on_gpu ? run_on_gpu(p, inputs, *method.kernel_config) : method.run(p, inputs);
+    rows.push_back({&method, rmse(out.o.data, ref.o), rmse(out.lse.data, ref.lse), on_gpu ? "cuda" : "cpu"});
   }
   progress("");
   auto figure = [&](const char* name) -> double {
@@ -179,6 +207,7 @@ int fp8_accuracy_command(const std::vector<std::string>& argv) {
     json.key("rows").begin_array();
     for (const Row& row : rows) {
       json.begin_object().field("method", row.method->name).field("rmse_o", row.rmse_o);
+      if (gpu) json.field("device", std::string(row.source));
       json.field("rmse_lse", row.rmse_lse);
       json.key("paper_rmse_o");
       if (row.method->paper)
@@ -195,11 +224,15 @@ int fp8_accuracy_command(const std::vector<std::string>& argv) {
     std::printf("FA3 Table 3 on %s: seqlen %lld, head_dim %lld, seed %llu; RMSE of O against fp64\n\n",
                 std::string(to_string(Distribution::outliers)).c_str(), static_cast<long long>(p.seqlen_q),
                 static_cast<long long>(p.head_dim), static_cast<unsigned long long>(seed));
-    std::printf("%-38s %10s %10s %12s\n", "method", "RMSE O", "FA3 paper", "RMSE LSE");
+    std::printf("%-38s %10s %10s %12s%s\n", "method", "RMSE O", "FA3 paper", "RMSE LSE",
+                gpu ? "  run on" : "");
     for (const Row& row : rows) {
       char paper[16] = "-";
       if (row.method->paper) std::snprintf(paper, sizeof paper, "%.1e", *row.method->paper);
-      std::printf("%-38s %10.2e %10s %12.2e\n", row.method->name.c_str(), row.rmse_o, paper, row.rmse_lse);
+      std::printf("%-38s %10.2e %10s %12.2e", row.method->name.c_str(), row.rmse_o, paper, row.rmse_lse);
+      // With --device cuda the rows the kernel computes say so; the others are the CPU's (no GPU form).
+      if (gpu) std::printf("  %s", row.source);
+      std::printf("\n");
     }
     std::printf("\nper-tensor / FA3: %.2fx\n", baseline / fa3);
     for (const Goal& goal : goals)
@@ -211,7 +244,8 @@ int fp8_accuracy_command(const std::vector<std::string>& argv) {
 }
 
 const CommandRegistration fp8_accuracy{
-    {"fp8-accuracy", "flashlab fp8-accuracy [--seqlen N] [--head-dim D] [--seed S] [--json]",
+    {"fp8-accuracy",
+     "flashlab fp8-accuracy [--seqlen N] [--head-dim D] [--seed S] [--device cpu|cuda] [--json]",
      fp8_accuracy_command}};
 
 }  // namespace

@@ -15,6 +15,16 @@
 
 namespace flashlab {
 
+#if FLASHLAB_HAVE_CUDA
+void run_on_device(const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs,
+                   size_t workspace_bytes, const std::function<void(const DeviceTensors&)>& launch) {
+  const cuda::DeviceProblem device(problem, inputs, workspace_bytes);
+  launch(device.tensors());
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());  // a fault inside the kernel surfaces here, checked
+  device.download(outputs);
+}
+#endif
+
 Implementation gpu_implementation(Implementation impl, DeviceLauncher launcher) {
   impl.device = Device::cuda;
   if (launcher == nullptr) {
@@ -34,10 +44,8 @@ Implementation gpu_implementation(Implementation impl, DeviceLauncher launcher) 
 #if FLASHLAB_HAVE_CUDA
   impl.forward = [launcher, workspace = impl.device_workspace_bytes](
                      const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs) {
-    const cuda::DeviceProblem device(problem, inputs, workspace ? workspace(problem) : 0);
-    launcher(problem, device.tensors());
-    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());  // a fault inside the kernel surfaces here, checked
-    device.download(outputs);
+    run_on_device(problem, inputs, outputs, workspace ? workspace(problem) : 0,
+                  [&problem, launcher](const DeviceTensors& tensors) { launcher(problem, tensors); });
   };
 #endif
   return impl;

@@ -17,6 +17,9 @@
 // implementation like a CPU one.
 #pragma once
 
+#include <cstddef>
+#include <functional>
+
 #include "common/registry.hpp"
 
 namespace flashlab {
@@ -25,6 +28,15 @@ using DeviceLauncher = void (*)(const Problem&, const DeviceTensors&);
 
 // `launcher` is nullptr in a build without CUDA (FLASHLAB_CUDA_LAUNCHER does that).
 Implementation gpu_implementation(Implementation implementation, DeviceLauncher launcher);
+
+#if FLASHLAB_HAVE_CUDA
+// What the registry adapter does around a launcher, for callers that launch something else (a stage's
+// kernel with non-default knobs): uploads `inputs` in the problem's storage format with `workspace_bytes` of
+// scratch, runs `launch` on the device tensors, synchronizes (a fault in a kernel surfaces here, checked) and
+// downloads O and LSE into `outputs`.
+void run_on_device(const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs,
+                   size_t workspace_bytes, const std::function<void(const DeviceTensors&)>& launch);
+#endif
 
 }  // namespace flashlab
 
