@@ -43,7 +43,16 @@ function(flashlab_add_exercise target id dir)
   # check builds it by name.
   add_executable(${target} EXCLUDE_FROM_ALL ${sources} ${prefix_source} ${reused_objects})
   if(reused_stages)
+    list(REMOVE_DUPLICATES reused_stages)
     add_dependencies(${target} ${reused_stages})
+    # What a reused object needs comes with it: e.g. decoding/cuda_split_kv.cpp's registration calls the CUDA
+    # launcher in flashlab_decoding_cuda, which its stage links PUBLIC.
+    foreach(stage ${reused_stages})
+      get_target_property(stage_libraries ${stage} INTERFACE_LINK_LIBRARIES)
+      if(stage_libraries)
+        target_link_libraries(${target} PRIVATE ${stage_libraries})
+      endif()
+    endforeach()
   endif()
   # The workspace comes first on the include path, so the student's copies of the stage's headers are used.
   target_include_directories(${target} BEFORE PRIVATE ${dir})
