@@ -15,8 +15,9 @@
 # 5. times our GPU implementations on device pointers (`flashlab gpu-bench --json`) and the PyTorch SDPA peers
 #    (bench/peers_torch.py) on the same shapes, same device, same run;
 # 6. writes OUTDIR/results-<device>-<date>.json (SPEC's results schema) and a Markdown table next to it, plus
-#    the logs of every step (OUTDIR/*.log, each step's exit code in OUTDIR/exit_codes.txt). Copy the .json and
-#    .md into docs/results/ and commit them.
+#    the logs of every step (OUTDIR/*.log, each step's exit code in OUTDIR/exit_codes.txt), `flashlab machine`
+#    (machine.txt, machine.json: the GPU rows) and the GPU roofline (roofline_gpu.txt, roofline_gpu.svg). Copy
+#    the .json, .md and .svg into docs/results/ and commit them.
 #
 # Every step has its own time limit; the whole run stays within 10 minutes on an H100 (typical: build 1.5 min
 # from scratch, tests 0.5, self-tests 1, compute-sanitizer 2-3, our benchmarks at most 2.5, peers at most 2).
@@ -220,6 +221,17 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>"$out/peers.log
 else
   note "PyTorch with CUDA is not installed: no peers measured (see peers.log)"
 fi
+
+# The machine's ceilings with its GPU rows, and the GPU implementations on the roofline (bf16, FA2's shape).
+step "flashlab machine" machine.txt 120 "$flashlab" machine
+step "flashlab machine --json" machine.json 120 "$flashlab" machine --json
+gpu_names=()
+for line in "${gpu_impls[@]}"; do
+  read -r name _ <<<"$line"
+  gpu_names+=("$name")
+done
+step "flashlab roofline (GPU, bf16)" roofline_gpu.txt 180 "$flashlab" roofline "${gpu_names[@]}" --dtype bf16 \
+  --batch 4 --heads 16 --seqlen-q 4096 --head-dim 128 --svg "$out/roofline_gpu.svg"
 
 # ---- 6. results JSON and Markdown table
 command_line="bash bench/gpu_report.sh $1"

@@ -16,19 +16,12 @@ namespace {
 std::string supports(const Problem& p) {
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     return "head_dim (" + std::to_string(p.head_dim) + ") must be 64, 128 or 256 (the compiled tiles)";
-  // The grid is (q-blocks, heads_q, batch); CUDA limits its y and z extents to 65535.
-  if (p.heads_q > 65535) return "heads_q (" + std::to_string(p.heads_q) + ") must be at most 65535";
-  if (p.batch > 65535) return "batch (" + std::to_string(p.batch) + ") must be at most 65535";
-  // SplitQParams holds lengths and windows as int.
-  if (p.seqlen_q > INT_MAX) return "seqlen_q (" + std::to_string(p.seqlen_q) + ") must fit an int";
-  if (p.seqlen_k > INT_MAX) return "seqlen_k (" + std::to_string(p.seqlen_k) + ") must fit an int";
-  if (p.window_left > INT_MAX) return "window_left (" + std::to_string(p.window_left) + ") must fit an int";
-  if (p.window_right > INT_MAX)
-    return "window_right (" + std::to_string(p.window_right) + ") must fit an int";
-  // The kernels take the row maximum of the unscaled scores and fold the scale into exp2 (a positive scale
-  // keeps the maximum where it is).
-  if (!(p.softmax_scale() > 0.0))
-    return "scale (" + std::to_string(p.softmax_scale()) + ") must be positive for cuda_v2";
+  // The grid is (q-blocks, heads_q, batch); SplitQParams holds lengths and windows as int; the kernels fold
+  // the scale into exp2 after the row max of the unscaled scores.
+  for (const std::string& reason :
+       {grid_extent_limit("heads_q", p.heads_q), grid_extent_limit("batch", p.batch),
+        int_lengths_and_positive_scale(p, "cuda_v2")})
+    if (!reason.empty()) return reason;
   return "";
 }
 

@@ -28,19 +28,12 @@ std::string supports(const Problem& p) {
     return "head_dim (" + std::to_string(p.head_dim) + ") must be 64, 128 or 256 (the compiled tiles)";
   if (p.mask)
     return "mask: an explicit mask is not supported by cuda_v3_hopper/ws (causal, window, padding are)";
-  // The grid is (q-blocks, heads_q, batch); CUDA limits its y and z extents to 65535.
-  if (p.heads_q > 65535) return "heads_q (" + std::to_string(p.heads_q) + ") must be at most 65535";
-  if (p.batch > 65535) return "batch (" + std::to_string(p.batch) + ") must be at most 65535";
-  // HopperParams holds lengths and windows as int.
-  if (p.seqlen_q > INT_MAX) return "seqlen_q (" + std::to_string(p.seqlen_q) + ") must fit an int";
-  if (p.seqlen_k > INT_MAX) return "seqlen_k (" + std::to_string(p.seqlen_k) + ") must fit an int";
-  if (p.window_left > INT_MAX) return "window_left (" + std::to_string(p.window_left) + ") must fit an int";
-  if (p.window_right > INT_MAX)
-    return "window_right (" + std::to_string(p.window_right) + ") must fit an int";
-  // The row maximum is taken on unscaled scores and the scale folded into exp2 (kept in place only by a
-  // positive scale).
-  if (!(p.softmax_scale() > 0.0))
-    return "scale (" + std::to_string(p.softmax_scale()) + ") must be positive for cuda_v3_hopper/ws";
+  // The grid is (q-blocks, heads_q, batch); HopperParams holds lengths and windows as int; the row max is
+  // taken on unscaled scores and the scale folded into exp2.
+  for (const std::string& reason :
+       {grid_extent_limit("heads_q", p.heads_q), grid_extent_limit("batch", p.batch),
+        int_lengths_and_positive_scale(p, "cuda_v3_hopper/ws")})
+    if (!reason.empty()) return reason;
   return "";
 }
 

@@ -29,18 +29,13 @@ std::string supports(const Problem& p) {
   if (p.page_size > 0)
     return "page_size (" + std::to_string(p.page_size) +
            "): the registry adapter passes contiguous K/V only (decoding_cuda_selftest runs the paged cache)";
-  // The grid is (splits, heads_kv x row tiles, batch); CUDA limits its y and z extents to 65535.
-  if (p.batch > 65535) return "batch (" + std::to_string(p.batch) + ") must be at most 65535";
+  // The grid is (splits, heads_kv x row tiles, batch); SplitKvParams holds lengths and windows as int; the
+  // scale is folded into exp2 after the row max of the unscaled scores.
   const int64_t row_tiles = (p.group_size() * p.seqlen_q + kMaxQueryRows - 1) / kMaxQueryRows;
-  if (p.heads_kv * row_tiles > 65535)
-    return "heads_kv x row tiles (" + std::to_string(p.heads_kv * row_tiles) + ") must be at most 65535";
-  // SplitKvParams holds lengths and windows as int.
-  if (p.seqlen_k > INT_MAX) return "seqlen_k (" + std::to_string(p.seqlen_k) + ") must fit an int";
-  if (p.window_left > INT_MAX) return "window_left (" + std::to_string(p.window_left) + ") must fit an int";
-  if (p.window_right > INT_MAX)
-    return "window_right (" + std::to_string(p.window_right) + ") must fit an int";
-  if (!(p.softmax_scale() > 0.0))
-    return "scale (" + std::to_string(p.softmax_scale()) + ") must be positive for decoding/cuda_split_kv";
+  for (const std::string& reason : {grid_extent_limit("batch", p.batch),
+                                    grid_extent_limit("heads_kv x row tiles", p.heads_kv * row_tiles),
+                                    int_lengths_and_positive_scale(p, "decoding/cuda_split_kv")})
+    if (!reason.empty()) return reason;
   return "";
 }
 

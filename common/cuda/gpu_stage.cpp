@@ -1,5 +1,6 @@
 #include "common/cuda/gpu_stage.hpp"
 
+#include <climits>
 #include <string>
 #include <utility>
 
@@ -24,6 +25,22 @@ void run_on_device(const Problem& problem, const AttentionInputs& inputs, Attent
   device.download(outputs);
 }
 #endif
+
+std::string grid_extent_limit(const char* field, int64_t value) {
+  if (value <= 65535) return "";
+  return std::string(field) + " (" + std::to_string(value) + ") must be at most 65535 (a CUDA grid extent)";
+}
+
+std::string int_lengths_and_positive_scale(const Problem& p, const std::string& name) {
+  for (const auto& [field, value] : {std::pair<const char*, int64_t>{"seqlen_q", p.seqlen_q},
+                                     {"seqlen_k", p.seqlen_k},
+                                     {"window_left", p.window_left},
+                                     {"window_right", p.window_right}})
+    if (value > INT_MAX) return std::string(field) + " (" + std::to_string(value) + ") must fit an int";
+  if (!(p.softmax_scale() > 0.0))
+    return "scale (" + std::to_string(p.softmax_scale()) + ") must be positive for " + name;
+  return "";
+}
 
 Implementation gpu_implementation(Implementation impl, DeviceLauncher launcher) {
   impl.device = Device::cuda;

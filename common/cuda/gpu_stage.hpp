@@ -29,6 +29,14 @@ using DeviceLauncher = void (*)(const Problem&, const DeviceTensors&);
 // `launcher` is nullptr in a build without CUDA (FLASHLAB_CUDA_LAUNCHER does that).
 Implementation gpu_implementation(Implementation implementation, DeviceLauncher launcher);
 
+// Limits that the GPU stages' supports() share, each as a reason naming the field ("" when the problem fits):
+// - `field` (value) used as a grid's y or z extent, which CUDA limits to 65535;
+std::string grid_extent_limit(const char* field, int64_t value);
+// - kernels whose parameters hold the lengths and windows as int (seqlen_q, seqlen_k, window_left,
+//   window_right) and that take the row max of unscaled scores and fold the scale into exp2 afterwards, which
+//   keeps the max in place only for a positive scale (`name` is the implementation, for the message).
+std::string int_lengths_and_positive_scale(const Problem& problem, const std::string& name);
+
 #if FLASHLAB_HAVE_CUDA
 // What the registry adapter does around a launcher, for callers that launch something else (a stage's
 // kernel with non-default knobs): uploads `inputs` in the problem's storage format with `workspace_bytes` of
