@@ -80,23 +80,6 @@ struct Fp8Args {
   float softmax_scale, p_scale;
 };
 
-template <class Config>
-struct Fp8Tiles {
-  uint8_t* base;
-  __device__ explicit Fp8Tiles(uint8_t* raw)
-      : base(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + kSwizzleAtomBytes - 1) &
-                                        ~uintptr_t(kSwizzleAtomBytes - 1))) {}
-  __device__ uint8_t* q() const { return base; }
-  __device__ uint8_t* k(int stage) const { return base + Config::kKOffset + stage * Config::kKBytes; }
-  __device__ uint8_t* v(int stage) const { return base + Config::kVOffset + stage * Config::kVBytes; }
-  __device__ uint64_t* barriers() const { return reinterpret_cast<uint64_t*>(base + Config::kBarrierOffset); }
-  __device__ uint64_t* q_full() const { return barriers(); }
-  __device__ uint64_t* k_full(int stage) const { return barriers() + 1 + stage; }
-  __device__ uint64_t* k_empty(int stage) const { return barriers() + 1 + Config::kStages + stage; }
-  __device__ uint64_t* v_full(int stage) const { return barriers() + 1 + 2 * Config::kStages + stage; }
-  __device__ uint64_t* v_empty(int stage) const { return barriers() + 1 + 3 * Config::kStages + stage; }
-};
-
 // The claim convert_p() rests on, checked at compile time: fp8_v_key is a permutation of every 32-key group,
 // and k position 4t + e (+16) holds the key of the accumulator's registers {0, 1, 4, 5}: 2t, 2t + 1, 8 + 2t,
 // 9 + 2t (+16).
@@ -126,7 +109,7 @@ __device__ inline void tma_load_3d(void* destination, const CUtensorMap* map, ui
 
 template <class Config>
 struct Fp8Producer {
-  __device__ static void run(const Fp8Tiles<Config>& tiles, const CUtensorMap* q_map,
+  __device__ static void run(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
                              const CUtensorMap* k_map, const CUtensorMap* v_map, const BlockWork& work,
                              int tiles_k, int heads_kv) {
     if (threadIdx.x != 0) return;
@@ -187,7 +170,7 @@ struct Fp8Consumer {
   const uint8_t* q_tile;
   int consumer, warp, lane;
 
-  __device__ Fp8Consumer(const Fp8Tiles<Config>& tiles, const WsArgs& args, const Fp8Args& fp8,
+  __device__ Fp8Consumer(const SharedTiles<Config>& tiles, const WsArgs& args, const Fp8Args& fp8,
                          const BlockWork& work, int consumer_index) {
     consumer = consumer_index;
     warp = (threadIdx.x / 32) % 4;
@@ -331,8 +314,8 @@ struct Fp8Consumer {
 
 // FA3 Algorithm 2 with ping-pong, as consumer_mainloop of ws_kernel.cuh, plus the per-block descales.
 template <class Config>
-__device__ inline void fp8_mainloop(Fp8Consumer<Config>& c, const Fp8Tiles<Config>& tiles, const WsArgs& args,
-                                    const Fp8Args& fp8, const BlockWork& work) {
+__device__ inline void fp8_mainloop(Fp8Consumer<Config>& c, const SharedTiles<Config>& tiles,
+                                    const WsArgs& args, const Fp8Args& fp8, const BlockWork& work) {
   using Schedule = PingPong<Config>;
   const int blocks = work.n_end - work.n_begin;
   if (blocks == 0) return;
@@ -421,7 +404,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     fp8_attention_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                          const __grid_constant__ CUtensorMap v_map, const WsArgs args, const Fp8Args fp8) {
   extern __shared__ uint8_t shared_raw[];
-  const Fp8Tiles<Config> tiles(shared_raw);
+  const SharedTiles<Config> tiles(shared_raw);
   const BlockWork work = block_work<Config>(args);
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {

@@ -9,22 +9,10 @@
 #include "common/error.hpp"
 #include "cuda_v3_hopper/fp8.hpp"
 #include "cuda_v3_hopper/fp8_kernel.cuh"
+#include "cuda_v3_hopper/tma_host.hpp"
 
 namespace flashlab::hopper {
 namespace {
-
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    FLASHLAB_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
-                                                         cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || function == nullptr)
-      fail("cuTensorMapEncodeTiled: not available from the installed driver");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
-  }();
-  return encode;
-}
 
 // A byte tensor of `rank` dimensions (dims[0] contiguous), moved in `box` boxes with the 128-byte swizzle;
 // boxes past the bounds read zeros.

@@ -61,6 +61,7 @@ struct WsConfig {
   static constexpr uint32_t kKvPanelBytes = kBlockN * kSwizzleRowBytes;
   static constexpr uint32_t kQBytes = kQPanelBytes * kPanels;
   static constexpr uint32_t kKvTileBytes = kKvPanelBytes * kPanels;
+  static constexpr uint32_t kKBytes = kKvTileBytes, kVBytes = kKvTileBytes;  // SharedTiles' names
   // Shared memory: Q (reused for O at the end), K stages, V stages, then the barriers.
   static constexpr uint32_t kKOffset = kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKvTileBytes;
@@ -82,7 +83,8 @@ struct WsArgs {
   float scale_log2;  // scale * log2(e): the softmax runs on exp2
 };
 
-// The CTA's view of shared memory.
+// The CTA's view of shared memory (this kernel's and the FP8 kernel's: Q, kStages K and V tiles of
+// Config::kKBytes and kVBytes, then the pipeline's mbarriers).
 template <class Config>
 struct SharedTiles {
   uint8_t* base;
@@ -91,8 +93,8 @@ struct SharedTiles {
       : base(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + kSwizzleAtomBytes - 1) &
                                         ~uintptr_t(kSwizzleAtomBytes - 1))) {}
   __device__ uint8_t* q() const { return base; }
-  __device__ uint8_t* k(int stage) const { return base + Config::kKOffset + stage * Config::kKvTileBytes; }
-  __device__ uint8_t* v(int stage) const { return base + Config::kVOffset + stage * Config::kKvTileBytes; }
+  __device__ uint8_t* k(int stage) const { return base + Config::kKOffset + stage * Config::kKBytes; }
+  __device__ uint8_t* v(int stage) const { return base + Config::kVOffset + stage * Config::kVBytes; }
   __device__ uint64_t* barriers() const { return reinterpret_cast<uint64_t*>(base + Config::kBarrierOffset); }
   __device__ uint64_t* q_full() const { return barriers(); }
   __device__ uint64_t* k_full(int stage) const { return barriers() + 1 + stage; }

@@ -8,6 +8,7 @@
 #include "common/cuda/check.hpp"
 #include "common/cuda/int_lengths.hpp"
 #include "common/error.hpp"
+#include "cuda_v3_hopper/tma_host.hpp"
 #include "cuda_v3_hopper/ws.hpp"
 #include "cuda_v3_hopper/ws_kernel.cuh"
 #include "cuda_v3_hopper/ws_stage.hpp"
@@ -19,20 +20,6 @@
 
 namespace flashlab::hopper {
 namespace {
-
-// The driver's tensor-map encoder, found through the runtime (no link against libcuda).
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    FLASHLAB_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
-                                                         cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || function == nullptr)
-      fail("cuTensorMapEncodeTiled: not available from the installed driver");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
-  }();
-  return encode;
-}
 
 // A 4-D view (head_dim, seqlen, heads, batch) of a BSHD tensor, moved in boxes of 64 columns x box_rows rows
 // with the 128-byte swizzle the wgmma descriptors expect. Out-of-bounds boxes read zeros and drop writes.
