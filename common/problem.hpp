@@ -59,4 +59,19 @@ struct Problem {
 // Parses "3,5,0" into lengths; throws Error naming `field`.
 std::vector<int64_t> parse_lengths(std::string_view text, std::string_view field);
 
+// A problem of these sizes, every other field at its default (no mask, the default scale): where test cases
+// and benchmark shapes start.
+inline Problem problem_shape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen_q,
+                             int64_t seqlen_k, int64_t head_dim, DType dtype = DType::f32) {
+  Problem p;
+  p.batch = batch;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.head_dim = head_dim;
+  p.dtype = dtype;
+  return p;
+}
+
 }  // namespace flashlab

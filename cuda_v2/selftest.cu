@@ -42,18 +42,6 @@ struct Case {
   Distribution distribution = Distribution::normal;
 };
 
-Problem shape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_k,
-              int64_t head_dim) {
-  Problem p;
-  p.batch = batch;
-  p.heads_q = heads_q;
-  p.heads_kv = heads_kv;
-  p.seqlen_q = seqlen_q;
-  p.seqlen_k = seqlen_k;
-  p.head_dim = head_dim;
-  return p;
-}
-
 std::vector<Case> cases() {
   std::vector<Case> all;
   const auto add = [&all](std::string name, Problem p, Distribution d = Distribution::normal) {
@@ -63,19 +51,20 @@ std::vector<Case> cases() {
     std::string dim = std::to_string(d);
     dim.insert(dim.begin(), 'd');  // ("d" + ... trips GCC 12's false -Wrestrict, bug 105329)
     dim += ' ';
-    add(dim + "seqlen 1", shape(1, 2, 2, 1, 1, d));
-    add(dim + "seqlen 97", shape(2, 2, 2, 97, 97, d));
-    Problem long_causal = shape(1, 2, 2, 1025, 1025, d);
+    add(dim + "seqlen 1", problem_shape(1, 2, 2, 1, 1, d));
+    add(dim + "seqlen 97", problem_shape(2, 2, 2, 97, 97, d));
+    Problem long_causal = problem_shape(1, 2, 2, 1025, 1025, d);
     long_causal.causal = true;
     add(dim + "seqlen 1025 causal", long_causal);
-    Problem wide = shape(1, 2, 1, 97, 203, d);  // sq < sk: the diagonal moves right (bottom-right aligned)
+    Problem wide =
+        problem_shape(1, 2, 1, 97, 203, d);  // sq < sk: the diagonal moves right (bottom-right aligned)
     wide.causal = true;
     add(dim + "sq 97 < sk 203 causal MQA", wide);
-    Problem tall = shape(1, 2, 2, 203, 97, d);  // sq > sk: the first 106 rows see nothing
+    Problem tall = problem_shape(1, 2, 2, 203, 97, d);  // sq > sk: the first 106 rows see nothing
     tall.causal = true;
     add(dim + "sq 203 > sk 97 causal", tall);
-    add(dim + "GQA 8/2 sq 113 sk 1023", shape(1, 8, 2, 113, 1023, d));
-    Problem padded = shape(3, 2, 1, 97, 113, d);
+    add(dim + "GQA 8/2 sq 113 sk 1023", problem_shape(1, 8, 2, 113, 1023, d));
+    Problem padded = problem_shape(3, 2, 1, 97, 113, d);
     padded.seqlens_q = {97, 0, 50};
     padded.seqlens_k = {0, 113, 61};
     add(dim + "padding q {97,0,50} k {0,113,61}", padded);
@@ -83,21 +72,21 @@ std::vector<Case> cases() {
     padded_causal.causal = true;
     padded_causal.seqlens_k = {40, 1, 113};
     add(dim + "padding causal", padded_causal);
-    Problem window = shape(1, 2, 2, 1025, 1025, d);
+    Problem window = problem_shape(1, 2, 2, 1025, 1025, d);
     window.window_left = 100;
     window.window_right = 17;
     add(dim + "window (100, 17) seqlen 1025", window);
-    Problem window_causal = shape(2, 2, 2, 300, 333, d);
+    Problem window_causal = problem_shape(2, 2, 2, 300, 333, d);
     window_causal.causal = true;
     window_causal.window_left = 64;
     add(dim + "window (64, 0) causal sq 300 sk 333", window_causal);
-    add(dim + "no keys (sk 0)", shape(1, 2, 2, 5, 0, d));
-    add(dim + "large scores", shape(1, 2, 2, 203, 203, d), Distribution::large);
-    add(dim + "outliers", shape(1, 2, 2, 257, 1023, d), Distribution::outliers);
+    add(dim + "no keys (sk 0)", problem_shape(1, 2, 2, 5, 0, d));
+    add(dim + "large scores", problem_shape(1, 2, 2, 203, 203, d), Distribution::large);
+    add(dim + "outliers", problem_shape(1, 2, 2, 257, 1023, d), Distribution::outliers);
   }
   // An explicit mask: a random tree-like pattern (each key visible with probability 1/2, the diagonal
   // always), plus one row with nothing visible.
-  Problem masked = shape(2, 2, 2, 97, 130, 64);
+  Problem masked = problem_shape(2, 2, 2, 97, 130, 64);
   auto bits = std::make_shared<std::vector<uint8_t>>(97 * 130);
   Random random(7);
   for (int64_t i = 0; i < 97; ++i)
@@ -300,7 +289,7 @@ bool check_block_masks_on_host(const std::vector<Case>& all) {
     return lo + static_cast<int64_t>(random.uniform() * static_cast<double>(hi - lo + 1));
   };
   for (int n = 0; n < 400; ++n) {
-    Problem p = shape(pick(1, 3), 1, 1, pick(1, 300), pick(0, 300), 64);
+    Problem p = problem_shape(pick(1, 3), 1, 1, pick(1, 300), pick(0, 300), 64);
     p.causal = pick(0, 1) == 1;
     if (pick(0, 2) == 0) p.window_left = pick(0, 80);
     if (pick(0, 2) == 0) p.window_right = pick(0, 80);

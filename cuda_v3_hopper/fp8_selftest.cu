@@ -45,6 +45,7 @@ using flashlab::AttentionInputs;
 using flashlab::Distribution;
 using flashlab::DType;
 using flashlab::Problem;
+using flashlab::problem_shape;
 using flashlab::cuda::DeviceProblem;
 using flashlab::hopper::Fp8Config;
 using flashlab::hopper::Fp8DeviceParams;
@@ -106,37 +107,29 @@ struct Case {
   bool non_finite = false;  // NaN and infinities planted in Q, K and V
 };
 
-Problem shape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_k,
-              int64_t d) {
-  Problem p;
-  p.batch = batch, p.heads_q = heads_q, p.heads_kv = heads_kv, p.seqlen_q = seqlen_q, p.seqlen_k = seqlen_k;
-  p.head_dim = d;
-  p.dtype = DType::bf16;
-  return p;
-}
-
 std::vector<Case> cases() {
   using flashlab::hopper::fa3_fp8_config;
   using flashlab::hopper::registered_fp8_config;
   std::vector<Case> all;
-  all.push_back({"d64 registered, lengths off the 192 x 160 tiles, GQA 2", shape(2, 4, 2, 300, 333, 64),
-                 registered_fp8_config(64)});
-  all.push_back({"d128 registered, outliers, shifted keys, GQA 3", shape(1, 6, 2, 129, 500, 128),
+  all.push_back({"d64 registered, lengths off the 192 x 160 tiles, GQA 2",
+                 problem_shape(2, 4, 2, 300, 333, 64), registered_fp8_config(64)});
+  all.push_back({"d128 registered, outliers, shifted keys, GQA 3", problem_shape(1, 6, 2, 129, 500, 128),
                  registered_fp8_config(128), Distribution::outliers, 3.0f});
-  all.push_back({"d256 registered, large inputs, one key", shape(2, 2, 1, 70, 1, 256),
+  all.push_back({"d256 registered, large inputs, one key", problem_shape(2, 2, 1, 70, 1, 256),
                  registered_fp8_config(256), Distribution::large});
-  Case padded{"d128 registered, padded batches (one empty in q, one in k)", shape(3, 4, 4, 257, 300, 128),
-              registered_fp8_config(128)};
+  Case padded{"d128 registered, padded batches (one empty in q, one in k)",
+              problem_shape(3, 4, 4, 257, 300, 128), registered_fp8_config(128)};
   padded.problem.seqlens_q = {100, 0, 257};
   padded.problem.seqlens_k = {300, 5, 0};
   all.push_back(padded);
   all.push_back({"d128 FA3 config (no smoothing), NaN and infinity in the inputs",
-                 shape(1, 2, 1, 200, 230, 128), fa3_fp8_config(128), Distribution::normal, 0.0f, true});
-  Case plain{"d64 no Hadamard, smoothing, 64 x 64 tiles, single rows", shape(2, 3, 1, 1, 65, 64),
+                 problem_shape(1, 2, 1, 200, 230, 128), fa3_fp8_config(128), Distribution::normal, 0.0f,
+                 true});
+  Case plain{"d64 no Hadamard, smoothing, 64 x 64 tiles, single rows", problem_shape(2, 3, 1, 1, 65, 64),
              registered_fp8_config(64), Distribution::normal, -2.0f};
   plain.config.hadamard = false, plain.config.block_q = 64, plain.config.block_k = 64;
   all.push_back(plain);
-  Case tiny{"d256 1 x 1 tiles", shape(1, 2, 2, 3, 3, 256), registered_fp8_config(256)};
+  Case tiny{"d256 1 x 1 tiles", problem_shape(1, 2, 2, 3, 3, 256), registered_fp8_config(256)};
   tiny.config.block_q = 1, tiny.config.block_k = 1;
   all.push_back(tiny);
   return all;
@@ -315,21 +308,21 @@ struct AttentionCase {
 
 std::vector<AttentionCase> attention_cases() {
   std::vector<AttentionCase> all;
-  all.push_back({"attention d128 lengths off the tiles, GQA 2", shape(2, 4, 2, 300, 333, 128)});
-  all.push_back({"attention d256 outliers, one key block and a half", shape(1, 2, 1, 129, 190, 256),
+  all.push_back({"attention d128 lengths off the tiles, GQA 2", problem_shape(2, 4, 2, 300, 333, 128)});
+  all.push_back({"attention d256 outliers, one key block and a half", problem_shape(1, 2, 1, 129, 190, 256),
                  Distribution::outliers});
-  Problem causal = shape(1, 4, 1, 257, 700, 128);
+  Problem causal = problem_shape(1, 4, 1, 257, 700, 128);
   causal.causal = true;
   all.push_back({"attention d128 causal (bottom-right), GQA 4", causal});
-  Problem window = shape(2, 2, 2, 200, 200, 256);
+  Problem window = problem_shape(2, 2, 2, 200, 200, 256);
   window.window_left = 50, window.window_right = 10;
   all.push_back({"attention d256 sliding window", window});
-  Problem padded = shape(3, 2, 1, 257, 450, 128);
+  Problem padded = problem_shape(3, 2, 1, 257, 450, 128);
   padded.seqlens_q = {100, 0, 257};
   padded.seqlens_k = {450, 5, 0};
   all.push_back({"attention d128 padded batches (empty rows and keys)", padded});
-  all.push_back(
-      {"attention d128 large inputs, single query", shape(1, 2, 2, 1, 1000, 128), Distribution::large});
+  all.push_back({"attention d128 large inputs, single query", problem_shape(1, 2, 2, 1, 1000, 128),
+                 Distribution::large});
   return all;
 }
 
@@ -375,7 +368,7 @@ int run_correctness(const std::string& only) {
 // attention FLOPs (common/flops.hpp), so the end-to-end figure includes the pre-pass's time at no FLOPs.
 int run_timing(int64_t head_dim, int64_t seqlen, bool causal, int repeats) {
   const int64_t heads = 2048 / head_dim;
-  Problem p = shape(std::max<int64_t>(1, 16384 / seqlen), heads, heads, seqlen, seqlen, head_dim);
+  Problem p = problem_shape(std::max<int64_t>(1, 16384 / seqlen), heads, heads, seqlen, seqlen, head_dim);
   p.causal = causal;
   p.validate();
   const Fp8Config config = flashlab::hopper::registered_fp8_config(head_dim);

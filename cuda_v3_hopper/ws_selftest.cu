@@ -34,6 +34,7 @@ using flashlab::AttentionInputs;
 using flashlab::AttentionOutputs;
 using flashlab::DType;
 using flashlab::Problem;
+using flashlab::problem_shape;
 using flashlab::cuda::DeviceBuffer;
 using flashlab::cuda::from_16bit;
 using flashlab::cuda::to_16bit;
@@ -102,61 +103,48 @@ struct Case {
   HopperAblation ablation{};
 };
 
-Problem make_problem(DType dtype, int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t sq, int64_t sk,
-                     int64_t d) {
-  Problem p;
-  p.dtype = dtype;
-  p.batch = batch;
-  p.heads_q = heads_q;
-  p.heads_kv = heads_kv;
-  p.seqlen_q = sq;
-  p.seqlen_k = sk;
-  p.head_dim = d;
-  return p;
-}
-
 std::vector<Case> correctness_cases() {
   std::vector<Case> cases;
   for (DType dtype : {DType::bf16, DType::f16}) {
     const std::string t = dtype == DType::bf16 ? "bf16" : "fp16";
     for (int64_t d : {64, 128, 256}) {
       const std::string dim = " d" + std::to_string(d);
-      cases.push_back({t + dim + " one row, one key", make_problem(dtype, 1, 1, 1, 1, 1, d)});
-      cases.push_back({t + dim + " 97 x 97", make_problem(dtype, 2, 3, 3, 97, 97, d)});
-      cases.push_back({t + dim + " 113 x 203 (ragged tails)", make_problem(dtype, 1, 2, 2, 113, 203, d)});
-      Problem causal_long = make_problem(dtype, 1, 2, 1, 1025, 1023, d);
+      cases.push_back({t + dim + " one row, one key", problem_shape(1, 1, 1, 1, 1, d, dtype)});
+      cases.push_back({t + dim + " 97 x 97", problem_shape(2, 3, 3, 97, 97, d, dtype)});
+      cases.push_back({t + dim + " 113 x 203 (ragged tails)", problem_shape(1, 2, 2, 113, 203, d, dtype)});
+      Problem causal_long = problem_shape(1, 2, 1, 1025, 1023, d, dtype);
       causal_long.causal = true;
       cases.push_back({t + dim + " causal 1025 x 1023 GQA 2/1", causal_long});
       Problem causal_short =
-          make_problem(dtype, 2, 4, 2, 203, 113, d);  // sq > sk: the first rows see nothing
+          problem_shape(2, 4, 2, 203, 113, d, dtype);  // sq > sk: the first rows see nothing
       causal_short.causal = true;
       cases.push_back({t + dim + " causal 203 x 113 (fully masked rows)", causal_short});
     }
-    Problem causal_wide = make_problem(dtype, 1, 2, 2, 113, 1025, 128);
+    Problem causal_wide = problem_shape(1, 2, 2, 113, 1025, 128, dtype);
     causal_wide.causal = true;
     cases.push_back({t + " d128 causal 113 x 1025", causal_wide});
-    Problem window = make_problem(dtype, 1, 2, 2, 700, 650, 128);
+    Problem window = problem_shape(1, 2, 2, 700, 650, 128, dtype);
     window.window_left = 100;
     window.window_right = 37;
     cases.push_back({t + " d128 window (100, 37) 700 x 650", window});
-    Problem local_causal = make_problem(dtype, 1, 1, 1, 1023, 1023, 64);
+    Problem local_causal = problem_shape(1, 1, 1, 1023, 1023, 64, dtype);
     local_causal.causal = true;
     local_causal.window_left = 200;
     cases.push_back({t + " d64 causal + window left 200, 1023", local_causal});
-    Problem padded = make_problem(dtype, 3, 4, 1, 300, 260, 128);  // MQA
+    Problem padded = problem_shape(3, 4, 1, 300, 260, 128, dtype);  // MQA
     padded.seqlens_q = {300, 0, 131};
     padded.seqlens_k = {17, 200, 0};
     cases.push_back({t + " d128 padding (lengths 0 included) MQA 4/1", padded});
-    Problem padded_causal = make_problem(dtype, 2, 2, 2, 257, 400, 256);
+    Problem padded_causal = problem_shape(2, 2, 2, 257, 400, 256, dtype);
     padded_causal.causal = true;
     padded_causal.seqlens_q = {129, 257};
     padded_causal.seqlens_k = {400, 255};
     cases.push_back({t + " d256 padding + causal", padded_causal});
-    Problem no_keys = make_problem(dtype, 1, 2, 2, 70, 0, 128);
+    Problem no_keys = problem_shape(1, 2, 2, 70, 0, 128, dtype);
     cases.push_back({t + " d128 no keys at all", no_keys});
-    cases.push_back({t + " d128 large scores (+-1e4)", make_problem(dtype, 1, 2, 2, 333, 333, 128),
+    cases.push_back({t + " d128 large scores (+-1e4)", problem_shape(1, 2, 2, 333, 333, 128, dtype),
                      flashlab::Distribution::large});
-    cases.push_back({t + " d128 0.1% outliers", make_problem(dtype, 1, 2, 2, 1000, 1000, 128),
+    cases.push_back({t + " d128 0.1% outliers", problem_shape(1, 2, 2, 1000, 1000, 128, dtype),
                      flashlab::Distribution::outliers});
   }
   // Every rung of the ablation ladder computes the same thing.
@@ -164,11 +152,11 @@ std::vector<Case> correctness_cases() {
   const char* rung_names[] = {"plain TMA + wgmma", "+ warp specialization", "+ ping-pong"};
   for (int r = 0; r < 3; ++r)
     for (int64_t d : {64, 128, 256}) {
-      Problem causal = make_problem(DType::bf16, 2, 2, 1, 517, 389, d);
+      Problem causal = problem_shape(2, 2, 1, 517, 389, d, DType::bf16);
       causal.causal = true;
       cases.push_back({std::string("bf16 d") + std::to_string(d) + " " + rung_names[r] + ", causal 517 x 389",
                        causal, flashlab::Distribution::normal, rungs[r]});
-      Problem plain = make_problem(DType::bf16, 1, 3, 3, 300, 1000, d);
+      Problem plain = problem_shape(1, 3, 3, 300, 1000, d, DType::bf16);
       cases.push_back({std::string("bf16 d") + std::to_string(d) + " " + rung_names[r] + ", 300 x 1000",
                        plain, flashlab::Distribution::normal, rungs[r]});
     }
@@ -212,8 +200,8 @@ int run_timing(int head_dim, bool causal, int repeats) {
   for (const char* name : rung_names) std::printf(" %26s", name);
   std::printf("\n");
   for (int64_t seqlen : {512, 1024, 2048, 4096, 8192, 16384}) {
-    Problem p =
-        make_problem(DType::bf16, 16384 / seqlen, 2048 / head_dim, 2048 / head_dim, seqlen, seqlen, head_dim);
+    Problem p = problem_shape(16384 / seqlen, 2048 / head_dim, 2048 / head_dim, seqlen, seqlen, head_dim,
+                              DType::bf16);
     p.causal = causal;
     const AttentionInputs inputs = flashlab::random_inputs(p, flashlab::Distribution::normal, 7);
     std::printf("%-8lld", static_cast<long long>(seqlen));

@@ -41,6 +41,7 @@ using flashlab::AttentionInputs;
 using flashlab::AttentionOutputs;
 using flashlab::DType;
 using flashlab::Problem;
+using flashlab::problem_shape;
 using flashlab::Random;
 using flashlab::cuda::DeviceBuffer;
 using flashlab::cuda::from_16bit;
@@ -163,19 +164,6 @@ struct DeviceProblem {
   }
 };
 
-Problem make_problem(DType dtype, int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t sq, int64_t sk,
-                     int64_t d) {
-  Problem p;
-  p.dtype = dtype;
-  p.batch = batch;
-  p.heads_q = heads_q;
-  p.heads_kv = heads_kv;
-  p.seqlen_q = sq;
-  p.seqlen_k = sk;
-  p.head_dim = d;
-  return p;
-}
-
 // A speculative-decoding tree over the last sq keys: every draft token sees the whole prefix, itself and its
 // ancestors (parent drawn among the earlier drafts). Row `blind` (if >= 0) sees nothing at all.
 std::shared_ptr<const std::vector<uint8_t>> tree_mask(int64_t sq, int64_t sk, uint64_t seed, int64_t blind) {
@@ -197,74 +185,75 @@ std::vector<Case> correctness_cases() {
     const std::string t = dtype == DType::bf16 ? "bf16" : "fp16";
     for (int64_t d : {64, 128}) {
       const std::string dim = " d" + std::to_string(d);
-      cases.push_back({t + dim + " decode, one key", make_problem(dtype, 1, 8, 8, 1, 1, d)});
-      cases.push_back({t + dim + " decode KV 97 GQA 32/8", make_problem(dtype, 2, 32, 8, 1, 97, d)});
-      cases.push_back({t + dim + " decode KV 8191 GQA 32/8", make_problem(dtype, 1, 32, 8, 1, 8191, d)});
-      Problem spec = make_problem(dtype, 2, 32, 8, 4, 97, d);
+      cases.push_back({t + dim + " decode, one key", problem_shape(1, 8, 8, 1, 1, d, dtype)});
+      cases.push_back({t + dim + " decode KV 97 GQA 32/8", problem_shape(2, 32, 8, 1, 97, d, dtype)});
+      cases.push_back({t + dim + " decode KV 8191 GQA 32/8", problem_shape(1, 32, 8, 1, 8191, d, dtype)});
+      Problem spec = problem_shape(2, 32, 8, 4, 97, d, dtype);
       spec.causal = true;
       cases.push_back({t + dim + " seqlen_q 4 causal KV 97 GQA 32/8", spec});
       // 1, 2, 3 and 6 rows per kv head: O += P V shares each tile's keys among 8, 4, 2 and 1 (d 128) groups.
-      cases.push_back({t + dim + " decode KV 700 GQA 3/1", make_problem(dtype, 2, 3, 1, 1, 700, d)});
-      Problem six_rows = make_problem(dtype, 1, 6, 3, 3, 1500, d);
+      cases.push_back({t + dim + " decode KV 700 GQA 3/1", problem_shape(2, 3, 1, 1, 700, d, dtype)});
+      Problem six_rows = problem_shape(1, 6, 3, 3, 1500, d, dtype);
       six_rows.causal = true;
       cases.push_back({t + dim + " seqlen_q 3 causal KV 1500 GQA 6/3", six_rows});
-      Problem two_rows = make_problem(dtype, 2, 4, 2, 1, 333, d);
+      Problem two_rows = problem_shape(2, 4, 2, 1, 333, d, dtype);
       two_rows.seqlens_k = {333, 40};
       two_rows.page_size = 8;
       cases.push_back({t + dim + " decode GQA 4/2 paged 8 ragged", two_rows, 8});
-      Problem ragged = make_problem(dtype, 4, 32, 8, 1, 1000, d);
+      Problem ragged = problem_shape(4, 32, 8, 1, 1000, d, dtype);
       ragged.seqlens_k = {0, 1, 97, 1000};
       cases.push_back({t + dim + " ragged KV {0, 1, 97, 1000}", ragged});
       for (int page : {8, 64, 256}) {
-        Problem paged = make_problem(dtype, 3, 32, 8, 4, 777, d);
+        Problem paged = problem_shape(3, 32, 8, 4, 777, d, dtype);
         paged.causal = true;
         paged.seqlens_k = {777, 0, 300};
         paged.page_size = page;
         cases.push_back({t + dim + " paged " + std::to_string(page) + " causal sq 4 ragged", paged, page});
       }
     }
-    Problem long_kv = make_problem(dtype, 1, 32, 8, 1, 65536, 128);
+    Problem long_kv = problem_shape(1, 32, 8, 1, 65536, 128, dtype);
     cases.push_back({t + " d128 decode KV 65536 GQA 32/8", long_kv});
     Problem long_paged = long_kv;
     long_paged.page_size = 256;
     cases.push_back({t + " d128 decode KV 65536 paged 256", long_paged, 256});
-    Problem spec_long = make_problem(dtype, 1, 32, 8, 4, 8191, 128);
+    Problem spec_long = problem_shape(1, 32, 8, 4, 8191, 128, dtype);
     spec_long.causal = true;
     cases.push_back({t + " d128 seqlen_q 4 causal KV 8191", spec_long});
-    Problem short_causal = make_problem(dtype, 3, 8, 2, 16, 20, 64);  // sk 3 < sq: the first rows see nothing
+    Problem short_causal =
+        problem_shape(3, 8, 2, 16, 20, 64, dtype);  // sk 3 < sq: the first rows see nothing
     short_causal.causal = true;
     short_causal.seqlens_k = {20, 3, 0};
     cases.push_back({t + " d64 seqlen_q 16 causal, KV {20, 3, 0}", short_causal});
-    Problem mqa = make_problem(dtype, 2, 16, 1, 16, 517, 128);  // 256 rows per kv head: 16 row tiles
+    Problem mqa = problem_shape(2, 16, 1, 16, 517, 128, dtype);  // 256 rows per kv head: 16 row tiles
     mqa.causal = true;
     cases.push_back({t + " d128 MQA 16/1 seqlen_q 16 causal", mqa});
-    Problem tree = make_problem(dtype, 2, 32, 8, 8, 300, 128);
+    Problem tree = problem_shape(2, 32, 8, 8, 300, 128, dtype);
     tree.mask = tree_mask(8, 300, 11, -1);
     cases.push_back({t + " d128 tree mask sq 8", tree});
-    Problem tree_blind = make_problem(dtype, 1, 4, 4, 16, 1000, 64);
+    Problem tree_blind = problem_shape(1, 4, 4, 16, 1000, 64, dtype);
     tree_blind.mask = tree_mask(16, 1000, 12, 5);
     cases.push_back({t + " d64 tree mask sq 16, one blind row", tree_blind});
-    Problem tree_paged = make_problem(dtype, 2, 32, 8, 8, 600, 128);
+    Problem tree_paged = problem_shape(2, 32, 8, 8, 600, 128, dtype);
     tree_paged.mask = tree_mask(8, 600, 13, -1);
     tree_paged.seqlens_k = {600, 599};
     tree_paged.page_size = 64;
     cases.push_back({t + " d128 tree mask paged 64", tree_paged, 64});
-    Problem window = make_problem(dtype, 1, 8, 8, 4, 3000, 128);
+    Problem window = problem_shape(1, 8, 8, 4, 3000, 128, dtype);
     window.causal = true;
     window.window_left = 100;
     cases.push_back({t + " d128 causal window 100, KV 3000", window});
-    Problem empty = make_problem(dtype, 2, 4, 2, 2, 0, 128);
+    Problem empty = problem_shape(2, 4, 2, 2, 0, 128, dtype);
     cases.push_back({t + " d128 no keys at all", empty});
-    Problem all_zero = make_problem(dtype, 2, 4, 2, 1, 64, 128);
+    Problem all_zero = problem_shape(2, 4, 2, 1, 64, 128, dtype);
     all_zero.seqlens_k = {0, 0};
     cases.push_back({t + " d128 every length 0", all_zero});
     for (int splits : {1, 7, 128}) {
       cases.push_back({t + " d128 KV 8191 forced " + std::to_string(splits) + " split(s)",
-                       make_problem(dtype, 2, 32, 8, 1, 8191, 128), 0, splits});
+                       problem_shape(2, 32, 8, 1, 8191, 128, dtype), 0, splits});
     }
-    cases.push_back({t + " d128 large scores (+-1e4)", make_problem(dtype, 1, 8, 2, 4, 2000, 128), 0, 0,
+    cases.push_back({t + " d128 large scores (+-1e4)", problem_shape(1, 8, 2, 4, 2000, 128, dtype), 0, 0,
                      flashlab::Distribution::large});
-    cases.push_back({t + " d128 0.1% outliers", make_problem(dtype, 1, 32, 8, 1, 4000, 128), 0, 0,
+    cases.push_back({t + " d128 0.1% outliers", problem_shape(1, 32, 8, 1, 4000, 128, dtype), 0, 0,
                      flashlab::Distribution::outliers});
   }
   return cases;

@@ -20,18 +20,6 @@ std::vector<uint8_t> tree_mask(int64_t seqlen_q, int64_t prefix, uint64_t seed) 
 
 namespace {
 
-Problem shape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_k,
-              int64_t head_dim) {
-  Problem p;
-  p.batch = batch;
-  p.heads_q = heads_q;
-  p.heads_kv = heads_kv;
-  p.seqlen_q = seqlen_q;
-  p.seqlen_k = seqlen_k;
-  p.head_dim = head_dim;
-  return p;
-}
-
 Problem causal(Problem p) {
   p.causal = true;
   return p;
@@ -64,28 +52,29 @@ Problem with_tree_mask(Problem p, uint64_t seed) {
 // tree masks.
 template <typename Add>
 void add_decode_cases(Add&& add) {
-  add("decode: seqlen_q 1, long KV 4099, GQA 8/2", shape(1, 8, 2, 1, 4099, 128));
-  add("decode: seqlen_q 1, MQA 4/1, batch 3", shape(3, 4, 1, 1, 777, 64));
+  add("decode: seqlen_q 1, long KV 4099, GQA 8/2", problem_shape(1, 8, 2, 1, 4099, 128));
+  add("decode: seqlen_q 1, MQA 4/1, batch 3", problem_shape(3, 4, 1, 1, 777, 64));
   add("decode: ragged KV lengths 2500, 0, 1, 1337",
-      padded(shape(4, 4, 2, 1, 2500, 64), {}, {2500, 0, 1, 1337}));
+      padded(problem_shape(4, 4, 2, 1, 2500, 64), {}, {2500, 0, 1, 1337}));
   add("decode: seqlen_q 2, causal, KV shorter than seqlen_q in one batch",
-      causal(padded(shape(2, 4, 2, 2, 600, 64), {}, {600, 1})));
-  add("speculative: seqlen_q 5, causal, GQA 6/2", causal(shape(2, 6, 2, 5, 1500, 64)));
+      causal(padded(problem_shape(2, 4, 2, 2, 600, 64), {}, {600, 1})));
+  add("speculative: seqlen_q 5, causal, GQA 6/2", causal(problem_shape(2, 6, 2, 5, 1500, 64)));
   add("speculative: seqlen_q 16, causal, ragged",
-      causal(padded(shape(2, 4, 4, 16, 700, 32), {16, 3}, {700, 9})));
-  add("speculative: seqlen_q 8, window (256, 0)", window(shape(1, 4, 2, 8, 1200, 64), 256, 0));
+      causal(padded(problem_shape(2, 4, 4, 16, 700, 32), {16, 3}, {700, 9})));
+  add("speculative: seqlen_q 8, window (256, 0)", window(problem_shape(1, 4, 2, 8, 1200, 64), 256, 0));
   add("speculative: tree mask, 2000 prefix + 16 draft, GQA 8/2",
-      with_tree_mask(shape(1, 8, 2, 16, 2016, 64), 13));
-  add("paged 1: one token per page", paged(shape(2, 4, 2, 1, 300, 64), 1));
+      with_tree_mask(problem_shape(1, 8, 2, 16, 2016, 64), 13));
+  add("paged 1: one token per page", paged(problem_shape(2, 4, 2, 1, 300, 64), 1));
   add("paged 16: ragged lengths including 0",
-      paged(padded(shape(3, 8, 2, 1, 1000, 128), {}, {1000, 0, 517}), 16));
-  add("paged 256: seqlen_q 3, causal, MQA", paged(causal(shape(1, 4, 1, 3, 3001, 64)), 256));
+      paged(padded(problem_shape(3, 8, 2, 1, 1000, 128), {}, {1000, 0, 517}), 16));
+  add("paged 256: seqlen_q 3, causal, MQA", paged(causal(problem_shape(1, 4, 1, 3, 3001, 64)), 256));
   add("paged 100: page size dividing no length",
-      paged(padded(shape(2, 4, 2, 1, 2049, 64), {}, {2049, 250}), 100));
+      paged(padded(problem_shape(2, 4, 2, 1, 2049, 64), {}, {2049, 250}), 100));
   add("paged 16: tree mask, 1000 prefix + 8 draft",
-      paged(with_tree_mask(shape(2, 8, 2, 8, 1008, 64), 17), 16));
-  add("decode: large magnitude, scores ~ 1e4", shape(1, 4, 2, 1, 2000, 64), Distribution::large);
-  add("decode: 0.1% outliers, paged 64", paged(shape(1, 8, 2, 1, 3000, 128), 64), Distribution::outliers);
+      paged(with_tree_mask(problem_shape(2, 8, 2, 8, 1008, 64), 17), 16));
+  add("decode: large magnitude, scores ~ 1e4", problem_shape(1, 4, 2, 1, 2000, 64), Distribution::large);
+  add("decode: 0.1% outliers, paged 64", paged(problem_shape(1, 8, 2, 1, 3000, 128), 64),
+      Distribution::outliers);
 }
 
 std::vector<Case> build_matrix() {
@@ -94,45 +83,48 @@ std::vector<Case> build_matrix() {
     cases.push_back({std::move(name), std::move(p), distribution, 1000 + cases.size()});
   };
   // Sizes
-  add("seqlen 1", shape(1, 1, 1, 1, 1, 64));
-  add("seqlen_k 0: every row fully masked", shape(1, 2, 2, 5, 0, 64));
-  add("awkward lengths 97 x 113", shape(2, 3, 3, 97, 113, 64));
-  add("awkward lengths 203 x 203", shape(1, 2, 2, 203, 203, 128));
-  add("awkward lengths 1023 x 1025", shape(1, 1, 1, 1023, 1025, 64));
-  add("awkward lengths 1025 x 1023, causal", causal(shape(1, 1, 1, 1025, 1023, 64)));
-  add("single query row, long keys", shape(2, 4, 4, 1, 1025, 128));
-  add("decode rows 4 x 333, causal", causal(shape(2, 4, 4, 4, 333, 64)));
+  add("seqlen 1", problem_shape(1, 1, 1, 1, 1, 64));
+  add("seqlen_k 0: every row fully masked", problem_shape(1, 2, 2, 5, 0, 64));
+  add("awkward lengths 97 x 113", problem_shape(2, 3, 3, 97, 113, 64));
+  add("awkward lengths 203 x 203", problem_shape(1, 2, 2, 203, 203, 128));
+  add("awkward lengths 1023 x 1025", problem_shape(1, 1, 1, 1023, 1025, 64));
+  add("awkward lengths 1025 x 1023, causal", causal(problem_shape(1, 1, 1, 1025, 1023, 64)));
+  add("single query row, long keys", problem_shape(2, 4, 4, 1, 1025, 128));
+  add("decode rows 4 x 333, causal", causal(problem_shape(2, 4, 4, 4, 333, 64)));
   // Head dims
-  for (int64_t d : {1, 32, 59, 80, 111, 256}) add("head_dim " + std::to_string(d), shape(1, 2, 2, 67, 75, d));
-  add("head_dim 128 causal", causal(shape(1, 2, 2, 130, 130, 128)));
-  add("head_dim 256 causal", causal(shape(1, 2, 2, 96, 160, 256)));
+  for (int64_t d : {1, 32, 59, 80, 111, 256})
+    add("head_dim " + std::to_string(d), problem_shape(1, 2, 2, 67, 75, d));
+  add("head_dim 128 causal", causal(problem_shape(1, 2, 2, 130, 130, 128)));
+  add("head_dim 256 causal", causal(problem_shape(1, 2, 2, 96, 160, 256)));
   // Causal with unequal lengths (bottom-right alignment)
-  add("causal, seqlen_q < seqlen_k", causal(shape(2, 2, 2, 97, 203, 64)));
-  add("causal, seqlen_q > seqlen_k: first rows fully masked", causal(shape(2, 2, 2, 203, 97, 64)));
-  add("causal, square", causal(shape(1, 2, 2, 113, 113, 32)));
+  add("causal, seqlen_q < seqlen_k", causal(problem_shape(2, 2, 2, 97, 203, 64)));
+  add("causal, seqlen_q > seqlen_k: first rows fully masked", causal(problem_shape(2, 2, 2, 203, 97, 64)));
+  add("causal, square", causal(problem_shape(1, 2, 2, 113, 113, 32)));
   // GQA / MQA
-  add("GQA 6 query heads / 2 kv heads", shape(2, 6, 2, 77, 91, 64));
-  add("MQA 4 query heads / 1 kv head, causal", causal(shape(1, 4, 1, 129, 129, 128)));
-  add("GQA 8/2 decode, causal", causal(shape(1, 8, 2, 3, 517, 128)));
+  add("GQA 6 query heads / 2 kv heads", problem_shape(2, 6, 2, 77, 91, 64));
+  add("MQA 4 query heads / 1 kv head, causal", causal(problem_shape(1, 4, 1, 129, 129, 128)));
+  add("GQA 8/2 decode, causal", causal(problem_shape(1, 8, 2, 3, 517, 128)));
   // Sliding windows
-  add("window (16, 0)", window(shape(1, 2, 2, 150, 150, 64), 16, 0));
-  add("window (32, 8), seqlen_q < seqlen_k", window(shape(1, 2, 2, 100, 170, 64), 32, 8));
-  add("window (-1, 5)", window(shape(1, 2, 2, 90, 90, 32), -1, 5));
-  add("window (0, 0): diagonal only", window(shape(1, 1, 1, 40, 40, 64), 0, 0));
-  add("window (10, 10) + causal", causal(window(shape(1, 2, 2, 120, 120, 64), 10, 10)));
-  add("window (3, 2), seqlen_q > seqlen_k: rows outside the band", window(shape(1, 2, 2, 80, 20, 64), 3, 2));
+  add("window (16, 0)", window(problem_shape(1, 2, 2, 150, 150, 64), 16, 0));
+  add("window (32, 8), seqlen_q < seqlen_k", window(problem_shape(1, 2, 2, 100, 170, 64), 32, 8));
+  add("window (-1, 5)", window(problem_shape(1, 2, 2, 90, 90, 32), -1, 5));
+  add("window (0, 0): diagonal only", window(problem_shape(1, 1, 1, 40, 40, 64), 0, 0));
+  add("window (10, 10) + causal", causal(window(problem_shape(1, 2, 2, 120, 120, 64), 10, 10)));
+  add("window (3, 2), seqlen_q > seqlen_k: rows outside the band",
+      window(problem_shape(1, 2, 2, 80, 20, 64), 3, 2));
   // Padding (per-batch lengths), including 0
-  add("padding: ragged lengths including 0", padded(shape(3, 2, 2, 97, 113, 64), {97, 0, 50}, {60, 113, 0}));
-  add("padding + causal", causal(padded(shape(3, 2, 1, 64, 96, 64), {64, 31, 5}, {96, 17, 40})));
-  add("padding + window + GQA", window(padded(shape(2, 4, 2, 70, 70, 32), {70, 41}, {33, 70}), 8, 4));
+  add("padding: ragged lengths including 0",
+      padded(problem_shape(3, 2, 2, 97, 113, 64), {97, 0, 50}, {60, 113, 0}));
+  add("padding + causal", causal(padded(problem_shape(3, 2, 1, 64, 96, 64), {64, 31, 5}, {96, 17, 40})));
+  add("padding + window + GQA", window(padded(problem_shape(2, 4, 2, 70, 70, 32), {70, 41}, {33, 70}), 8, 4));
   // Explicit masks
   {
-    Problem p = shape(2, 2, 2, 16, 48, 64);
+    Problem p = problem_shape(2, 2, 2, 16, 48, 64);
     p.mask = std::make_shared<const std::vector<uint8_t>>(tree_mask(16, 32, 7));
     add("tree mask (speculative decoding): 32 prefix + 16 draft tokens", p);
   }
   {
-    Problem p = causal(shape(1, 2, 2, 37, 53, 64));
+    Problem p = causal(problem_shape(1, 2, 2, 37, 53, 64));
     Random random(11);
     auto mask = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(37 * 53));
     for (auto& entry : *mask) entry = random.uniform() < 0.6;
@@ -141,11 +133,11 @@ std::vector<Case> build_matrix() {
     add("random mask + causal, one row fully masked", p);
   }
   // Value distributions
-  add("large magnitude: scores ~ 1e4", shape(1, 2, 2, 97, 97, 64), Distribution::large);
-  add("large magnitude, causal", causal(shape(1, 2, 2, 64, 128, 128)), Distribution::large);
-  add("0.1% outliers", shape(1, 2, 2, 256, 256, 128), Distribution::outliers);
+  add("large magnitude: scores ~ 1e4", problem_shape(1, 2, 2, 97, 97, 64), Distribution::large);
+  add("large magnitude, causal", causal(problem_shape(1, 2, 2, 64, 128, 128)), Distribution::large);
+  add("0.1% outliers", problem_shape(1, 2, 2, 256, 256, 128), Distribution::outliers);
   {
-    Problem p = shape(1, 2, 2, 32, 40, 64);
+    Problem p = problem_shape(1, 2, 2, 32, 40, 64);
     p.scale = 0.5;
     add("explicit scale 0.5", p);
   }

@@ -22,13 +22,7 @@ const Implementation& entry(const char* name) {
 }
 
 Problem shape(int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_k, int64_t head_dim) {
-  Problem p;
-  p.heads_q = heads_q;
-  p.heads_kv = heads_kv;
-  p.seqlen_q = seqlen_q;
-  p.seqlen_k = seqlen_k;
-  p.head_dim = head_dim;
-  return p;
+  return problem_shape(1, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim);
 }
 
 // supports() of `impl` on `p`: "" expected when `field` is empty, else a reason that names `field`.
