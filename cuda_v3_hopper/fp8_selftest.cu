@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/cuda/check.hpp"
+#include "common/cuda/device.hpp"
 #include "common/cuda/device_problem.hpp"
 #include "common/flops.hpp"
 #include "common/inputs.hpp"
@@ -444,8 +445,10 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     FLASHLAB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
-    if (prop.major != 9) {
-      std::fprintf(stderr, "cuda_v3_hopper/fp8 needs an sm_90 GPU (H100/H200)\n");
+    // The registry's check: sm_90a code runs on compute capability 9.0 only.
+    if (const std::string reason = flashlab::cuda::needs_compute_capability(9, 0, "sm_90a");
+        !reason.empty()) {
+      std::fprintf(stderr, "cuda_v3_hopper/fp8: %s\n", reason.c_str());
       return 2;
     }
     return timing ? run_timing(head_dim, seqlen, causal, repeats) : run_correctness(only);

@@ -14,11 +14,7 @@ namespace flashlab::hopper {
 // wgmma and setmaxnreg exist only in sm_90a's feature set, and the kernel is compiled for it alone: it runs
 // on compute capability 9.0 and nowhere else (not on 8.x, nor on 10.x).
 std::string needs_sm90a() {
-  const std::optional<cuda::DeviceProperties> device = cuda::device_properties();
-  if (!device) return cuda::unavailable_reason();
-  if (device->compute_major == 9 && device->compute_minor == 0) return "";
-  return "needs compute capability 9.0 (sm_90a); this device is " + std::to_string(device->compute_major) +
-         "." + std::to_string(device->compute_minor);
+  return cuda::needs_compute_capability(9, 0, "sm_90a");
 }
 
 namespace {

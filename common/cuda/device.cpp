@@ -50,4 +50,13 @@ std::optional<DeviceProperties> device_properties() {
 #endif
 }
 
+std::string needs_compute_capability(int major, int minor, const char* target) {
+  const std::optional<DeviceProperties> device = device_properties();
+  if (!device) return unavailable_reason();
+  if (device->compute_major == major && device->compute_minor == minor) return "";
+  return "needs compute capability " + std::to_string(major) + "." + std::to_string(minor) + " (" + target +
+         "); this device is " + std::to_string(device->compute_major) + "." +
+         std::to_string(device->compute_minor);
+}
+
 }  // namespace flashlab::cuda

@@ -28,4 +28,9 @@ struct DeviceProperties {
 // The current device's properties (queried once); nullopt when unavailable_reason() is not empty.
 std::optional<DeviceProperties> device_properties();
 
+// "" when the device has exactly compute capability major.minor (what code compiled for an arch-specific
+// target such as sm_90a needs, `target` in the message); otherwise unavailable_reason(), or which capability
+// this device has.
+std::string needs_compute_capability(int major, int minor, const char* target);
+
 }  // namespace flashlab::cuda
