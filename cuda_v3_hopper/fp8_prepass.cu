@@ -202,7 +202,7 @@ void launch_qk(const uint16_t* in, uint8_t* out, float* descale, int64_t batch, 
                   static_cast<unsigned>(batch));
   qk_quantize_kernel<kDim>
       <<<grid, kThreads, 0, stream>>>(in, out, descale, seqlen, heads, block, rows, mean, factors);
-  FLASHLAB_CUDA_CHECK(cudaGetLastError());
+  FLASHLAB_CUDA_CHECK_LAUNCH();
 }
 
 void require(bool ok, const std::string& message) {
@@ -230,14 +230,14 @@ void launch_fp8_prepass(const Fp8PrepassParams& p, cudaStream_t stream) {
   if (p.smooth_k && p.seqlen_k > 0) {
     k_mean_kernel<<<static_cast<unsigned>(p.batch * p.heads_kv), static_cast<unsigned>(p.head_dim), 0,
                     stream>>>(p);
-    FLASHLAB_CUDA_CHECK(cudaGetLastError());
+    FLASHLAB_CUDA_CHECK_LAUNCH();
     mean = p.k_mean;
   }
   if (const int64_t rows = p.batch * p.heads_q * p.seqlen_q; rows > 0) {
     Fp8PrepassParams shift = p;
     shift.smooth_k = mean != nullptr;
     lse_shift_kernel<<<static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads, 0, stream>>>(shift);
-    FLASHLAB_CUDA_CHECK(cudaGetLastError());
+    FLASHLAB_CUDA_CHECK_LAUNCH();
   }
   auto launch = [&](auto dim_tag) {
     constexpr int kDim = decltype(dim_tag)::value;
@@ -255,7 +255,7 @@ void launch_fp8_prepass(const Fp8PrepassParams& p, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(fp8_tiles(p.seqlen_k, p.block_k)),
                     static_cast<unsigned>(p.heads_kv), static_cast<unsigned>(p.batch));
     v_quantize_kernel<<<grid, kThreads, 0, stream>>>(p);
-    FLASHLAB_CUDA_CHECK(cudaGetLastError());
+    FLASHLAB_CUDA_CHECK_LAUNCH();
   }
 }
 
