@@ -67,8 +67,8 @@ void fa1_order(const Problem& p, const AttentionInputs& in, AttentionOutputs& ou
         // lines 1-5: Q in tiles; O = 0, l = 0, m = -inf in memory
         for (int64_t item = thread; item < items; item += threads) {
           const int64_t g = item / q_tiles, i_tile = item % q_tiles, rows = rows_of(i_tile);
-          pack_q_transposed(in.q_row(p, b, i_tile * br, kv_head * group + g), q_stride, rows,
-                            blocks(rows, W) * W, d, br, &memory.q_tiles[item * tile_floats]);
+          pack_q_columns(in.q_row(p, b, i_tile * br, kv_head * group + g), q_stride, rows, d,
+                         &memory.q_tiles[item * tile_floats]);
           std::fill_n(&memory.o_tiles[item * tile_floats], tile_floats, 0.0f);
           std::fill_n(&memory.states[item * br], br, SoftmaxState<float>{});
         }
@@ -84,11 +84,11 @@ void fa1_order(const Problem& p, const AttentionInputs& in, AttentionOutputs& ou
               const TileCover cover = visibility.tile(b, i0, i0 + rows, j0, j0 + nk);
               if (cover == TileCover::hidden) continue;
               // line 9: Q_i, O_i, l_i, m_i from memory
-              const float* q_i = &memory.q_tiles[item * tile_floats + lane0];
-              float* o_i = &memory.o_tiles[item * tile_floats + lane0];
+              const float* q_i = &memory.q_tiles[item * tile_floats + lane0 * d];
+              float* o_i = &memory.o_tiles[item * tile_floats + lane0 * d];
               SoftmaxState<float>* state = &memory.states[item * br + lane0];
               // line 10: S = Q_i K_j^T (scaled), masked where the mask cuts the tile
-              scores_column<Vec>(q_i, br, k_j, kv_stride, nk, d, scale, scratch.scores.data());
+              scores_column<Vec>(q_i, W, k_j, kv_stride, nk, d, scale, scratch.scores.data());
               if (cover == TileCover::partial)
                 mask_tile(visibility, b, i0, rows, j0, nk, scratch.scores.data(), W);
               // lines 11-12: m_new = max(m_i, rowmax S), P = exp(S - m_new), l_new = e^(m_i - m_new) l_i +
@@ -105,7 +105,7 @@ void fa1_order(const Problem& p, const AttentionInputs& in, AttentionOutputs& ou
                 scratch.pre[r] = scratch.l_old[r] * scratch.factor[r] * scratch.post[r];
               }
               output_column<Vec>(scratch.scores.data(), scratch.v_tile.data(), v_tile_stride(d), nk, d,
-                                 scratch.pre.data(), scratch.post.data(), o_i, br);
+                                 scratch.pre.data(), scratch.post.data(), o_i, W);
             }
           }
         }
@@ -117,7 +117,7 @@ void fa1_order(const Problem& p, const AttentionInputs& in, AttentionOutputs& ou
           const int64_t h = kv_head * group + g;
           for (int64_t r = 0; r < rows; ++r) {
             float* o = out.o_row(p, b, i_tile * br + r, h);
-            for (int64_t k = 0; k < d; ++k) o[k] = o_i[k * br + r];
+            for (int64_t k = 0; k < d; ++k) o[k] = o_i[column_index(r, k, d)];
             out.lse_at(p, b, h, i_tile * br + r) = state[r].lse();
           }
         }

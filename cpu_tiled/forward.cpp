@@ -53,8 +53,8 @@ void attend_q_tile(const Problem& p, const Visibility& visibility, const TileSha
   const int64_t q_stride = p.heads_q * d, kv_stride = p.heads_kv * d;
 
   for (int64_t g = 0; g < tile.heads; ++g) {  // lines 4-5: load Q_i; O~_i = 0, l_i = 0, m_i = -inf
-    pack_q_transposed(in.q_row(p, tile.b, tile.i0, tile.first_head + g), q_stride, tile.rows, columns * W, d,
-                      br, &ws.q_tiles[g * tile_floats]);
+    pack_q_columns(in.q_row(p, tile.b, tile.i0, tile.first_head + g), q_stride, tile.rows, d,
+                   &ws.q_tiles[g * tile_floats]);
     std::fill_n(&ws.o_tiles[g * tile_floats], tile_floats, 0.0f);
     std::fill_n(&ws.states[g * br], br, SoftmaxState<float>{});
   }
@@ -75,9 +75,9 @@ void attend_q_tile(const Problem& p, const Visibility& visibility, const TileSha
         const TileCover cover = visibility.tile(tile.b, i0, i0 + rows, j0, j0 + nk);
         if (cover == TileCover::hidden) continue;
         SoftmaxState<float>* state = &ws.states[g * br + lane0];
-        float* o_tile = &ws.o_tiles[g * tile_floats + lane0];
+        float* o_tile = &ws.o_tiles[g * tile_floats + lane0 * d];
         // line 8: S = Q_i K_j^T (scaled), then the mask, only where it cuts this tile
-        scores_column<Vec>(&ws.q_tiles[g * tile_floats + lane0], br, k_j, kv_stride, nk, d, scale,
+        scores_column<Vec>(&ws.q_tiles[g * tile_floats + lane0 * d], W, k_j, kv_stride, nk, d, scale,
                            ws.scores.data());
         if (cover == TileCover::partial) mask_tile(visibility, tile.b, i0, rows, j0, nk, ws.scores.data(), W);
         // line 9: m_new = max(m, rowmax S), P~ = exp(S - m_new), l = exp(m - m_new) l + rowsum P~
@@ -85,7 +85,7 @@ void attend_q_tile(const Problem& p, const Visibility& visibility, const TileSha
                                  {ws.block_max.data(), ws.row_max.data(), ws.block_sum.data()});
         // line 10: O~ = diag(exp(m - m_new)) O~ + P~ V_j, the rescale fused into the product's store
         output_column<Vec>(ws.scores.data(), ws.v_tile.data(), v_tile_stride(d), nk, d, ws.factor.data(),
-                           ws.ones.data(), o_tile, br);
+                           ws.ones.data(), o_tile, W);
       }
     }
   }
@@ -103,7 +103,7 @@ void attend_q_tile(const Problem& p, const Visibility& visibility, const TileSha
       }
       for (int64_t k = 0; k < d; ++k)
         for (int64_t r = r0; r < r1; ++r)
-          out.o_row(p, tile.b, tile.i0 + r, h)[k] = o_tile[k * br + r] * inverse[r - r0];
+          out.o_row(p, tile.b, tile.i0 + r, h)[k] = o_tile[column_index(r, k, d)] * inverse[r - r0];
     }
   }
 }

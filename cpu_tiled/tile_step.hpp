@@ -12,16 +12,31 @@
 
 namespace flashlab::cpu_tiled {
 
-// Qt[k][r] = Q[r][k] for the `rows` rows of a Q tile; lanes up to `lanes` (padding to the micro-kernel width)
-// are 0, so they compute finite throw-away values.
-inline void pack_q_transposed(const float* q, int64_t q_stride, int64_t rows, int64_t lanes, int64_t d,
-                              int64_t ld, float* qt) {
-  for (int64_t k = 0; k < d; ++k) std::fill(qt + k * ld + rows, qt + k * ld + lanes, 0.0f);
-  // In blocks of 16 rows: each k writes one cache line of Qt, and the block's 16 rows of Q stay in L1.
-  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-    const int64_t r1 = std::min(rows, r0 + 16);
-    for (int64_t k = 0; k < d; ++k)
-      for (int64_t r = r0; r < r1; ++r) qt[k * ld + r] = q[r * q_stride + k];
+// A Q or O~ tile is stored in micro-columns: the W = micro_width() rows of column c form a d x W block of
+// their own, Qt[k][r] of that column at c * d * W + k * W + r, so that the slice a micro-kernel sweeps is
+// contiguous and spreads over every L1 set. (Stored as one d x Br block, a 256-row tile puts consecutive k
+// 1 KiB apart, on a quarter of L1's sets: the micro-column's 32 KiB of Q^T then no longer fits in a 48 KiB
+// L1, and the whole forward ran 5% slower, docs/02-cpu-tiled.md.)
+inline int64_t column_index(int64_t r, int64_t k, int64_t d) {
+  constexpr int64_t W = micro_width<Vec>();
+  return r / W * d * W + k * W + r % W;
+}
+
+// Packs `rows` rows of Q (row stride q_stride) transposed into micro-columns: Qt[k][r] = Q[r][k]. The lanes
+// past `rows` in the last column are 0, so they compute finite throw-away values.
+inline void pack_q_columns(const float* q, int64_t q_stride, int64_t rows, int64_t d, float* qt) {
+  constexpr int64_t W = micro_width<Vec>();
+  for (int64_t c0 = 0; c0 < rows; c0 += W) {
+    const int64_t lanes = std::min(W, rows - c0);
+    float* column = qt + c0 * d;
+    for (int64_t k = 0; k < d; ++k) std::fill(column + k * W + lanes, column + (k + 1) * W, 0.0f);
+    // In blocks of 16 rows: each k writes one cache line of the column, and the block's 16 rows of Q stay
+    // in L1.
+    for (int64_t r0 = 0; r0 < lanes; r0 += 16) {
+      const int64_t r1 = std::min(lanes, r0 + 16);
+      for (int64_t k = 0; k < d; ++k)
+        for (int64_t r = r0; r < r1; ++r) column[k * W + r] = q[(c0 + r) * q_stride + k];
+    }
   }
 }
 

@@ -20,6 +20,7 @@
 #include "common/problem.hpp"
 #include "common/softmax_state.hpp"
 #include "common/tensor.hpp"
+#include "cpu_tiled/simd.hpp"
 
 namespace flashlab::decoding {
 
@@ -98,50 +99,32 @@ enum class MaxPolicy {
 struct Workspace {
   std::vector<float> scores;  // S, then P, for one block: [rows][kBlockKeys]
   std::vector<const float*> k_rows, v_rows, next_k_rows, next_v_rows;
-  std::vector<const float*> q;     // per packed row: its query vector
-  std::vector<int64_t> kv_offset;  // per packed row: where its kv head starts in a token's K/V row
-  void reserve(int64_t rows) {
-    scores.resize(static_cast<size_t>(rows * kBlockKeys));
-    q.resize(static_cast<size_t>(rows));
-    kv_offset.resize(static_cast<size_t>(rows));
+  std::vector<const float*> q;  // per packed row: its query vector
+  // The packed rows kv head by kv head: those of the g-th kv head the rows read are
+  // by_head[head_begin[g] .. head_begin[g + 1]).
+  std::vector<int64_t> by_head, head_begin;
+  int64_t row_tiles = 0;  // sum over kv heads of ceil(rows / 4): the score and value tiles per key step
+
+  void reserve(const QueryRows& rows, const Problem& p) {
+    const int64_t count = rows.count();
+    scores.resize(static_cast<size_t>(count * kBlockKeys));
     for (auto* pointers : {&k_rows, &v_rows, &next_k_rows, &next_v_rows}) pointers->resize(kBlockKeys);
+    q.resize(static_cast<size_t>(count));
+    by_head.clear();
+    head_begin.clear();
+    row_tiles = 0;
+    const int64_t kv_first = p.kv_head(rows.head_begin), kv_last = p.kv_head(rows.head_end - 1);
+    for (int64_t g = kv_first; g <= kv_last; ++g) {
+      head_begin.push_back(static_cast<int64_t>(by_head.size()));
+      for (int64_t i = rows.row_begin; i < rows.row_end; ++i)
+        for (int64_t h = std::max(rows.head_begin, g * p.group_size());
+             h < std::min(rows.head_end, (g + 1) * p.group_size()); ++h)
+          by_head.push_back(rows.packed(i, h));
+      row_tiles += (static_cast<int64_t>(by_head.size()) - head_begin.back() + 3) / 4;
+    }
+    head_begin.push_back(static_cast<int64_t>(by_head.size()));
   }
 };
-
-// Sixteen floats: one AVX-512 register (two AVX2 ones). The dot product keeps 16 partial sums and reduces
-// them once at the end; a scalar running sum would serialize on the add's latency.
-typedef float Lanes __attribute__((vector_size(64)));
-inline Lanes load_lanes(const float* from) {
-  Lanes lanes;
-  std::memcpy(&lanes, from, sizeof lanes);
-  return lanes;
-}
-// The sum of the 16 lanes by a shuffle-and-add tree (4 steps, not 15 serial adds), all in registers: taking
-// the accumulator's address instead (memcpy, an array) makes the compiler keep it in memory, and every FMA of
-// the dot product then waits for a store and a reload.
-inline float reduce_lanes(Lanes v) {
-#if defined(__clang__)
-  v += __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-  v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
-  v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-  v += __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
-#else
-  typedef int Indices __attribute__((vector_size(64)));
-  v += __builtin_shuffle(v, Indices{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-  v += __builtin_shuffle(v, Indices{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
-  v += __builtin_shuffle(v, Indices{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
-  v += __builtin_shuffle(v, Indices{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
-#endif
-  return v[0];
-}
-inline float dot(const float* q, const float* k, int64_t d) {
-  Lanes partial = {};
-  int64_t c = 0;
-  for (; c + 16 <= d; c += 16) partial += load_lanes(q + c) * load_lanes(k + c);
-  float sum = reduce_lanes(partial);
-  for (; c < d; ++c) sum += q[c] * k[c];
-  return sum;
-}
 
 // Asks for the cache lines of token rows ahead of their use, a few at a time between pieces of arithmetic:
 // one burst of requests (64 for a 4 KiB row: 8 kv heads x 128 dims) would fill the core's miss buffers and
@@ -170,29 +153,157 @@ class Prefetch {
   int64_t row_ = 0, line_ = 0;
 };
 
+// Sixteen floats: one AVX-512 register (two AVX2 ones).
+typedef float Lanes __attribute__((vector_size(64)));
+inline Lanes load_lanes(const float* from) {
+  Lanes lanes;
+  std::memcpy(&lanes, from, sizeof lanes);
+  return lanes;
+}
+inline void store_lanes(Lanes lanes, float* to) {
+  std::memcpy(to, &lanes, sizeof lanes);
+}
+
+// Lanes I... of the 32 lanes of a and b side by side (I < 16 from a, I >= 16 from b[I - 16]).
+template <int... I>
+inline Lanes pick(Lanes a, Lanes b) {
+#if defined(__clang__)
+  return __builtin_shufflevector(a, b, I...);
+#else
+  typedef int Indices __attribute__((vector_size(64)));
+  return __builtin_shuffle(a, b, Indices{I...});
+#endif
+}
+
+// The sums of sixteen vectors at once: lane u of the result is the sum of the 16 lanes of v[u]. A tree of
+// shuffles and adds that transposes as it reduces: each level adds the two halves of pairs of vectors and
+// packs the pair into one vector, so the 16 sums cost 30 shuffles and 15 adds, where reducing each vector on
+// its own would cost 64 of each.
+inline Lanes sum_each(const Lanes* v) {
+  Lanes halves[8], quarters[4], eighths[2];
+  for (int n = 0; n < 8; ++n)  // [v(2n) 8 partial sums | v(2n+1) 8 partial sums]
+    halves[n] = pick<0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23>(v[2 * n], v[2 * n + 1]) +
+                pick<8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31>(v[2 * n], v[2 * n + 1]);
+  for (int n = 0; n < 4; ++n)  // 4 partial sums each of v(4n) .. v(4n+3)
+    quarters[n] =
+        pick<0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27>(halves[2 * n], halves[2 * n + 1]) +
+        pick<4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31>(halves[2 * n], halves[2 * n + 1]);
+  for (int n = 0; n < 2; ++n)  // 2 partial sums each of v(8n) .. v(8n+7)
+    eighths[n] =
+        pick<0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29>(quarters[2 * n], quarters[2 * n + 1]) +
+        pick<2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31>(quarters[2 * n],
+                                                                         quarters[2 * n + 1]);
+  return pick<0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30>(eighths[0], eighths[1]) +
+         pick<1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31>(eighths[0], eighths[1]);
+}
+
+// The dot products of 4 query rows with 4 key rows (d floats each): scores[4 r + u] = q[r] . k[u]. Each
+// step of 16 dims loads 4 key and 4 query vectors for 16 FMAs, the 16 partial-sum vectors stay in
+// registers, and one sum_each reduces them all (docs/07-decoding.md, "The arithmetic of a block").
+inline void score_tile(const float* const* q, const float* const* k, int64_t d, float* scores,
+                       Prefetch& ahead) {
+  Lanes acc[16] = {};
+  int64_t c = 0;
+  for (; c + 16 <= d; c += 16) {
+    ahead.step();
+    Lanes key[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) key[u] = load_lanes(k[u] + c);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      const Lanes query = load_lanes(q[r] + c);
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) acc[4 * r + u] += query * key[u];
+    }
+  }
+  store_lanes(sum_each(acc), scores);
+  for (; c < d; ++c)  // a head dim that is not a multiple of 16: the last dims one by one
+    for (int r = 0; r < 4; ++r)
+      for (int u = 0; u < 4; ++u) scores[4 * r + u] += q[r][c] * k[u][c];
+}
+
+// acc[r] += sum_t P[r][t] V[t] over dims [c, c + 16 NV) for NR rows that read the same kv head: the NR x NV
+// accumulator vectors stay in registers over the block's keys, each V vector loaded once for the NR rows.
+// P[r] points at row r's weights (n of them); v_rows[t] at token t's V for the kv head. A key whose weight is
+// 0 for some row (hidden from it) is added row by row, skipping that row: 0 x NaN must not leak a hidden
+// key's V into the output.
+template <int NR, int NV>
+void value_tile(const float* const* P, const float* const* v_rows, int64_t n, int64_t c, float* const* acc,
+                Prefetch& ahead) {
+  Lanes sum[NR][NV] = {};
+  for (int64_t t = 0; t < n; ++t) {
+    ahead.step();
+    float weight[NR];
+    bool all_visible = true;
+    for (int r = 0; r < NR; ++r) weight[r] = P[r][t], all_visible = all_visible && weight[r] != 0.0f;
+    Lanes value[NV];
+    for (int v = 0; v < NV; ++v) value[v] = load_lanes(v_rows[t] + c + 16 * v);
+    if (all_visible) {
+      for (int r = 0; r < NR; ++r)
+        for (int v = 0; v < NV; ++v) sum[r][v] += weight[r] * value[v];
+    } else {
+      for (int r = 0; r < NR; ++r)
+        if (weight[r] != 0.0f)
+          for (int v = 0; v < NV; ++v) sum[r][v] += weight[r] * value[v];
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int v = 0; v < NV; ++v)
+      store_lanes(load_lanes(acc[r] + c + 16 * v) + sum[r][v], acc[r] + c + 16 * v);
+}
+
+// value_tile for NR = 1..4 rows and NV = 1..4 vectors of dims.
+template <int NR>
+void value_tile_rows(int nv, const float* const* P, const float* const* v_rows, int64_t n, int64_t c,
+                     float* const* acc, Prefetch& ahead) {
+  switch (nv) {
+    case 1:
+      return value_tile<NR, 1>(P, v_rows, n, c, acc, ahead);
+    case 2:
+      return value_tile<NR, 2>(P, v_rows, n, c, acc, ahead);
+    case 3:
+      return value_tile<NR, 3>(P, v_rows, n, c, acc, ahead);
+    default:
+      return value_tile<NR, 4>(P, v_rows, n, c, acc, ahead);
+  }
+}
+inline void add_values(int nr, int nv, const float* const* P, const float* const* v_rows, int64_t n,
+                       int64_t c, float* const* acc, Prefetch& ahead) {
+  switch (nr) {
+    case 1:
+      return value_tile_rows<1>(nv, P, v_rows, n, c, acc, ahead);
+    case 2:
+      return value_tile_rows<2>(nv, P, v_rows, n, c, acc, ahead);
+    case 3:
+      return value_tile_rows<3>(nv, P, v_rows, n, c, acc, ahead);
+    default:
+      return value_tile_rows<4>(nv, P, v_rows, n, c, acc, ahead);
+  }
+}
+
 // The keys [begin, end) of batch element b against `rows`, continuing each row's state (m, l) in states[r]
 // and its unnormalized output in acc[r * head_dim ...]: FA2 Algorithm 1's inner loop over key blocks, lines
 // 8-10, for every head of the batch element at once. Hidden keys (common/mask.hpp) take no part.
+//
+// The rows are taken kv head by kv head, in fours (score_tile, value_tile): the query heads of a GQA group
+// (and the draft rows of a speculative step) read the same K and V vectors, loaded once for up to four rows.
 template <MaxPolicy policy>
 void attend_keys(const Problem& p, const AttentionInputs& in, const KVReader& kv, int64_t b,
                  const QueryRows& rows, int64_t begin, int64_t end, SoftmaxState<float>* states, float* acc,
                  float* seen_max, Workspace& workspace) {
+  using Vec = cpu_tiled::Vec;
   const Visibility visibility(p);
   const int64_t d = p.head_dim, row_count = rows.count();
   const float scale = static_cast<float>(p.softmax_scale());
-  workspace.reserve(row_count);
+  workspace.reserve(rows, p);
+  for (int64_t i = rows.row_begin; i < rows.row_end; ++i)
+    for (int64_t h = rows.head_begin; h < rows.head_end; ++h)
+      workspace.q[rows.packed(i, h)] = in.q_row(p, b, i, h);
   float* S = workspace.scores.data();
   // The kv heads these rows read, [kv_first, kv_first + kv_count): what a token's prefetch must bring.
   const int64_t kv_first = p.kv_head(rows.head_begin), kv_count = p.kv_head(rows.head_end - 1) - kv_first + 1;
-  // Per packed row, its query vector and its kv head's offset in a token row, looked up once: an integer
-  // division per (key, head) would cost more than the key's arithmetic.
-  for (int64_t i = rows.row_begin; i < rows.row_end; ++i)
-    for (int64_t h = rows.head_begin; h < rows.head_end; ++h) {
-      workspace.q[rows.packed(i, h)] = in.q_row(p, b, i, h);
-      workspace.kv_offset[rows.packed(i, h)] = p.kv_head(h) * d;
-    }
   const float* const* Q = workspace.q.data();
-  const int64_t* kv_offset = workspace.kv_offset.data();
+  const int64_t* by_head = workspace.by_head.data();  // packed rows, kv head by kv head
   // Each query row's visible band within [begin, end); the block loop covers their union.
   KeyRange band[kMaxQueryRows];
   int64_t lo = end, hi = begin;
@@ -207,6 +318,12 @@ void attend_keys(const Problem& p, const AttentionInputs& in, const KVReader& kv
   if (lo < hi)
     kv.gather(b, lo, std::min(lo + kBlockKeys, hi), workspace.next_k_rows.data(),
               workspace.next_v_rows.data());
+  const float* k_tile[4];
+  const float* v_tile[kBlockKeys];
+  const float* q_tile[4];
+  const float* p_tile[4];
+  float* acc_tile[4];
+  float scores[16];
   for (int64_t j0 = lo; j0 < hi; j0 += kBlockKeys) {
     const int64_t j1 = std::min(j0 + kBlockKeys, hi), n = j1 - j0;
     std::swap(workspace.k_rows, workspace.next_k_rows);
@@ -215,28 +332,49 @@ void attend_keys(const Problem& p, const AttentionInputs& in, const KVReader& kv
     const float** V = workspace.v_rows.data();
     const int64_t next_n = std::min(j1 + kBlockKeys, hi) - j1;
     if (next_n > 0) kv.gather(b, j1, j1 + next_n, workspace.next_k_rows.data(), workspace.next_v_rows.data());
-    // S = scale * Q K^T for the block (line 8), -inf where the key is hidden from the row. Token by token,
-    // every head: one token's K for all kv heads is one contiguous row of memory. Meanwhile this block's V is
-    // fetched.
-    Prefetch v_ahead(V, n, kv_first * d, kv_count * d, n * row_count);
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t j = j0 + t;
-      for (int64_t i = rows.row_begin; i < rows.row_end; ++i) {
-        const KeyRange& range = band[i - rows.row_begin];
-        const bool visible = j >= range.begin && j < range.end && visibility.mask_allows(i, j);
-        const int64_t first = rows.packed(i, rows.head_begin), last = first + rows.heads();
-        for (int64_t r = first; r < last; ++r) {
-          v_ahead.step();
-          S[r * kBlockKeys + t] =
-              visible ? dot(Q[r], K[t] + kv_offset[r], d) * scale : SoftmaxState<float>::neg_inf;
+    const int64_t row_tiles = workspace.row_tiles, key_tiles = (n + 3) / 4;
+    // S = scale * Q K^T for the block (line 8), 4 rows x 4 keys at a time; meanwhile the next block's K is
+    // fetched, a few lines per step of 16 dims.
+    Prefetch k_ahead(workspace.next_k_rows.data(), next_n, kv_first * d, kv_count * d,
+                     row_tiles * key_tiles * (d / 16));
+    for (int64_t g = 0; g < kv_count; ++g) {
+      const int64_t first = workspace.head_begin[g], last = workspace.head_begin[g + 1];
+      const int64_t offset = (kv_first + g) * d;
+      for (int64_t r0 = first; r0 < last; r0 += 4) {
+        const int nr = static_cast<int>(std::min<int64_t>(4, last - r0));
+        for (int r = 0; r < 4; ++r) q_tile[r] = Q[by_head[r0 + std::min(r, nr - 1)]];
+        for (int64_t t0 = 0; t0 < n; t0 += 4) {
+          const int nt = static_cast<int>(std::min<int64_t>(4, n - t0));
+          for (int u = 0; u < 4; ++u) k_tile[u] = K[t0 + std::min(u, nt - 1)] + offset;
+          score_tile(q_tile, k_tile, d, scores, k_ahead);
+          for (int r = 0; r < nr; ++r)
+            for (int u = 0; u < nt; ++u) S[by_head[r0 + r] * kBlockKeys + t0 + u] = scores[4 * r + u] * scale;
         }
       }
     }
-    // P = exp(S - m) (line 9), in place of S, with the row's state.
+    // -inf where a key is hidden from the row, and past the block's n keys (the vector steps below cover
+    // all kBlockKeys).
+    for (int64_t r = 0; r < row_count; ++r) {
+      const int64_t i = rows.row_begin + r / rows.heads();
+      const KeyRange& range = band[i - rows.row_begin];
+      float* s = S + r * kBlockKeys;
+      if (j0 < range.begin || j1 > range.end || visibility.has_explicit_mask())
+        for (int64_t t = 0; t < n; ++t)
+          if (j0 + t < range.begin || j0 + t >= range.end || !visibility.mask_allows(i, j0 + t))
+            s[t] = SoftmaxState<float>::neg_inf;
+      std::fill(s + n, s + kBlockKeys, SoftmaxState<float>::neg_inf);
+    }
+    // P = exp(S - m) (line 9), in place of S, with the row's state; the rowmax and exponentials in vectors.
     for (int64_t r = 0; r < row_count; ++r) {
       float* s = S + r * kBlockKeys;
-      float block_max = SoftmaxState<float>::neg_inf;
-      for (int64_t t = 0; t < n; ++t) block_max = std::max(block_max, s[t]);
+      Vec lanes_max = Vec::splat(SoftmaxState<float>::neg_inf);
+      for (int64_t t = 0; t < kBlockKeys; t += Vec::lanes)
+        lanes_max = max_keep_nan(lanes_max, Vec::load(s + t));
+      float lane[Vec::lanes];
+      lanes_max.store(lane);
+      float block_max = lane[0];
+      for (int l = 1; l < Vec::lanes; ++l)
+        block_max = lane[l] != lane[l] ? lane[l] : std::max(block_max, lane[l]);
       if constexpr (policy == MaxPolicy::running) {
         const float factor = states[r].raise_max(block_max);
         if (factor != 1.0f) {  // line 10: diag(exp(m_old - m_new)) O~, skipped once the max has settled
@@ -246,26 +384,41 @@ void attend_keys(const Problem& p, const AttentionInputs& in, const KVReader& kv
       } else {
         seen_max[r] = std::max(seen_max[r], block_max);
       }
-      float block_sum = 0.0f;
-      for (int64_t t = 0; t < n; ++t) {
-        s[t] = states[r].weight(s[t]);
-        block_sum += s[t];
+      const Vec row_max = Vec::splat(states[r].row_max);
+      Vec lanes_sum = Vec::zero();
+      for (int64_t t = 0; t < kBlockKeys; t += Vec::lanes) {
+        const Vec weight = Vec::exp_weight(Vec::load(s + t), row_max);
+        weight.store(s + t);
+        lanes_sum = lanes_sum + weight;
       }
+      lanes_sum.store(lane);
+      float block_sum = 0.0f;
+      for (int l = 0; l < Vec::lanes; ++l) block_sum += lane[l];
       states[r].add(block_sum);
     }
-    // O~ += P V (line 10), token by token: each V row is read once for every head that uses it (the
-    // accumulators, heads_q x seqlen_q x head_dim floats, stay in L1). Meanwhile the next block's K is
-    // fetched.
-    Prefetch k_ahead(workspace.next_k_rows.data(), next_n, kv_first * d, kv_count * d, n * row_count);
-    for (int64_t t = 0; t < n; ++t) {
-      for (int64_t r = 0; r < row_count; ++r) {
-        k_ahead.step();
-        const float weight = S[r * kBlockKeys + t];
-        if (weight == 0.0f) continue;  // a hidden key takes no part: a NaN in its V must not leak in
-        const float* v = V[t] + kv_offset[r];
-        float* o = acc + r * d;
-#pragma omp simd
-        for (int64_t c = 0; c < d; ++c) o[c] += weight * v[c];
+    // O~ += P V (line 10), 4 rows x 64 dims at a time over the block's keys; meanwhile the next block's V is
+    // fetched, a few lines per key.
+    const int64_t full = d / 16 * 16;  // dims in whole vectors; the rest one by one
+    Prefetch v_ahead(workspace.next_v_rows.data(), next_n, kv_first * d, kv_count * d,
+                     row_tiles * ((full + 63) / 64) * n);
+    for (int64_t g = 0; g < kv_count; ++g) {
+      const int64_t first = workspace.head_begin[g], last = workspace.head_begin[g + 1];
+      const int64_t offset = (kv_first + g) * d;
+      for (int64_t t = 0; t < n; ++t) v_tile[t] = V[t] + offset;
+      for (int64_t r0 = first; r0 < last; r0 += 4) {
+        const int nr = static_cast<int>(std::min<int64_t>(4, last - r0));
+        for (int r = 0; r < nr; ++r) {
+          p_tile[r] = S + by_head[r0 + r] * kBlockKeys;
+          acc_tile[r] = acc + by_head[r0 + r] * d;
+        }
+        for (int64_t c = 0; c < full; c += 64) {
+          add_values(nr, static_cast<int>(std::min<int64_t>(4, (full - c) / 16)), p_tile, v_tile, n, c,
+                     acc_tile, v_ahead);
+        }
+        for (int r = 0; r < nr; ++r)
+          for (int64_t t = 0; t < n; ++t)
+            if (p_tile[r][t] != 0.0f)  // a hidden key takes no part: a NaN in its V must not leak in
+              for (int64_t c = full; c < d; ++c) acc_tile[r][c] += p_tile[r][t] * v_tile[t][c];
       }
     }
   }

@@ -72,6 +72,11 @@ void add_decode_cases(Add&& add) {
       paged(padded(problem_shape(2, 4, 2, 1, 2049, 64), {}, {2049, 250}), 100));
   add("paged 16: tree mask, 1000 prefix + 8 draft",
       paged(with_tree_mask(problem_shape(2, 8, 2, 8, 1008, 64), 17), 16));
+  // Head dims off the 16-float vector (a scalar tail) and below one vector; a GQA group of 5 (a 4-row tile
+  // and a 1-row tile per kv head).
+  for (int64_t d : {1, 59, 111})
+    add("decode: head_dim " + std::to_string(d) + ", seqlen_q 3, causal, GQA 10/2",
+        causal(problem_shape(1, 10, 2, 3, 301, d)));
   add("decode: large magnitude, scores ~ 1e4", problem_shape(1, 4, 2, 1, 2000, 64), Distribution::large);
   add("decode: 0.1% outliers, paged 64", paged(problem_shape(1, 8, 2, 1, 3000, 128), 64),
       Distribution::outliers);

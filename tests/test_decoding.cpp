@@ -174,6 +174,33 @@ TEST_CASE("split_kv and unified_max: every chunk count gives the reference resul
   }
 }
 
+TEST_CASE(
+    "split_kv and unified_max: a NaN in the V of a hidden key stays out of the rows that do not see it") {
+  // GQA 4/2 with 4 draft rows: each kv head's rows are taken four at a time, two heads of two query rows,
+  // so a key can be visible to some rows of a tile and hidden from others.
+  Problem p = problem_shape(1, 4, 2, 4, 300, 64);
+  p.causal = true;  // row i sees keys j <= i + 296: key 299 only row 3, key 298 rows 2 and 3
+  PreparedCase c = prepare({"hidden NaN", p, Distribution::normal, 43}, DType::f32);
+  const int64_t row = p.heads_kv * p.head_dim;
+  c.inputs.v.data[static_cast<size_t>(299 * row + 0 * p.head_dim + 5)] =
+      std::numeric_limits<float>::quiet_NaN();
+  c.inputs.v.data[static_cast<size_t>(298 * row + 1 * p.head_dim + 7)] =
+      std::numeric_limits<float>::quiet_NaN();
+  c.reference = reference_attention(p, c.inputs);
+  for (const char* name : {"decoding/split_kv", "decoding/unified_max"}) {
+    const Implementation* impl = find_implementation(name);
+    REQUIRE(impl != nullptr);
+    const AttentionOutputs out = run_forward(*impl, p, c.inputs);
+    const Verdict verdict = judge(p, out, c.reference, c.tolerance(false));
+    INFO(name, ": ", verdict.explain());
+    CHECK(verdict.passed());  // NaN exactly where the reference has it
+    CHECK(std::isfinite(
+        out.o.data[static_cast<size_t>(bshd_offset(0, 1, 0, p.seqlen_q, p.heads_q, p.head_dim) + 5)]));
+    CHECK(std::isnan(
+        out.o.data[static_cast<size_t>(bshd_offset(0, 3, 0, p.seqlen_q, p.heads_q, p.head_dim) + 5)]));
+  }
+}
+
 TEST_CASE("plan_split: chunks cover the keys, several work items per core, none past seqlen_k") {
   Problem p;
   p.seqlen_k = 131072;
