@@ -62,5 +62,5 @@ step "Decoding, 32/8 heads, 131072 keys, d 128" "" "$tool" compare decoding/spli
 step "Decoding, paged (page 256)" "" "$tool" compare decoding/split_kv decoding/unified_max $D --page-size 256
 step "Backward, 4 x 4096 x 4096, d 128" "" "$tool" compare --backward cpu_tiled/backward cpu_tiled/backward_dq_pass naive/backward $T
 step "FP8 accuracy (FlashAttention-3 Table 3)" "" "$tool" fp8-accuracy
-step "Roofline, default problem" "" "$tool" roofline --svg "$out/roofline.svg"
+step "Roofline, default problem" "" "$tool" roofline --svg "${out#"$root"/}/roofline.svg"  # relative when OUTDIR is in the repository
 echo "wrote $report" >&2

@@ -226,9 +226,9 @@ int fp8_accuracy_command(const std::vector<std::string>& argv) {
     std::cout << json.end_array().end_object().str();
   } else {
     std::printf(
-        "FA3 Table 3 on %s: seqlen %lld, head_dim %lld, %lld heads, seed %llu; RMSE of O against fp64\n\n",
+        "FA3 Table 3 on %s: seqlen %lld, head_dim %lld, %lld head%s, seed %llu; RMSE of O against fp64\n\n",
         std::string(to_string(Distribution::outliers)).c_str(), static_cast<long long>(p.seqlen_q),
-        static_cast<long long>(p.head_dim), static_cast<long long>(p.heads_q),
+        static_cast<long long>(p.head_dim), static_cast<long long>(p.heads_q), p.heads_q == 1 ? "" : "s",
         static_cast<unsigned long long>(seed));
     std::printf("%-38s %10s %10s %12s%s\n", "method", "RMSE O", "FA3 paper", "RMSE LSE",
                 gpu ? "  run on" : "");
