@@ -113,7 +113,7 @@ void forward(const Problem& p, const AttentionInputs& in, AttentionOutputs& out)
   const Visibility visibility(p);
   const int64_t q_tiles = blocks(p.seqlen_q, shape.br);
   const int64_t head_chunks = blocks(p.group_size(), shape.heads_per_item);
-  const int64_t items = p.batch * p.heads_kv * head_chunks * q_tiles;
+  const int64_t items = work_items(p, shape);
 #pragma omp parallel
   {
     Workspace ws(shape, p.head_dim);

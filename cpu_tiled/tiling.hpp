@@ -23,6 +23,9 @@ struct TileShape {
 
 TileShape tile_shape(const Problem& problem);
 
+// forward's work items: (batch, kv head, chunk of heads_per_item query heads of the group, Q tile).
+int64_t work_items(const Problem& problem, const TileShape& shape);
+
 // Ceiling division.
 constexpr int64_t blocks(int64_t n, int64_t block) {
   return (n + block - 1) / block;
