@@ -42,6 +42,38 @@ inline float round_to_fp16(float x) {
   return std::copysign(std::nearbyint(magnitude / unit) * unit, x);
 }
 
+// The 16-bit formats as bit patterns (what CUDA's __nv_bfloat16 and __half hold): encode rounds to nearest,
+// ties to even, like round_to_bf16 / round_to_fp16 above; NaN encodes to the canonical NaN 0x7fff, as CUDA's
+// __float2bfloat16_rn and __float2half_rn do.
+inline uint16_t encode_bf16(float x) {
+  if (std::isnan(x)) return 0x7fff;
+  return static_cast<uint16_t>(std::bit_cast<uint32_t>(round_to_bf16(x)) >> 16);
+}
+inline float decode_bf16(uint16_t bits) {
+  return std::bit_cast<float>(uint32_t{bits} << 16);
+}
+inline uint16_t encode_fp16(float x) {
+  if (std::isnan(x)) return 0x7fff;
+  const float rounded = round_to_fp16(x);
+  const uint16_t sign = std::signbit(rounded) ? 0x8000 : 0x0000;
+  const float magnitude = std::fabs(rounded);
+  if (std::isinf(magnitude)) return sign | 0x7c00;
+  if (magnitude >= 0x1p-14f) {  // normal: re-bias float32's exponent, keep the top 10 mantissa bits
+    const uint32_t bits = std::bit_cast<uint32_t>(magnitude);
+    const uint32_t exponent = (bits >> 23) - 127 + 15;
+    return static_cast<uint16_t>(sign | exponent << 10 | (bits & 0x7fffff) >> 13);
+  }
+  return static_cast<uint16_t>(sign |
+                               static_cast<uint16_t>(magnitude * 0x1p24f));  // subnormal: units of 2^-24
+}
+inline float decode_fp16(uint16_t bits) {
+  const float sign = (bits & 0x8000) != 0 ? -1.0f : 1.0f;
+  const int exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
+  if (exponent == 0x1f) return mantissa == 0 ? sign * INFINITY : NAN;
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -24);
+  return sign * std::ldexp(static_cast<float>(1024 + mantissa), exponent - 25);
+}
+
 // An 8-bit float: 1 sign bit, `exponent_bits`, `mantissa_bits`, exponent bias 2^(exponent_bits-1) - 1.
 //   e4m3 (OCP "E4M3FN"): no infinities; S.1111.111 is NaN, so the largest finite is S.1111.110 = 448 = 1.75 *
 //   2^8;

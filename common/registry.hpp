@@ -36,6 +36,13 @@ struct DeviceTensors {
   const int64_t* seqlens_q = nullptr;  // [batch]
   const int64_t* seqlens_k = nullptr;  // [batch]
   void* workspace = nullptr;           // device_workspace_bytes(problem) bytes, contents undefined
+  // The paged KV cache when problem.page_size > 0 (AttentionInputs::paged, common/paged_kv.hpp), else
+  // nullptr: K and V pages [pages, page_size, heads_kv, head_dim] in the storage format, and the block table
+  // int32 [batch, block_table_stride] (a sequence's physical pages; unused slots hold -1).
+  const void* k_pages = nullptr;
+  const void* v_pages = nullptr;
+  const int32_t* block_table = nullptr;
+  int64_t block_table_stride = 0;
 };
 
 struct Implementation {
@@ -65,11 +72,15 @@ struct Implementation {
 
   // GPU implementations only: the forward pass on device pointers, enqueued on the default stream, with no
   // copy and no synchronization (benchmarks time this alone). GPU stages set it with gpu_implementation()
-  // (common/cuda/gpu_stage.hpp), which also derives `forward` and `availability` from it. Empty for CPU
-  // implementations and for GPU implementations in a build without CUDA.
+  // (common/cuda/gpu_stage.hpp), which also derives `forward`, `availability` and `emulation` from their
+  // builds. Empty for CPU implementations and for GPU implementations in a build without CUDA.
   std::function<void(const Problem&, const DeviceTensors&)> forward_device;
   // Scratch GPU memory forward_device needs for a problem (e.g. FA1's running l and m); empty = none.
   std::function<size_t(const Problem&)> device_workspace_bytes;
+  // GPU implementations only: "" when `forward` runs on a GPU here, else why it runs in the CPU emulator of
+  // the CUDA execution model instead ("no CUDA device: ...", "emulation requested (--emulate)"). Empty for
+  // CPU implementations.
+  std::function<std::string()> emulation;
 
   // Optional backward pass: dQ, dK, dV from the inputs, the forward's O and LSE, and dO. Outputs arrive
   // poisoned.

@@ -1,5 +1,5 @@
-// cuda_v1/split_k's registration: ordinary C++, compiled in every build, so the stage is listed (and its
-// tests skipped with the reason) where there is no CUDA. The kernel is in split_k.cu.
+// cuda_v1/split_k's registration: ordinary C++, compiled once; the kernel (split_k.cu) is built for the GPU
+// and for the emulator, and the registry runs whichever this machine can (common/cuda/gpu_stage.hpp).
 #include <string>
 
 #include "common/cuda/gpu_stage.hpp"
@@ -30,9 +30,8 @@ const Registration split_k{gpu_implementation(
      .summary = "FA1 Algorithm 1 on CUDA, fp32: K/V outer, Q inner, O/l/m in global memory, warps split K/V",
      .constraints = "f32; head_dim <= 128; every mask, GQA, any length",
      .supports = supports,
-     .bytes_moved = bytes_moved,
-     .device_workspace_bytes = workspace_bytes},
-    FLASHLAB_CUDA_LAUNCHER(launch_split_k))};
+     .bytes_moved = bytes_moved},
+    FLASHLAB_DEVICE_BUILDS(launch_split_k, workspace_bytes))};
 
 }  // namespace
 

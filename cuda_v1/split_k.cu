@@ -17,7 +17,7 @@
 #include <cstdint>
 
 #include "common/cuda/check.hpp"
-#include "common/cuda/device.hpp"
+#include "common/cuda/launch.cuh"
 #include "common/error.hpp"
 #include "common/mask.hpp"
 #include "cuda_v1/split_k.hpp"
@@ -102,8 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
   constexpr int kThreadsPerRow = kThreads / Br;  // threads per row of O_i in the update (lines 10-13)
   static_assert(kThreads % Br == 0 && kHeadDim % 32 == 0);
   constexpr float neg_inf = -INFINITY;
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  Tiles& t = *reinterpret_cast<Tiles*>(shared_bytes);
+  Tiles& t = *cuda::dynamic_shared_memory<Tiles>();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t b = blockIdx.x / p.heads_q, h = blockIdx.x % p.heads_q;
@@ -304,18 +303,22 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
 template <int kHeadDim>
 void launch(const Params& params, int64_t blocks) {
   const size_t bytes = sizeof(SharedTiles<kHeadDim>);
-  const std::optional<cuda::DeviceProperties> device = cuda::device_properties();
-  if (!device) fail("cuda_v1/split_k cannot run: ", cuda::unavailable_reason());
-  if (bytes > device->shared_per_block_optin)
+  int device = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp properties{};
+  FLASHLAB_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  if (bytes > properties.sharedMemPerBlockOptin)
     fail("cuda_v1/split_k needs ", bytes, " bytes of shared memory per block at head_dim tile ", kHeadDim,
-         "; ", device->name, " allows ", device->shared_per_block_optin);
+         "; ", properties.name, " allows ", properties.sharedMemPerBlockOptin);
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(
       split_k_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  split_k_kernel<kHeadDim><<<static_cast<unsigned>(blocks), kThreads, bytes>>>(params);
-  FLASHLAB_CUDA_CHECK_LAUNCH();
+  cuda::launch_kernel<split_k_kernel<kHeadDim>>(dim3(static_cast<unsigned>(blocks)), dim3(kThreads), bytes,
+                                                nullptr, params);
 }
 
 }  // namespace
+
+namespace FLASHLAB_CUDA_TARGET {
 
 void launch_split_k(const Problem& problem, const DeviceTensors& tensors) {
   if (problem.dtype != DType::f32)
@@ -352,5 +355,7 @@ void launch_split_k(const Problem& problem, const DeviceTensors& tensors) {
   else
     launch<128>(params, blocks);
 }
+
+}  // namespace FLASHLAB_CUDA_TARGET
 
 }  // namespace flashlab::cuda_v1

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 
+#include "common/cuda/target.hpp"
 #include "common/registry.hpp"
 
 namespace flashlab::cuda_v1 {
@@ -14,7 +15,8 @@ inline size_t workspace_bytes(const Problem& p) {
   return 2 * sizeof(float) * static_cast<size_t>(p.lse_elements());
 }
 
-// The launcher on device pointers (split_k.cu; CUDA builds only). Enqueues on the default stream.
-void launch_split_k(const Problem& problem, const DeviceTensors& tensors);
+// The launcher on device pointers (split_k.cu, built for the GPU and for the emulator). Enqueues on the
+// default stream.
+FLASHLAB_FOR_EACH_TARGET(void launch_split_k(const Problem& problem, const DeviceTensors& tensors);)
 
 }  // namespace flashlab::cuda_v1

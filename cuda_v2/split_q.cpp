@@ -1,6 +1,6 @@
-// cuda_v2's registrations: ordinary C++, compiled in every build, so both kernels are listed (and their tests
-// skipped with the reason) where there is no CUDA. The kernels are in split_q_simt.cu and split_q.cu; their
-// launchers on the registry's device tensors build SplitQParams with split_q_params() (split_q_params.cpp).
+// cuda_v2's registrations: ordinary C++, compiled once. The kernels (split_q_simt.cu, split_q.cu) are built
+// for the GPU and for the emulator, and the registry runs whichever this machine can
+// (common/cuda/gpu_stage.hpp).
 #include <climits>
 #include <string>
 
@@ -29,9 +29,8 @@ const Registration split_q_simt{gpu_implementation(
     {.name = "cuda_v2/split_q_simt",
      .summary = "FA2 schedule on CUDA cores, fp32: grid over (q-block, head, batch), warps split Q",
      .constraints = "f32; head_dim 64, 128, 256; every mask, GQA, any length",
-     .supports = supports,
-     .device_workspace_bytes = workspace_bytes},
-    FLASHLAB_CUDA_LAUNCHER(launch_split_q_simt))};
+     .supports = supports},
+    FLASHLAB_DEVICE_BUILDS(launch_split_q_simt, workspace_bytes))};
 
 const Registration split_q{gpu_implementation(
     {.name = "cuda_v2/split_q",
@@ -39,9 +38,8 @@ const Registration split_q{gpu_implementation(
      .dtypes = {DType::f16, DType::bf16},
      .constraints = "f16, bf16; head_dim 64, 128, 256; every mask, GQA, any length",
      .rounds_p = true,  // P is rounded to the input format: it is the A operand of the P V mma
-     .supports = supports,
-     .device_workspace_bytes = workspace_bytes},
-    FLASHLAB_CUDA_LAUNCHER(launch_split_q))};
+     .supports = supports},
+    FLASHLAB_DEVICE_BUILDS(launch_split_q, workspace_bytes))};
 
 }  // namespace
 

@@ -10,7 +10,7 @@
 // Per key tile j (Algorithm 1 lines 6-11), for a warp's rows:
 //   S = Q K_j^T                 mma.sync m16n8k16; Q and K_j come from swizzled shared memory via ldmatrix
 //   m_new = max(m, rowmax(S))   reduced across the lane quad that holds a row (see tensor_core.cuh)
-//   P = exp2(S * scale * log2(e) - m_new)   scores in the log2 domain: one FFMA + one EX2 per element
+//   P = exp2(S * scale * log2(e) - m_new)   scores in the log2 domain: FMUL, FADD and EX2 per element
 //   l = l * exp2(m - m_new) + rowsum(P)
 //   O = O * exp2(m - m_new) + P V_j        P rounded to fp16/bf16 for the mma
 // and at the end O / l and LSE = (m + log2 l) * ln 2. K/V tile j+1 is copied with cp.async while tile j is
@@ -22,6 +22,9 @@
 #include <cmath>
 
 #include "common/cuda/check.hpp"
+#include "common/cuda/int_lengths.hpp"
+#include "common/cuda/launch.cuh"
+#include "common/cuda/ptx.cuh"
 #include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/split_q.hpp"
 #include "cuda_v2/tensor_core.cuh"
@@ -70,9 +73,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 // 2^x in one MUFU.EX2 instruction (relative error ~2^-22, far below fp16/bf16 rounding); 2^-inf = +0.
 __device__ inline float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
+  return ptx::ex2_approx(x);
 }
 
 // Max and sum across the four threads of a quad (lanes 4g..4g+3), which together hold one accumulator row.
@@ -110,8 +111,7 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   constexpr int kNTilesS = kBlockN / 8;   // 8-wide mma n-tiles of S
   constexpr int kNTilesO = kHeadDim / 8;  // 8-wide mma n-tiles of O
 
-  extern __shared__ __align__(128) unsigned char smem_bytes[];
-  Element* const sQ = reinterpret_cast<Element*>(smem_bytes);    // [kBlockM][kHeadDim]
+  Element* const sQ = cuda::dynamic_shared_memory<Element>();    // [kBlockM][kHeadDim]
   Element* const sK = sQ + kBlockM * kHeadDim;                   // [kStages][kBlockN][kHeadDim]
   Element* const sV = sK + Shape::kStages * kBlockN * kHeadDim;  // [kStages][kBlockN][kHeadDim]
 
@@ -221,15 +221,23 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
           }
     }
 
-    // Online softmax (Algorithm 1 lines 9-10), each row's max reduced over its quad.
+    // Online softmax (Algorithm 1 lines 9-10), each row's max reduced over its quad. The scores are taken to
+    // the log2 domain first, each rounded once, so that the row max is one of them and its own weight is
+    // exactly exp2(0) = 1. (exp2(fma(s, scale_log2, -max)) would leave the max's rounding error in its own
+    // exponent: with scores ~1e4 that is 2^(+-5e-4), which P's rounding to fp16 for the mma turns into a
+    // one-ulp error in O that the fp32 row sum does not share.)
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const int mt = i / 2, r = i % 2;
       float tile_max = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < kNTilesS; ++nt)
-        tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-      const float new_max = fmaxf(row_max[i], quad_max(tile_max) * scale_log2);
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          s[mt][nt][2 * r + c] *= scale_log2;
+          tile_max = fmaxf(tile_max, s[mt][nt][2 * r + c]);
+        }
+      const float new_max = fmaxf(row_max[i], quad_max(tile_max));
       // Every key so far masked (new_max = -inf): subtract 0 instead, since -inf - (-inf) would be NaN; the
       // masked scores then give exp2(-inf) = 0 and the row stays empty.
       const float max_used = new_max == -INFINITY ? 0.0f : new_max;
@@ -245,7 +253,7 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
       for (int nt = 0; nt < kNTilesS; ++nt)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const float weight = fast_exp2(fmaf(s[mt][nt][2 * r + c], scale_log2, -max_used));
+          const float weight = fast_exp2(s[mt][nt][2 * r + c] - max_used);
           s[mt][nt][2 * r + c] = weight;  // S becomes P in place
           row_sum[i] += weight;           // l sums P in fp32, before P is rounded for the mma
         }
@@ -334,8 +342,8 @@ void launch(const SplitQParams& p, cudaStream_t stream) {
   FLASHLAB_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
   const dim3 grid((p.seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM, p.heads_q, p.batch);
-  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
-  FLASHLAB_CUDA_CHECK_LAUNCH();
+  cuda::launch_kernel<split_q_kernel<Element, kHeadDim>>(grid, dim3(Shape::kThreads), Shape::kSmemBytes,
+                                                         stream, p);
 }
 
 template <typename Element>
@@ -352,6 +360,22 @@ void dispatch_head_dim(const SplitQParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+namespace FLASHLAB_CUDA_TARGET {
+
+SplitQParams split_q_params(const Problem& problem, const DeviceTensors& tensors) {
+  SplitQParams params = cuda_v2::split_q_params(problem);
+  params.q = tensors.q;
+  params.k = tensors.k;
+  params.v = tensors.v;
+  params.o = tensors.o;
+  params.lse = tensors.lse;
+  params.mask = tensors.mask;
+  const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);
+  params.seqlens_q = lengths.seqlens_q;
+  params.seqlens_k = lengths.seqlens_k;
+  return params;
+}
+
 void split_q_forward(const SplitQParams& params, cudaStream_t stream) {
   check_split_q(params);
   if (params.dtype == DType::f16)
@@ -363,5 +387,7 @@ void split_q_forward(const SplitQParams& params, cudaStream_t stream) {
 void launch_split_q(const Problem& problem, const DeviceTensors& tensors) {
   split_q_forward(split_q_params(problem, tensors), nullptr);
 }
+
+}  // namespace FLASHLAB_CUDA_TARGET
 
 }  // namespace flashlab::cuda_v2

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "common/cuda/int_lengths.hpp"
+#include "common/cuda/target.hpp"
 #include "common/problem.hpp"
 #include "common/registry.hpp"
 
@@ -66,25 +67,27 @@ void check_split_q(const SplitQParams& params);
 bool split_q_simt_supports_head_dim(int head_dim);  // 64, 128, 256
 bool split_q_supports_head_dim(int head_dim);       // 64, 128, 256
 
-// Enqueue the forward pass on `stream` (asynchronous; launch errors are checked and thrown).
-void split_q_simt_forward(const SplitQParams& params, cudaStream_t stream);
-void split_q_forward(const SplitQParams& params, cudaStream_t stream);
-
 // A problem's launch parameters: dtype, sizes, dense BSHD strides, scale, causal and window. The pointers
-// (tensors, lengths, mask) are the caller's to set. Used by the registry launchers below and the self-test.
+// (tensors, lengths, mask) are the caller's to set.
 SplitQParams split_q_params(const Problem& problem);
-// The same with the pointers of the registry's device tensors; the int64 per-batch lengths are narrowed to
-// int into tensors.workspace (workspace_bytes(problem) bytes), on the default stream.
-SplitQParams split_q_params(const Problem& problem, const DeviceTensors& tensors);
 
 // Scratch the registry launchers need: the int copies of the per-batch lengths.
 inline size_t workspace_bytes(const Problem& problem) {
   return cuda::int_lengths_bytes(problem);
 }
 
-// The launchers of the registry entries cuda_v2/split_q_simt and cuda_v2/split_q (common/cuda/gpu_stage.hpp):
-// the problem on the registry's device tensors, enqueued on the default stream (CUDA builds only).
-void launch_split_q_simt(const Problem& problem, const DeviceTensors& tensors);
-void launch_split_q(const Problem& problem, const DeviceTensors& tensors);
+// Each build of the kernels (common/cuda/target.hpp: the GPU's and the emulator's) has:
+FLASHLAB_FOR_EACH_TARGET(
+    // The forward pass enqueued on `stream` (asynchronous; launch errors are checked and thrown).
+    void split_q_simt_forward(const SplitQParams& params, cudaStream_t stream);
+    void split_q_forward(const SplitQParams& params, cudaStream_t stream);
+    // split_q_params(problem) with the pointers of the registry's device tensors; the int64 per-batch
+    // lengths are narrowed to int into tensors.workspace (workspace_bytes(problem) bytes), on the default
+    // stream.
+    SplitQParams split_q_params(const Problem& problem, const DeviceTensors& tensors);
+    // The launchers of the registry entries cuda_v2/split_q_simt and cuda_v2/split_q
+    // (common/cuda/gpu_stage.hpp): the problem on the registry's device tensors, on the default stream.
+    void launch_split_q_simt(const Problem& problem, const DeviceTensors& tensors);
+    void launch_split_q(const Problem& problem, const DeviceTensors& tensors);)
 
 }  // namespace flashlab::cuda_v2

@@ -23,20 +23,6 @@ SplitQParams split_q_params(const Problem& problem) {
   return params;
 }
 
-SplitQParams split_q_params(const Problem& problem, const DeviceTensors& tensors) {
-  SplitQParams params = split_q_params(problem);
-  params.q = tensors.q;
-  params.k = tensors.k;
-  params.v = tensors.v;
-  params.o = tensors.o;
-  params.lse = tensors.lse;
-  params.mask = tensors.mask;
-  const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);
-  params.seqlens_q = lengths.seqlens_q;
-  params.seqlens_k = lengths.seqlens_k;
-  return params;
-}
-
 void SplitQParams::set_dense_strides() {
   q_head_stride = o_head_stride = head_dim;
   k_head_stride = v_head_stride = head_dim;

@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "common/cuda/check.hpp"
+#include "common/cuda/launch.cuh"
 #include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/split_q.hpp"
 
@@ -74,10 +75,9 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads) split_q_simt_kernel(const SplitQParams p) {
   constexpr int kColsPerLane = kHeadDim / 32;
   constexpr int kPitchK = kHeadDim + 1;
-  extern __shared__ float smem[];
-  float* const sQ = smem;                     // [kBlockM][kHeadDim]
-  float* const sK = sQ + kBlockM * kHeadDim;  // [kBlockN][kHeadDim + 1]
-  float* const sV = sK + kBlockN * kPitchK;   // [kBlockN][kHeadDim]
+  float* const sQ = cuda::dynamic_shared_memory<float>();  // [kBlockM][kHeadDim]
+  float* const sK = sQ + kBlockM * kHeadDim;               // [kBlockN][kHeadDim + 1]
+  float* const sV = sK + kBlockN * kPitchK;                // [kBlockN][kHeadDim]
 
   // Change 1: the grid is (q-block, head, batch).
   const int q_block = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
@@ -180,11 +180,12 @@ void launch(const SplitQParams& p, cudaStream_t stream) {
   // Above 48 KiB a kernel must opt in to dynamic shared memory (per device, so on every launch; it is cheap).
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   const dim3 grid((p.seqlen_q + kBlockM - 1) / kBlockM, p.heads_q, p.batch);
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
-  FLASHLAB_CUDA_CHECK_LAUNCH();
+  cuda::launch_kernel<split_q_simt_kernel<kHeadDim>>(grid, dim3(kThreads), kSmemBytes, stream, p);
 }
 
 }  // namespace
+
+namespace FLASHLAB_CUDA_TARGET {
 
 void split_q_simt_forward(const SplitQParams& params, cudaStream_t stream) {
   check_split_q_simt(params);
@@ -201,5 +202,7 @@ void split_q_simt_forward(const SplitQParams& params, cudaStream_t stream) {
 void launch_split_q_simt(const Problem& problem, const DeviceTensors& tensors) {
   split_q_simt_forward(split_q_params(problem, tensors), nullptr);
 }
+
+}  // namespace FLASHLAB_CUDA_TARGET
 
 }  // namespace flashlab::cuda_v2

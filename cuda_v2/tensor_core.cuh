@@ -1,8 +1,9 @@
-// The Ampere-generation instructions split_q is built from, one thin wrapper each (PTX ISA 8.x, sm_80+):
+// How split_q uses the Ampere-generation instructions (their wrappers are in common/cuda/ptx.cuh):
 //   cp.async   global -> shared copy bypassing registers: the next K/V tile loads while this one is used
 //   ldmatrix   a warp loads 8x8 b16 matrices from shared memory straight into mma fragment layout
 //   mma.sync   m16n8k16, fp16/bf16 inputs, fp32 accumulators: one warp-wide tensor-core product
-// and the swizzle that keeps ldmatrix and cp.async free of shared-memory bank conflicts.
+// the rows each lane hands to ldmatrix, the fragment layout of the mma, and the swizzle that keeps ldmatrix
+// and cp.async free of shared-memory bank conflicts.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,43 +11,16 @@
 
 #include <cstdint>
 
+#include "common/cuda/ptx.cuh"
+
 namespace flashlab::cuda_v2 {
 
-// ---- cp.async ----
-
-// Copies 16 bytes global -> shared, asynchronously. When `in_range` is false nothing is read (src-size 0) and
-// the 16 bytes are zero-filled: how ragged tails stay in bounds without a branch around the copy.
-__device__ inline void cp_async_16(void* smem, const void* gmem, bool in_range) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const int src_bytes = in_range ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
-}
-__device__ inline void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-// Waits until at most `kPending` of this thread's committed groups are still in flight.
-template <int kPending>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-// ---- ldmatrix ----
-
-// Four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8. Register r[m] of lane l then
-// holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix m.
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-// The same, each matrix transposed: lane l gets rows 2 (l % 4), 2 (l % 4) + 1 of column l / 4.
-__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
+using ptx::cp_async_16;
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::ldmatrix_x4;
+using ptx::ldmatrix_x4_trans;
+using ptx::mma_m16n8k16;
 
 // Which 16-byte row lane l hands to ldmatrix.x4 for each operand of a 16 x 16 k-step, as (row, col) offsets
 // in the tile. The four matrices come back in the register order the mma wants:
@@ -74,27 +48,6 @@ __host__ __device__ constexpr LdmatrixRow b_operand_row_kn(int lane) {
 //   D: d[0..1] = D[g][2t..2t+1]  d[2..3] = D[g+8][2t..2t+1]
 // So each thread holds two rows (g and g + 8) of every accumulator, and the four threads of a quad
 // (same g) hold a whole row between them: the softmax reduces row statistics across the quad only.
-template <typename Element>
-__device__ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-
-template <>
-__device__ inline void mma_m16n8k16<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <>
-__device__ inline void mma_m16n8k16<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                   uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Two fp32 values rounded to the element type and packed into one 32-bit register (low half = first).
 template <typename Element>

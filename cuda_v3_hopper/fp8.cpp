@@ -68,9 +68,8 @@ const Registration fp8{gpu_implementation(
                     "no explicit mask, no paged K/V",
      .rounds_p = true,  // P * 2^8 is rounded to e4m3: it is the A operand of the P V wgmma
      .availability = needs_sm90a,
-     .supports = supports,
-     .device_workspace_bytes = fp8_workspace_bytes},
-    FLASHLAB_CUDA_LAUNCHER(launch_fp8))};
+     .supports = supports},
+    {FLASHLAB_GPU_BUILD(launch_fp8), nullptr, fp8_workspace_bytes, nullptr})};
 
 }  // namespace
 
@@ -85,8 +84,9 @@ void fp8_cuda_attention(const Problem& problem, const AttentionInputs& inputs, A
     fail("cuda_v3_hopper/fp8 cannot run: ", reason);
   if (const std::string reason = supports(problem); !reason.empty()) fail("cuda_v3_hopper/fp8: ", reason);
 #if FLASHLAB_HAVE_CUDA
-  run_on_device(problem, inputs, outputs, fp8_workspace(problem, config).bytes,
-                [&](const DeviceTensors& tensors) { launch_fp8_config(problem, tensors, config); });
+  cuda::gpu::run_on_device(
+      problem, inputs, outputs, fp8_workspace(problem, config).bytes,
+      [&](const DeviceTensors& tensors) { gpu::launch_fp8_config(problem, tensors, config); });
 #else
   (void)inputs, (void)outputs, (void)config;  // unreachable: fp8_availability() says "built without CUDA"
 #endif

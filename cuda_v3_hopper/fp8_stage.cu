@@ -105,6 +105,8 @@ void run_fp8(const Fp8DeviceParams& params, cudaStream_t stream) {
   launch_fp8_attention(params.attention, stream);
 }
 
+namespace gpu {
+
 void launch_fp8_config(const Problem& problem, const DeviceTensors& tensors, const Fp8Config& config) {
   run_fp8(fp8_device_params(problem, tensors, config), nullptr);
 }
@@ -112,5 +114,7 @@ void launch_fp8_config(const Problem& problem, const DeviceTensors& tensors, con
 void launch_fp8(const Problem& problem, const DeviceTensors& tensors) {
   launch_fp8_config(problem, tensors, registered_fp8_config(problem.head_dim));
 }
+
+}  // namespace gpu
 
 }  // namespace flashlab::hopper

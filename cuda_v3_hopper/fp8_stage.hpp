@@ -59,8 +59,10 @@ inline size_t fp8_workspace_bytes(const Problem& problem) {
 // enqueued on the default stream, with the registered configuration (registered_fp8_config) or `config`
 // (block scales only; the kernel's key tile, fp8_kernel_block_k; `tensors.workspace` of at least
 // fp8_workspace(problem, config).bytes).
+namespace gpu {  // the GPU build (common/cuda/target.hpp); the emulator does not run the Hopper kernels yet
 void launch_fp8(const Problem& problem, const DeviceTensors& tensors);
 void launch_fp8_config(const Problem& problem, const DeviceTensors& tensors, const Fp8Config& config);
+}  // namespace gpu
 
 // "" when the FP8 kernel can run here (a CUDA build, a device of compute capability 9.0), else why not.
 std::string fp8_availability();

@@ -12,7 +12,7 @@ function(flashlab_hopper_cuda_target target)
 endfunction()
 
 add_library(flashlab_hopper_ws STATIC ${CMAKE_CURRENT_LIST_DIR}/ws_launch.cu)
-target_link_libraries(flashlab_hopper_ws PUBLIC flashlab_common CUDA::cudart)
+target_link_libraries(flashlab_hopper_ws PUBLIC flashlab_gpu_stage CUDA::cudart)
 target_compile_definitions(flashlab_hopper_ws PRIVATE FLASHLAB_HOPPER_ABLATION=$<BOOL:${FLASHLAB_HOPPER_ABLATION}>)
 target_compile_options(flashlab_hopper_ws PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${FLASHLAB_HOPPER_GENCODE}>)
 flashlab_hopper_cuda_target(flashlab_hopper_ws)
@@ -38,7 +38,7 @@ set_target_properties(hopper_ws_ptx PROPERTIES CUDA_PTX_COMPILATION ON)
 # against the emulation (fp8_emulated.cpp, linked in as the reference).
 add_library(flashlab_hopper_fp8 STATIC ${CMAKE_CURRENT_LIST_DIR}/fp8_prepass.cu ${CMAKE_CURRENT_LIST_DIR}/fp8_launch.cu
                                        ${CMAKE_CURRENT_LIST_DIR}/fp8_stage.cu)
-target_link_libraries(flashlab_hopper_fp8 PUBLIC flashlab_common CUDA::cudart)
+target_link_libraries(flashlab_hopper_fp8 PUBLIC flashlab_gpu_stage CUDA::cudart)
 target_compile_options(flashlab_hopper_fp8 PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${FLASHLAB_HOPPER_GENCODE}>)
 flashlab_hopper_cuda_target(flashlab_hopper_fp8)
 

@@ -42,9 +42,8 @@ const Registration ws{gpu_implementation(
          "bf16, f16; sm_90a; head_dim 64, 128, 256; causal, window, padding, GQA; no explicit mask",
      .rounds_p = true,  // P is rounded to the input format: it is the A operand of the P V wgmma
      .availability = needs_sm90a,
-     .supports = supports,
-     .device_workspace_bytes = ws_workspace_bytes},
-    FLASHLAB_CUDA_LAUNCHER(launch_ws))};
+     .supports = supports},
+    {FLASHLAB_GPU_BUILD(launch_ws), nullptr, ws_workspace_bytes, nullptr})};
 
 }  // namespace
 

@@ -203,6 +203,8 @@ void hopper_ws_forward(const HopperParams& params, cudaStream_t stream) {
   }
 }
 
+namespace gpu {
+
 void launch_ws(const Problem& problem, const DeviceTensors& tensors) {
   if (problem.dtype != DType::bf16 && problem.dtype != DType::f16)
     fail("cuda_v3_hopper/ws: dtype (", to_string(problem.dtype), ") must be bf16 or f16");
@@ -218,5 +220,7 @@ void launch_ws(const Problem& problem, const DeviceTensors& tensors) {
   params.seqlens_k = lengths.seqlens_k;
   hopper_ws_forward(params, nullptr);
 }
+
+}  // namespace gpu
 
 }  // namespace flashlab::hopper

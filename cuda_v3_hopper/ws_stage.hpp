@@ -20,7 +20,9 @@ inline size_t ws_workspace_bytes(const Problem& problem) {
 std::string needs_sm90a();
 
 // The full kernel (every ablation ingredient on) for a bf16 or f16 problem, enqueued on the default stream
-// (ws_launch.cu; CUDA builds only, runs on sm_90a).
+// (ws_launch.cu; the GPU build only, runs on sm_90a: the emulator does not run the Hopper kernels yet).
+namespace gpu {
 void launch_ws(const Problem& problem, const DeviceTensors& tensors);
+}  // namespace gpu
 
 }  // namespace flashlab::hopper

@@ -1,5 +1,7 @@
-# decoding/cuda_split_kv: Flash-Decoding on CUDA (fp16/bf16, sm_80 and sm_90a). Built only with CUDA. Like the
-# Hopper stage, each target turns CMake's architecture handling off and passes its -gencode pairs itself.
+# decoding/cuda_split_kv: Flash-Decoding on CUDA (fp16/bf16). The kernels and the launcher (cuda_split_kv.cu)
+# are built for the emulator always, and for the GPU (sm_80 and sm_90a) when the build has CUDA; like the
+# Hopper stage, each GPU target turns CMake's architecture handling off and passes its -gencode pairs itself.
+flashlab_emulated_library(flashlab_decoding_cuda_emulated ${CMAKE_CURRENT_LIST_DIR}/cuda_split_kv.cu)
 if(NOT FLASHLAB_HAVE_CUDA)
   return()
 endif()
@@ -13,15 +15,8 @@ function(flashlab_decoding_cuda_target target)
 endfunction()
 
 add_library(flashlab_decoding_cuda STATIC ${CMAKE_CURRENT_LIST_DIR}/cuda_split_kv.cu)
-target_link_libraries(flashlab_decoding_cuda PUBLIC flashlab_common CUDA::cudart)
+target_link_libraries(flashlab_decoding_cuda PUBLIC flashlab_gpu_stage CUDA::cudart)
 flashlab_decoding_cuda_target(flashlab_decoding_cuda)
-
-# The self-test: correctness against the fp64 reference on decode shapes, and the bandwidth timings. Built here
-# so it always compiles; it needs a GPU (sm_80 or newer) to run.
-add_executable(decoding_cuda_selftest ${CMAKE_CURRENT_LIST_DIR}/cuda_selftest.cu)
-target_link_libraries(decoding_cuda_selftest PRIVATE flashlab_decoding_cuda flashlab_common)
-flashlab_decoding_cuda_target(decoding_cuda_selftest)
-set_target_properties(decoding_cuda_selftest PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
 
 # The PTX and the ptxas report, for the compile-time evidence (decoding/CUDA.md):
 # `cmake --build build --target decoding_cuda_ptx` and `--target decoding_cuda_ptxas`.

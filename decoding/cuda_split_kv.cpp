@@ -1,37 +1,34 @@
-// decoding/cuda_split_kv's registration: ordinary C++, compiled in every build, so the stage is listed (and
-// its tests skipped with the reason) where there is no CUDA. The kernels are in cuda_split_kv.cuh, the
-// launcher in cuda_split_kv.cu.
+// decoding/cuda_split_kv's registration: ordinary C++, compiled once. The kernels (cuda_split_kv.cuh) and the
+// launcher (cuda_split_kv.cu) are built for the GPU and for the emulator, and the registry runs whichever
+// this machine can (common/cuda/gpu_stage.hpp).
 #include <climits>
 #include <string>
 
+#include "common/cuda/device.hpp"
 #include "common/cuda/gpu_stage.hpp"
-#include "decoding/cuda_split_kv_stage.hpp"
+#include "decoding/cuda_split_kv.hpp"
 #include "decoding/split_kv.hpp"
 
 namespace flashlab::decoding {
 
 namespace {
 
-constexpr int64_t kMaxQueryRows = 16;  // rows of one block's tile: decode and speculative decode
-
 std::string supports(const Problem& p) {
   if (p.head_dim != 64 && p.head_dim != 128)
     return "head_dim (" + std::to_string(p.head_dim) + ") must be 64 or 128 (the compiled tiles)";
-  if (p.seqlen_q > kMaxQueryRows)  // prefill (many query rows) is the tiled stages' work
-    return "seqlen_q (" + std::to_string(p.seqlen_q) + ") must be <= " + std::to_string(kMaxQueryRows) +
+  if (p.seqlen_q > kSplitKvMaxRows)  // prefill (many query rows) is the tiled stages' work
+    return "seqlen_q (" + std::to_string(p.seqlen_q) + ") must be <= " + std::to_string(kSplitKvMaxRows) +
            " (decoding)";
   // Every query row is valid: the kernel knows per-batch KV lengths only.
   for (const int64_t rows : p.seqlens_q)
     if (rows != p.seqlen_q)
       return "seqlens_q: padded query rows are not supported (only per-batch KV lengths, seqlens_k)";
-  // The kernel reads a paged cache, but the registry's device tensors hold contiguous K/V; the paged path is
-  // checked by decoding_cuda_selftest.
-  if (p.page_size > 0)
-    return "page_size (" + std::to_string(p.page_size) +
-           "): the registry adapter passes contiguous K/V only (decoding_cuda_selftest runs the paged cache)";
+  // A page is found with a shift and a mask (decoding/CUDA.md "The paged cache").
+  if (p.page_size > 0 && (p.page_size < 8 || (p.page_size & (p.page_size - 1)) != 0))
+    return "page_size (" + std::to_string(p.page_size) + ") must be a power of two >= 8";
   // The grid is (splits, heads_kv x row tiles, batch); SplitKvParams holds lengths and windows as int; the
   // scale is folded into exp2 after the row max of the unscaled scores.
-  const int64_t row_tiles = (p.group_size() * p.seqlen_q + kMaxQueryRows - 1) / kMaxQueryRows;
+  const int64_t row_tiles = (p.group_size() * p.seqlen_q + kSplitKvMaxRows - 1) / kSplitKvMaxRows;
   for (const std::string& reason : {grid_extent_limit("batch", p.batch),
                                     grid_extent_limit("heads_kv x row tiles", p.heads_kv * row_tiles),
                                     int_lengths_and_positive_scale(p, "decoding/cuda_split_kv")})
@@ -39,25 +36,34 @@ std::string supports(const Problem& p) {
   return "";
 }
 
-Implementation entry() {
-  Implementation impl{
-      .name = "decoding/cuda_split_kv",
-      .summary = "Flash-Decoding on CUDA: KV split over blocks, partial (O_j, LSE_j), LSE combine kernel",
-      .dtypes = {DType::f16, DType::bf16},
-      .constraints =
-          "f16, bf16; seqlen_q <= 16; head_dim 64, 128; every mask, GQA, seqlens_k; contiguous K/V",
-      .supports = supports};  // rounds_p stays false: P is kept in fp32 (CUDA-core products)
-#if FLASHLAB_HAVE_CUDA
-  // Both depend on the device's split count, so they exist only where the launcher does.
-  impl.bytes_moved = [](const Problem& p) {
-    return decode_bytes_moved(p, cuda_split_kv_partial_elements(p), 2.0);  // fp16/bf16 Q, K, V and O
-  };
-  impl.device_workspace_bytes = cuda_split_kv_registry_workspace_bytes;
-#endif
-  return impl;
+// The split count is the device's (its SM count and the kernel's occupancy): the GPU's where one runs the
+// stage, the emulated device's (an H100's limits) otherwise.
+bool on_gpu() {
+  return FLASHLAB_HAVE_CUDA && cuda::unavailable_reason().empty() && !cuda::emulation_forced();
 }
 
-const Registration cuda_split_kv{gpu_implementation(entry(), FLASHLAB_CUDA_LAUNCHER(launch_cuda_split_kv))};
+Implementation entry() {
+  return {.name = "decoding/cuda_split_kv",
+          .summary = "Flash-Decoding on CUDA: KV split over blocks, partial (O_j, LSE_j), LSE combine kernel",
+          .dtypes = {DType::f16, DType::bf16},
+          .constraints =
+              "f16, bf16; seqlen_q <= 16; head_dim 64, 128; every mask, GQA, seqlens_k; contiguous "
+              "K/V or pages of a power of two >= 8 tokens",
+          .supports = supports,  // rounds_p stays false: P is kept in fp32 (CUDA-core products)
+          .bytes_moved = [](const Problem& p) {
+            const int64_t partials =
+#if FLASHLAB_HAVE_CUDA
+                on_gpu() ? gpu::cuda_split_kv_partial_elements(p) :
+#endif
+                         emulated::cuda_split_kv_partial_elements(p);
+            return decode_bytes_moved(p, partials, 2.0);  // fp16/bf16 Q, K, V and O
+          }};
+}
+
+const Registration cuda_split_kv{
+    gpu_implementation(entry(), {FLASHLAB_GPU_BUILD(launch_cuda_split_kv), &emulated::launch_cuda_split_kv,
+                                 FLASHLAB_GPU_BUILD(cuda_split_kv_registry_workspace_bytes),
+                                 &emulated::cuda_split_kv_registry_workspace_bytes})};
 
 }  // namespace
 

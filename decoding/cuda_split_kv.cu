@@ -1,5 +1,6 @@
-// decoding/cuda_split_kv: the launcher (checks, the split heuristic, the two launches). Kernels in
-// cuda_split_kv.cuh.
+// decoding/cuda_split_kv: the launcher (the split heuristic, the two launches) and the registry entry's side,
+// built for the GPU and for the emulator (common/cuda/target.hpp). Kernels in cuda_split_kv.cuh; the
+// parameters' checks in cuda_split_kv_params.cpp.
 #include "decoding/cuda_split_kv.hpp"
 
 #include <algorithm>
@@ -8,25 +9,15 @@
 #include "common/cuda/check.hpp"
 #include "common/cuda/device.hpp"
 #include "common/cuda/int_lengths.hpp"
+#include "common/cuda/launch.cuh"
 #include "common/error.hpp"
 #include "decoding/cuda_split_kv.cuh"
-#include "decoding/cuda_split_kv_stage.hpp"
 
 namespace flashlab::decoding {
 
 namespace {
 
-using kernels::kBlockN;
-using kernels::kMaxRows;
 using kernels::kThreads;
-
-// The heuristic's constants (decoding/CUDA.md "The split heuristic").
-constexpr int kMinKeysPerSplit = 256;  // 8 tiles: below this the ring never fills and the combine dominates
-constexpr int kMaxSplits = 128;
-
-int row_tiles(const SplitKvParams& p) {
-  return (p.heads_q / p.heads_kv * p.seqlen_q + kMaxRows - 1) / kMaxRows;
-}
 
 bool aligned16(const void* pointer) {
   return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
@@ -75,89 +66,27 @@ int sm_count() {
 template <typename T, int D>
 void launch(const SplitKvParams& p, int num_splits, cudaStream_t stream) {
   blocks_per_sm<T, D>();  // sets the kernel's shared-memory limit on this device
-  const int tiles = row_tiles(p);
+  const int tiles = split_kv_row_tiles(p);
   const dim3 grid(num_splits, p.heads_kv * tiles, p.batch);
-  kernels::split_kv_kernel<T, D><<<grid, kThreads, dynamic_smem<T, D>(), stream>>>(p, num_splits, tiles);
-  FLASHLAB_CUDA_CHECK_LAUNCH();
+  cuda::launch_kernel<kernels::split_kv_kernel<T, D>>(grid, dim3(kThreads), dynamic_smem<T, D>(), stream, p,
+                                                      num_splits, tiles);
   if (num_splits > 1) {
     const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
-    kernels::combine_kernel<T, D><<<static_cast<unsigned>(rows), D, 0, stream>>>(p, num_splits);
-    FLASHLAB_CUDA_CHECK_LAUNCH();
+    cuda::launch_kernel<kernels::combine_kernel<T, D>>(dim3(static_cast<unsigned>(rows)), dim3(D), 0, stream,
+                                                       p, num_splits);
   }
 }
-
-}  // namespace
-
-SplitKvParams split_kv_params(const Problem& problem) {
-  SplitKvParams params;
-  params.dtype = problem.dtype == DType::bf16 ? SplitKvDType::bf16 : SplitKvDType::f16;
-  params.batch = static_cast<int>(problem.batch);
-  params.heads_q = static_cast<int>(problem.heads_q);
-  params.heads_kv = static_cast<int>(problem.heads_kv);
-  params.seqlen_q = static_cast<int>(problem.seqlen_q);
-  params.seqlen_k = static_cast<int>(problem.seqlen_k);
-  params.head_dim = static_cast<int>(problem.head_dim);
-  set_packed_strides(params);
-  params.scale = static_cast<float>(problem.softmax_scale());
-  params.causal = problem.causal;
-  params.window_left = static_cast<int>(problem.window_left);
-  params.window_right = static_cast<int>(problem.window_right);
-  return params;
-}
-
-void set_packed_strides(SplitKvParams& p) {
-  const int64_t d = p.head_dim;
-  p.q_stride_head = p.o_stride_head = d;
-  p.q_stride_seq = p.o_stride_seq = p.heads_q * d;
-  p.q_stride_batch = p.o_stride_batch = static_cast<int64_t>(p.seqlen_q) * p.heads_q * d;
-  p.k_stride_head = p.v_stride_head = d;
-  p.k_stride_seq = p.v_stride_seq = p.heads_kv * d;
-  p.k_stride_batch = p.v_stride_batch = static_cast<int64_t>(p.seqlen_k) * p.heads_kv * d;
-  p.k_stride_page = p.v_stride_page = static_cast<int64_t>(p.page_size) * p.heads_kv * d;
-}
-
-const char* cuda_split_kv_unsupported(const SplitKvParams& p) {
-  if (p.dtype != SplitKvDType::f16 && p.dtype != SplitKvDType::bf16) return "dtype must be f16 or bf16";
-  if (p.head_dim != 64 && p.head_dim != 128) return "head_dim must be 64 or 128";
-  if (p.batch < 1 || p.batch > 65535) return "batch must be in [1, 65535]";
-  if (p.heads_q < 1 || p.heads_kv < 1) return "heads_q and heads_kv must be >= 1";
-  if (p.heads_q % p.heads_kv != 0) return "heads_q must be a multiple of heads_kv";
-  if (static_cast<int64_t>(p.heads_kv) * row_tiles(p) > 65535) return "heads_kv x row tiles must be <= 65535";
-  if (p.seqlen_q < 1 || p.seqlen_q > 16) return "seqlen_q must be in [1, 16] (decoding)";
-  if (p.seqlen_k < 0) return "seqlen_k must be >= 0";
-  if (!(p.scale > 0.0f)) return "scale must be > 0";
-  if (p.window_left < -1 || p.window_right < -1) return "window_left and window_right must be >= -1";
-  if (p.num_splits < 0 || p.num_splits > kMaxSplits) return "num_splits must be in [0, 128] (0 = heuristic)";
-  if (p.q == nullptr || p.o == nullptr || p.lse == nullptr) return "q, o and lse must be device pointers";
-  if (p.seqlen_k > 0 && (p.k == nullptr || p.v == nullptr)) return "k and v must be device pointers";
-  if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o))
-    return "q, k, v and o must be 16-byte aligned (16-byte vector loads)";
-  for (const int64_t stride :
-       {p.q_stride_batch, p.q_stride_seq, p.q_stride_head, p.k_stride_batch, p.k_stride_seq, p.k_stride_head,
-        p.v_stride_batch, p.v_stride_seq, p.v_stride_head, p.o_stride_batch, p.o_stride_seq, p.o_stride_head,
-        p.k_stride_page, p.v_stride_page})
-    if (stride % 8 != 0) return "strides must be multiples of 8 elements (16-byte vector loads)";
-  if (p.block_table != nullptr) {
-    if (p.page_size < 8 || (p.page_size & (p.page_size - 1)) != 0)
-      return "page_size must be a power of two >= 8 with a block table";
-    if (static_cast<int64_t>(p.block_table_stride) * p.page_size < p.seqlen_k)
-      return "block_table_stride x page_size must cover seqlen_k";
-  }
-  return nullptr;
-}
-
-namespace {
 
 // The split count for valid parameters (the pointers are not looked at).
 int resolve_splits(const SplitKvParams& p) {
   if (p.num_splits > 0) return p.num_splits;
   // Fill one wave: as many blocks as the SMs hold at once (2 per SM at d = 128, from the shared memory).
-  const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_kv * row_tiles(p);
+  const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_kv * split_kv_row_tiles(p);
   const int64_t wave = static_cast<int64_t>(sm_count()) * resident_blocks_per_sm(p);
   int64_t splits = (wave + blocks - 1) / blocks;
   // ... but give each split at least kMinKeysPerSplit keys of the longest sequence.
   splits = std::min<int64_t>(splits, (p.seqlen_k + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
-  return static_cast<int>(std::clamp<int64_t>(splits, 1, kMaxSplits));
+  return static_cast<int>(std::clamp<int64_t>(splits, 1, kSplitKvMaxSplits));
 }
 
 // Elements of the partials (O_j and LSE_j, float) for `splits` splits; none when unsplit.
@@ -166,7 +95,15 @@ int64_t partial_elements(const SplitKvParams& p, int splits) {
   return static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * splits * (p.head_dim + 1);
 }
 
+// The registry's workspace: the partials first (16-byte aligned, where the buffer starts), then the int
+// lengths.
+size_t aligned16_bytes(size_t bytes) {
+  return (bytes + 15) / 16 * 16;
+}
+
 }  // namespace
+
+namespace FLASHLAB_CUDA_TARGET {
 
 int cuda_split_kv_num_splits(const SplitKvParams& p) {
   if (const char* reason = cuda_split_kv_unsupported(p)) fail("cuda_split_kv: ", reason);
@@ -195,17 +132,6 @@ void cuda_split_kv_forward(const SplitKvParams& p, cudaStream_t stream) {
   }
 }
 
-// ---- The registry entry's side (cuda_split_kv_stage.hpp) ----
-
-namespace {
-
-// The workspace: the partials first (16-byte aligned, where the buffer starts), then the int lengths.
-size_t aligned16_bytes(size_t bytes) {
-  return (bytes + 15) / 16 * 16;
-}
-
-}  // namespace
-
 size_t cuda_split_kv_registry_workspace_bytes(const Problem& problem) {
   const SplitKvParams p = split_kv_params(problem);
   return aligned16_bytes(static_cast<size_t>(partial_elements(p, resolve_splits(p))) * sizeof(float)) +
@@ -213,15 +139,10 @@ size_t cuda_split_kv_registry_workspace_bytes(const Problem& problem) {
 }
 
 int64_t cuda_split_kv_partial_elements(const Problem& problem) {
-  // The split count is the device's (SM count, occupancy); where no device can say, count one split.
-  const SplitKvParams p = split_kv_params(problem);
-  return partial_elements(p, cuda::unavailable_reason().empty() ? resolve_splits(p) : 1);
+  return partial_elements(split_kv_params(problem), resolve_splits(split_kv_params(problem)));
 }
 
 void launch_cuda_split_kv(const Problem& problem, const DeviceTensors& tensors) {
-  if (problem.page_size > 0)
-    fail("decoding/cuda_split_kv: page_size (", problem.page_size,
-         "): the registry's device tensors hold contiguous K/V");
   if (!problem.seqlens_q.empty())
     for (const int64_t rows : problem.seqlens_q)
       if (rows != problem.seqlen_q)
@@ -233,6 +154,15 @@ void launch_cuda_split_kv(const Problem& problem, const DeviceTensors& tensors) 
   params.o = tensors.o;
   params.lse = tensors.lse;
   params.mask = tensors.mask;
+  if (problem.page_size > 0) {  // K and V from the paged cache (common/paged_kv.hpp)
+    if (tensors.block_table == nullptr) fail("decoding/cuda_split_kv: page_size > 0 but no paged K/V");
+    params.page_size = static_cast<int>(problem.page_size);
+    set_packed_strides(params);
+    params.k = tensors.k_pages;
+    params.v = tensors.v_pages;
+    params.block_table = tensors.block_table;
+    params.block_table_stride = static_cast<int>(tensors.block_table_stride);
+  }
   params.workspace_bytes = cuda_split_kv_workspace_bytes(params);  // validates the parameters
   auto* workspace = static_cast<unsigned char*>(tensors.workspace);
   params.workspace = params.workspace_bytes > 0 ? workspace : nullptr;
@@ -240,5 +170,7 @@ void launch_cuda_split_kv(const Problem& problem, const DeviceTensors& tensors) 
       cuda::narrow_lengths(problem, tensors, workspace + aligned16_bytes(params.workspace_bytes)).seqlens_k;
   cuda_split_kv_forward(params, nullptr);
 }
+
+}  // namespace FLASHLAB_CUDA_TARGET
 
 }  // namespace flashlab::decoding

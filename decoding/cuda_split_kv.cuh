@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/cuda/launch.cuh"
+#include "common/cuda/ptx.cuh"
 #include "common/mask.hpp"
 #include "common/softmax_state.hpp"
 #include "decoding/cuda_split_kv.hpp"
@@ -26,9 +28,9 @@ namespace flashlab::decoding::kernels {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kBlockN = 32;   // keys per K/V tile: one key per lane in S = Q K^T
-constexpr int kMaxRows = 16;  // query rows per block
-constexpr int kStages = 4;    // K/V tiles in the ring: kStages - 1 tiles in flight while one is computed
+constexpr int kBlockN = 32;                // keys per K/V tile: one key per lane in S = Q K^T
+constexpr int kMaxRows = kSplitKvMaxRows;  // query rows per block
+constexpr int kStages = 4;  // K/V tiles in the ring: kStages - 1 tiles in flight while one is computed
 // P's shared-memory row pitch: one float of padding, so the two rows a warp reads in O += P V sit in
 // different banks.
 constexpr int kPPitch = kBlockN + 1;
@@ -88,21 +90,12 @@ __device__ inline uint4 from_float8(const float (&x)[8]) {
   return {words[0], words[1], words[2], words[3]};
 }
 
-// --- cp.async (sm_80+): global -> shared without registers, several tiles in flight ---
-
-// Copies 16 bytes; when !valid nothing is read and the 16 bytes are zero-filled (src-size 0), so a key past
-// the end of the sequence holds 0 rather than stale data (0 * stale NaN would poison O += P V).
-__device__ inline void cp_async_16(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
-}
-__device__ inline void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int pending>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
-}
+// --- cp.async (sm_80+, common/cuda/ptx.cuh): global -> shared without registers, several tiles in flight. A
+// key past the end of the sequence is zero-filled (src-size 0) rather than left stale (0 * stale NaN would
+// poison O += P V).
+using ptx::cp_async_16;
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
 
 __device__ inline float warp_max(float x) {
 #pragma unroll
@@ -133,8 +126,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     split_kv_kernel(const __grid_constant__ SplitKvParams p, int num_splits, int row_tiles) {
   using G = Geometry<D>;
-  extern __shared__ __align__(16) unsigned char smem[];
-  T* k_ring = reinterpret_cast<T*>(smem);
+  T* k_ring = cuda::dynamic_shared_memory<T>();
   T* v_ring = k_ring + kStages * G::kTileElems;
   float* q_smem = reinterpret_cast<float*>(v_ring + kStages * G::kTileElems);  // [kMaxRows][D]
   float* p_smem = q_smem + kMaxRows * D;                                       // [kMaxRows][kPPitch]

@@ -9,18 +9,28 @@
 // Supported: head_dim 64 and 128; seqlen_q 1 to 16 (decode and speculative decode); causal (bottom-right) and
 // sliding window; per-batch KV lengths (0 included); an explicit [seqlen_q, seqlen_k] mask (tree masks); a
 // paged KV cache (block table, any power-of-two page size >= 8). See decoding/CUDA.md.
+//
+// Plain C++ (no CUDA header): the registration and the tests include it in every build. The launcher and what
+// depends on the device (the split count) exist in each build of cuda_split_kv.cu (common/cuda/target.hpp).
 #pragma once
-
-#include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
 
+#include "common/cuda/target.hpp"
 #include "common/problem.hpp"
+#include "common/registry.hpp"
+
+// cudaStream_t without the CUDA headers (the runtime declares it as exactly this pointer type).
+typedef struct CUstream_st* cudaStream_t;
 
 namespace flashlab::decoding {
 
 enum class SplitKvDType { f16, bf16 };
+
+constexpr int kSplitKvMaxRows = 16;     // query rows of one block: decode and speculative decode
+constexpr int kSplitKvMaxSplits = 128;  // the most KV splits the launcher takes
+constexpr int kMinKeysPerSplit = 256;   // the heuristic's floor: 8 tiles, below which the ring never fills
 
 struct SplitKvParams {
   SplitKvDType dtype = SplitKvDType::bf16;
@@ -73,21 +83,34 @@ void set_packed_strides(SplitKvParams& params);
 
 // A problem's parameters: dtype (bf16, or f16 for any other), sizes, packed contiguous strides, scale, causal
 // and window, the heuristic's split count. The pointers (tensors, lengths, mask, workspace) and the paged
-// cache are the caller's to set. Used by the registry launcher (cuda_split_kv_stage.hpp) and the self-test.
+// cache are the caller's to set.
 SplitKvParams split_kv_params(const Problem& problem);
-
-// The number of splits the launcher will use: params.num_splits when > 0, else the heuristic for the current
-// device (decoding/CUDA.md "The split heuristic").
-int cuda_split_kv_num_splits(const SplitKvParams& params);
-
-// Bytes of workspace the launcher needs for these parameters (0 when it runs unsplit).
-size_t cuda_split_kv_workspace_bytes(const SplitKvParams& params);
 
 // Why the launcher cannot run these parameters (naming the field), or null when it can.
 const char* cuda_split_kv_unsupported(const SplitKvParams& params);
 
-// Launches the split kernel and, when split, the combine kernel on `stream`. Throws flashlab::Error naming
-// the field for unsupported or invalid parameters, and on any CUDA failure.
-void cuda_split_kv_forward(const SplitKvParams& params, cudaStream_t stream);
+// Row tiles of kSplitKvMaxRows per kv head: a GQA group's heads times the query positions.
+inline int split_kv_row_tiles(const SplitKvParams& p) {
+  return (p.heads_q / p.heads_kv * p.seqlen_q + kSplitKvMaxRows - 1) / kSplitKvMaxRows;
+}
+
+// Each build of the kernels (common/cuda/target.hpp: the GPU's and the emulator's) has:
+FLASHLAB_FOR_EACH_TARGET(
+    // The number of splits the launcher will use: params.num_splits when > 0, else the heuristic for the
+    // build's device (decoding/CUDA.md "The split heuristic").
+    int cuda_split_kv_num_splits(const SplitKvParams& params);
+    // Bytes of workspace the launcher needs for these parameters (0 when it runs unsplit).
+    size_t cuda_split_kv_workspace_bytes(const SplitKvParams& params);
+    // Launches the split kernel and, when split, the combine kernel on `stream`. Throws flashlab::Error
+    // naming the field for unsupported or invalid parameters, and on any CUDA failure.
+    void cuda_split_kv_forward(const SplitKvParams& params, cudaStream_t stream);
+
+    // The registry entry's side (cuda_split_kv.cpp): the scratch its launcher needs (the partials O_j, LSE_j
+    // at the split count the heuristic picks on the build's device, then the int copies of the per-batch
+    // lengths); the partials' element count (0 when unsplit); and the launcher on the registry's device
+    // tensors, contiguous or paged K/V, enqueued on the default stream.
+    size_t cuda_split_kv_registry_workspace_bytes(const Problem& problem);
+    int64_t cuda_split_kv_partial_elements(const Problem& problem);
+    void launch_cuda_split_kv(const Problem& problem, const DeviceTensors& tensors);)
 
 }  // namespace flashlab::decoding

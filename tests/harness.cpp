@@ -10,9 +10,12 @@ namespace flashlab::testing {
 
 std::vector<const Implementation*> selected_implementations() {
   const char* filter = std::getenv("FLASHLAB_IMPL");
+  const char* device = std::getenv("FLASHLAB_DEVICE");
   std::vector<const Implementation*> selected;
   for (const Implementation& impl : implementations())
-    if (filter == nullptr || std::regex_search(impl.name, std::regex(filter))) selected.push_back(&impl);
+    if ((filter == nullptr || std::regex_search(impl.name, std::regex(filter))) &&
+        (device == nullptr || to_string(impl.device) == device))
+      selected.push_back(&impl);
   return selected;
 }
 

@@ -12,8 +12,8 @@
 
 namespace flashlab::testing {
 
-// The implementations selected by the FLASHLAB_IMPL environment variable (a regular expression searched in
-// the name; unset = all of them).
+// The implementations selected by the environment: FLASHLAB_IMPL, a regular expression searched in the name,
+// and FLASHLAB_DEVICE, "cpu" or "cuda" (unset = all of them).
 std::vector<const Implementation*> selected_implementations();
 
 // A case's inputs (rounded to `dtype`), its fp64 reference and its baseline tolerances, computed once.

@@ -14,36 +14,60 @@
 #include "common/number_format.hpp"
 #include "common/registry.hpp"
 
+#include "common/cuda/storage.hpp"
+#include "common/inputs.hpp"
+
 #if FLASHLAB_HAVE_CUDA
-#include "common/cuda/device_problem.hpp"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #endif
 
 namespace flashlab::testing {
 
-TEST_CASE("GPU implementations are listed, and say why when they cannot run here") {
+TEST_CASE("GPU implementations are listed, and run on a GPU or say why they run in the emulator") {
   const std::string here = cuda::unavailable_reason();
 #if FLASHLAB_HAVE_CUDA
   CHECK((here.empty() || here.rfind("no CUDA device: ", 0) == 0));
 #else
   CHECK(here == "built without CUDA");
 #endif
-  if (!here.empty()) MESSAGE("GPU cases are skipped on this machine: ", here);
+  if (!here.empty()) MESSAGE("GPU stages run in the emulator on this machine: ", here);
   for (const Implementation& impl : implementations()) {
     if (impl.device != Device::cuda) continue;
     INFO(impl.name);
     REQUIRE(impl.availability);
-    if (!here.empty()) CHECK(impl.availability() == here);  // the machine's reason comes first, everywhere
-    CHECK(impl.forward);                                    // the adapter exists in every build
+    REQUIRE(impl.emulation);
+    CHECK(impl.forward);  // the adapter exists in every build
 #if FLASHLAB_HAVE_CUDA
-    CHECK(impl.forward_device);  // the launcher on device pointers, for benchmarks
+    CHECK(impl.forward_device);  // the GPU build's launcher on device pointers, for benchmarks
 #else
     CHECK(!impl.forward_device);
 #endif
+    const std::string emulated = impl.emulation();
+    if (impl.availability().empty()) {
+      // Runnable: on this machine's GPU, or else in the emulator, with the machine's reason first.
+      if (!here.empty() && !cuda::emulation_forced()) CHECK(emulated == here);
+    } else {
+      CHECK(emulated.empty());  // a stage the emulator cannot run says why the GPU cannot either
+    }
   }
   CHECK(cuda::device_properties().has_value() == here.empty());
 }
 
-#if FLASHLAB_HAVE_CUDA
+TEST_CASE("--emulate sends every emulated GPU stage to the emulator, and back") {
+  const bool before = cuda::emulation_forced();
+  for (bool forced : {true, false}) {
+    cuda::force_emulation(forced);
+    for (const Implementation& impl : implementations()) {
+      if (impl.device != Device::cuda || !impl.availability().empty()) continue;
+      INFO(impl.name, " forced ", forced);
+      if (forced) CHECK(impl.emulation().find("--emulate") != std::string::npos);
+      if (!forced) CHECK(impl.emulation() == cuda::unavailable_reason());
+    }
+  }
+  cuda::force_emulation(before);
+}
+
 TEST_CASE("the adapter's storage formats round like common/number_format.hpp") {
   const std::vector<float> values{0.0f,     -0.0f,     1.0f,       1.0f + 1.0f / 2048,  // fp16 tie: to even
                                   3.14159f, -2.71828f, 65504.0f,   65520.0f,  // fp16 largest, overflow
@@ -68,6 +92,54 @@ TEST_CASE("the adapter's storage formats round like common/number_format.hpp") {
     CHECK(std::isnan(back));
   }
   CHECK(cuda::storage_dtype(DType::e4m3) == DType::bf16);  // FP8 stages quantize from bf16 themselves
+}
+
+#if FLASHLAB_HAVE_CUDA
+// The 16-bit bit patterns the GPU stages store and the emulator's __half and __nv_bfloat16 compute with
+// (common/number_format.hpp) against NVIDIA's own host conversions: every bf16 and fp16 pattern decodes to
+// the same float, and floats around every rounding boundary encode to the same pattern.
+TEST_CASE("encode and decode of f16 and bf16 match NVIDIA's cuda_fp16.h and cuda_bf16.h") {
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const auto pattern = static_cast<uint16_t>(bits);
+    __half_raw raw_h;
+    raw_h.x = pattern;
+    __nv_bfloat16_raw raw_b;
+    raw_b.x = pattern;
+    const __half h(raw_h);
+    const __nv_bfloat16 b(raw_b);
+    const float theirs_h = __half2float(h), theirs_b = __bfloat162float(b);
+    const float ours_h = decode_fp16(pattern), ours_b = decode_bf16(pattern);
+    INFO("pattern ", bits);
+    if (std::isnan(theirs_h))
+      CHECK(std::isnan(ours_h));
+    else
+      CHECK(std::memcmp(&theirs_h, &ours_h, 4) == 0);
+    if (std::isnan(theirs_b))
+      CHECK(std::isnan(ours_b));
+    else
+      CHECK(std::memcmp(&theirs_b, &ours_b, 4) == 0);
+  }
+  // Floats near the midpoints between neighbouring 16-bit values, at every exponent, and random ones.
+  std::vector<float> values{0.0f,  -0.0f, INFINITY, -INFINITY, 65504.0f, 65519.99f, 65520.0f,
+                            1e-8f, 3e-8f, 5.96e-8f, 2.98e-8f,  3.4e38f,  -1e-40f};
+  for (uint32_t bits = 0; bits < 0x10000; bits += 7) {
+    const float low = decode_fp16(static_cast<uint16_t>(bits)),
+                high = decode_bf16(static_cast<uint16_t>(bits));
+    for (float x : {low, high})
+      if (std::isfinite(x))
+        for (float nudge : {1.0f, 1.0f + 0x1p-12f, 1.0f - 0x1p-12f, 1.0f + 0x1p-9f, 1.0f - 0x1p-9f})
+          values.push_back(x * nudge);
+  }
+  Random random(17);
+  for (int n = 0; n < 100000; ++n) values.push_back(static_cast<float>((random.uniform() - 0.5) * 1e5));
+  for (float x : values) {
+    INFO("value ", x);
+    CHECK(encode_fp16(x) == static_cast<__half_raw>(__float2half_rn(x)).x);
+    CHECK(encode_bf16(x) == static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(x)).x);
+  }
+  const float nan = NAN;  // NaN: any NaN pattern will do, as long as it stays NaN
+  CHECK(std::isnan(decode_fp16(encode_fp16(nan))));
+  CHECK(std::isnan(decode_bf16(encode_bf16(nan))));
 }
 #endif
 

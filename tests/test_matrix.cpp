@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "common/error.hpp"
 #include "tests/harness.hpp"
 
 namespace flashlab::testing {
@@ -31,7 +32,17 @@ TEST_CASE("every implementation matches the fp64 reference on the case matrix") 
         }
         auto& slot = prepared[dtype];
         if (!slot) slot = prepare(test_case, dtype);
-        const AttentionOutputs out = run_forward(*impl, slot->problem, slot->inputs);
+        AttentionOutputs out;
+        try {
+          out = run_forward(*impl, slot->problem, slot->inputs);
+        } catch (const Error& error) {  // e.g. what the emulator found wrong inside a kernel: a failed case
+          INFO(impl->name, " [", to_string(dtype), "] on '", test_case.name, "' (", slot->problem.describe(),
+               "): ", error.what());
+          CHECK_MESSAGE(false, "the run failed");
+          ++tally[impl->name].failed;
+          report_case(false, impl->name, dtype, "", test_case, slot->problem, error.what());
+          continue;
+        }
         const Verdict verdict = judge(slot->problem, out, slot->reference, slot->tolerance(impl->rounds_p));
         INFO(impl->name, " [", to_string(dtype), "] on '", test_case.name, "' (", slot->problem.describe(),
              "): ", verdict.explain());

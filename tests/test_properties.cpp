@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <tuple>
 
 #include "common/error.hpp"
 #include "tests/harness.hpp"
@@ -28,25 +29,33 @@ PreparedCase grid_case(Problem problem, DType dtype, uint64_t seed) {
   return prepared;
 }
 
-// The first dtype the implementation offers when it can run `problem` here, else nothing.
-std::optional<DType> runnable_dtype(const Implementation& impl, Problem problem) {
-  for (DType dtype : impl.dtypes) {
-    problem.dtype = dtype;
-    if (why_cannot_run(impl, problem).empty()) return dtype;
-  }
-  return std::nullopt;
-}
-
-Problem property_problem(bool causal) {
+Problem property_problem(bool causal, int64_t head_dim = 32, int64_t seqlen_q = 45) {
   Problem p;
   p.batch = 2;
   p.heads_q = 4;
   p.heads_kv = 2;
-  p.seqlen_q = 45;
+  p.seqlen_q = seqlen_q;
   p.seqlen_k = 77;
-  p.head_dim = 32;
+  p.head_dim = head_dim;
   p.causal = causal;
   return p;
+}
+
+// `base` (the property problem by default) as `impl` can run it here, with the first dtype it offers for it:
+// head_dim 32, else 64 (the GPU stages' smallest tile), else 12 query rows (the decoding stages). Nothing
+// when it can run none of them.
+std::optional<Problem> runnable_problem(const Implementation& impl, bool causal,
+                                        std::optional<Problem> base = std::nullopt) {
+  for (const auto& [head_dim, seqlen_q] : {std::pair<int64_t, int64_t>{32, 45}, {64, 45}, {64, 12}}) {
+    Problem p = base.value_or(property_problem(causal));
+    p.head_dim = head_dim;
+    p.seqlen_q = seqlen_q;
+    for (DType dtype : impl.dtypes) {
+      p.dtype = dtype;
+      if (why_cannot_run(impl, p).empty()) return p;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -55,10 +64,10 @@ TEST_CASE("adding a constant to every score of a row leaves O unchanged and shif
   // Adding one vector u to every key adds c_i = scale * (q_i . u) to every score of row i: softmax does not
   // change, and log-sum-exp grows by c_i.
   for (const Implementation* impl : selected_implementations()) {
-    const Problem p = property_problem(true);
-    const auto dtype = runnable_dtype(*impl, p);
-    if (!dtype) continue;
-    PreparedCase original = grid_case(p, *dtype, 21);
+    const std::optional<Problem> runnable = runnable_problem(*impl, true);
+    if (!runnable) continue;
+    const Problem& p = *runnable;
+    PreparedCase original = grid_case(p, p.dtype, 21);
     const Tolerance tol = original.tolerance(impl->rounds_p);
     AttentionInputs shifted = original.inputs;
     Random random(5);
@@ -85,10 +94,10 @@ TEST_CASE("adding a constant to every score of a row leaves O unchanged and shif
 
 TEST_CASE("permuting keys and values together leaves the output unchanged") {
   for (const Implementation* impl : selected_implementations()) {
-    const Problem p = property_problem(false);  // no positional mask: key order must not matter
-    const auto dtype = runnable_dtype(*impl, p);
-    if (!dtype) continue;
-    PreparedCase original = grid_case(p, *dtype, 22);
+    const std::optional<Problem> runnable = runnable_problem(*impl, false);  // no positional mask
+    if (!runnable) continue;
+    const Problem& p = *runnable;
+    PreparedCase original = grid_case(p, p.dtype, 22);
     const Tolerance tol = original.tolerance(impl->rounds_p);
     std::vector<int64_t> order(static_cast<size_t>(p.seqlen_k));
     std::iota(order.begin(), order.end(), 0);
@@ -112,20 +121,25 @@ TEST_CASE("permuting keys and values together leaves the output unchanged") {
 
 TEST_CASE("every stage agrees with every other on the same inputs") {
   // Two implementations at the same dtype may each be off by their tolerance, so together by the sum.
+  // Implementations that run the same variant of the problem (head dim, rows) at the same dtype are compared.
   for (bool causal : {false, true}) {
-    Problem p = property_problem(causal);
-    p.seqlens_k = {77, 30};
-    std::map<DType, std::vector<std::pair<const Implementation*, AttentionOutputs>>> by_dtype;
-    std::map<DType, PreparedCase> prepared;
+    Problem base = property_problem(causal);
+    base.seqlens_k = {77, 30};
+    using Variant = std::tuple<int64_t, int64_t, DType>;  // head_dim, seqlen_q, dtype
+    std::map<Variant, std::vector<std::pair<const Implementation*, AttentionOutputs>>> by_variant;
+    std::map<Variant, PreparedCase> prepared;
     for (const Implementation* impl : selected_implementations()) {
-      const auto dtype = runnable_dtype(*impl, p);
-      if (!dtype) continue;
-      if (!prepared.count(*dtype)) prepared.emplace(*dtype, grid_case(p, *dtype, 23));
-      PreparedCase& c = prepared.at(*dtype);
-      by_dtype[*dtype].emplace_back(impl, run_forward(*impl, c.problem, c.inputs));
+      const std::optional<Problem> runnable = runnable_problem(*impl, causal, base);
+      if (!runnable) continue;
+      const Problem& p = *runnable;
+      const Variant variant{p.head_dim, p.seqlen_q, p.dtype};
+      if (!prepared.count(variant)) prepared.emplace(variant, grid_case(p, p.dtype, 23));
+      PreparedCase& c = prepared.at(variant);
+      by_variant[variant].emplace_back(impl, run_forward(*impl, c.problem, c.inputs));
     }
-    for (auto& [dtype, runs] : by_dtype) {
-      PreparedCase& c = prepared.at(dtype);
+    for (auto& [variant, runs] : by_variant) {
+      const DType dtype = std::get<2>(variant);
+      PreparedCase& c = prepared.at(variant);
       for (size_t a = 0; a < runs.size(); ++a)
         for (size_t b = a + 1; b < runs.size(); ++b) {
           // Compare b against a's output as if it were the reference.
@@ -145,10 +159,11 @@ TEST_CASE("every stage agrees with every other on the same inputs") {
 
 TEST_CASE("NaN and Inf inputs never crash and propagate to the affected rows like the reference") {
   for (const Implementation* impl : selected_implementations()) {
-    const Problem p = property_problem(true);  // causal: a poisoned key reaches only the rows that see it
-    const auto dtype = runnable_dtype(*impl, p);
-    if (!dtype) continue;
-    PreparedCase c = grid_case(p, *dtype, 25);
+    // Causal: a poisoned key reaches only the rows that see it.
+    const std::optional<Problem> runnable = runnable_problem(*impl, true);
+    if (!runnable) continue;
+    const Problem& p = *runnable;
+    PreparedCase c = grid_case(p, p.dtype, 25);
     const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
     c.inputs.q.data[(0 * p.seqlen_q + 3) * p.heads_q * p.head_dim + 5] =
         nan;  // query row 3 of batch 0, head 0

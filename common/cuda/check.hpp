@@ -6,9 +6,11 @@
 
 #include <string>
 
+#include "common/cuda/target.hpp"
 #include "common/error.hpp"
 
 namespace flashlab::cuda {
+namespace FLASHLAB_CUDA_TARGET {
 
 inline void check(cudaError_t status, const char* call, const char* file, int line) {
   if (status != cudaSuccess)
@@ -16,6 +18,8 @@ inline void check(cudaError_t status, const char* call, const char* file, int li
          cudaGetErrorString(status));
 }
 
+}  // namespace FLASHLAB_CUDA_TARGET
+using namespace FLASHLAB_CUDA_TARGET;
 }  // namespace flashlab::cuda
 
 // FLASHLAB_CUDA_CHECK(cudaMemcpy(...));

@@ -1,5 +1,9 @@
 #include "common/cuda/device.hpp"
 
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
 #if FLASHLAB_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -7,6 +11,24 @@
 #endif
 
 namespace flashlab::cuda {
+
+namespace {
+std::atomic<bool>& forced_emulation() {
+  static std::atomic<bool> forced{[] {
+    const char* value = std::getenv("FLASHLAB_EMULATE");
+    return value != nullptr && std::string_view(value) == "1";
+  }()};
+  return forced;
+}
+}  // namespace
+
+bool emulation_forced() {
+  return forced_emulation().load();
+}
+
+void force_emulation(bool forced) {
+  forced_emulation().store(forced);
+}
 
 const std::string& unavailable_reason() {
   static const std::string reason = [] {

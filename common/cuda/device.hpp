@@ -28,6 +28,11 @@ struct DeviceProperties {
 // The current device's properties (queried once); nullopt when unavailable_reason() is not empty.
 std::optional<DeviceProperties> device_properties();
 
+// Whether GPU stages run in the CPU emulator even where a GPU could run them: false unless the environment
+// variable FLASHLAB_EMULATE is set to 1, or force_emulation(true) was called (the tool's --emulate).
+bool emulation_forced();
+void force_emulation(bool forced);
+
 // "" when the device has exactly compute capability major.minor (what code compiled for an arch-specific
 // target such as sm_90a needs, `target` in the message); otherwise unavailable_reason(), or which capability
 // this device has.

@@ -7,8 +7,10 @@
 #include <utility>
 
 #include "common/cuda/check.hpp"
+#include "common/cuda/target.hpp"
 
 namespace flashlab::cuda {
+namespace FLASHLAB_CUDA_TARGET {
 
 template <typename T>
 class DeviceBuffer {
@@ -46,4 +48,6 @@ class DeviceBuffer {
   size_t count_ = 0;
 };
 
+}  // namespace FLASHLAB_CUDA_TARGET
+using namespace FLASHLAB_CUDA_TARGET;
 }  // namespace flashlab::cuda

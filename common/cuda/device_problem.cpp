@@ -1,78 +1,19 @@
 #include "common/cuda/device_problem.hpp"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include <algorithm>
+#include <functional>
 
-#include <cstring>
-
+#include "common/cuda/gpu_stage.hpp"
 #include "common/error.hpp"
+#include "common/paged_kv.hpp"
 
-namespace flashlab::cuda {
-
-DType storage_dtype(DType dtype) {
-  return dtype == DType::e4m3 ? DType::bf16 : dtype;
-}
-
-size_t storage_bytes(DType dtype) {
-  return storage_dtype(dtype) == DType::f32 ? sizeof(float) : sizeof(uint16_t);
-}
-
-std::vector<std::byte> to_storage(DType dtype, const float* values, size_t count) {
-  std::vector<std::byte> stored(count * storage_bytes(dtype));
-  switch (storage_dtype(dtype)) {
-    case DType::f16: {
-      auto* out = reinterpret_cast<__half*>(stored.data());
-      for (size_t n = 0; n < count; ++n) out[n] = __float2half_rn(values[n]);
-      break;
-    }
-    case DType::bf16: {
-      auto* out = reinterpret_cast<__nv_bfloat16*>(stored.data());
-      for (size_t n = 0; n < count; ++n) out[n] = __float2bfloat16_rn(values[n]);
-      break;
-    }
-    default:
-      if (count > 0) std::memcpy(stored.data(), values, count * sizeof(float));
-  }
-  return stored;
-}
-
-void from_storage(DType dtype, const std::byte* stored, size_t count, float* values) {
-  switch (storage_dtype(dtype)) {
-    case DType::f16: {
-      const auto* in = reinterpret_cast<const __half*>(stored);
-      for (size_t n = 0; n < count; ++n) values[n] = __half2float(in[n]);
-      break;
-    }
-    case DType::bf16: {
-      const auto* in = reinterpret_cast<const __nv_bfloat16*>(stored);
-      for (size_t n = 0; n < count; ++n) values[n] = __bfloat162float(in[n]);
-      break;
-    }
-    default:
-      if (count > 0) std::memcpy(values, stored, count * sizeof(float));
-  }
-}
-
-std::vector<uint16_t> to_16bit(const std::vector<float>& values, DType dtype) {
-  if (storage_bytes(dtype) != 2) fail("to_16bit: dtype ", to_string(dtype), " is not stored in 16 bits");
-  const std::vector<std::byte> stored = to_storage(dtype, values.data(), values.size());
-  std::vector<uint16_t> bits(values.size());
-  if (!bits.empty()) std::memcpy(bits.data(), stored.data(), stored.size());
-  return bits;
-}
-
-std::vector<float> from_16bit(const std::vector<uint16_t>& bits, DType dtype) {
-  if (storage_bytes(dtype) != 2) fail("from_16bit: dtype ", to_string(dtype), " is not stored in 16 bits");
-  std::vector<float> values(bits.size());
-  from_storage(dtype, reinterpret_cast<const std::byte*>(bits.data()), bits.size(), values.data());
-  return values;
-}
+namespace flashlab::cuda::FLASHLAB_CUDA_TARGET {
 
 namespace {
 
 // Uploads host floats in the storage format of `dtype`.
-DeviceBuffer<std::byte> upload(DType dtype, const HostTensor& tensor) {
-  const std::vector<std::byte> stored = to_storage(dtype, tensor.ptr(), tensor.data.size());
+DeviceBuffer<std::byte> upload(DType dtype, const float* values, size_t count) {
+  const std::vector<std::byte> stored = to_storage(dtype, values, count);
   DeviceBuffer<std::byte> buffer(stored.size());
   if (!stored.empty()) buffer.copy_from_host(stored.data());
   return buffer;
@@ -85,13 +26,22 @@ DeviceBuffer<T> upload(const std::vector<T>& values) {
   return buffer;
 }
 
+// The block table as a dense int32 [batch, stride] matrix, -1 where a sequence has fewer pages.
+std::vector<int32_t> dense_block_table(const PagedKV& paged, int64_t stride) {
+  std::vector<int32_t> table(paged.block_table.size() * static_cast<size_t>(stride), -1);
+  for (size_t b = 0; b < paged.block_table.size(); ++b)
+    for (size_t n = 0; n < paged.block_table[b].size(); ++n)
+      table[b * static_cast<size_t>(stride) + n] = static_cast<int32_t>(paged.block_table[b][n]);
+  return table;
+}
+
 }  // namespace
 
 DeviceProblem::DeviceProblem(const Problem& problem, const AttentionInputs& inputs, size_t workspace_bytes)
     : dtype_(problem.dtype),
-      q_(upload(problem.dtype, inputs.q)),
-      k_(upload(problem.dtype, inputs.k)),
-      v_(upload(problem.dtype, inputs.v)),
+      q_(upload(problem.dtype, inputs.q.ptr(), inputs.q.data.size())),
+      k_(upload(problem.dtype, inputs.k.ptr(), inputs.k.data.size())),
+      v_(upload(problem.dtype, inputs.v.ptr(), inputs.v.data.size())),
       o_(static_cast<size_t>(problem.q_elements()) * storage_bytes(problem.dtype)),
       workspace_(workspace_bytes),
       lse_(static_cast<size_t>(problem.lse_elements())),
@@ -110,6 +60,19 @@ DeviceProblem::DeviceProblem(const Problem& problem, const AttentionInputs& inpu
   tensors_.seqlens_q = problem.seqlens_q.empty() ? nullptr : seqlens_q_.get();
   tensors_.seqlens_k = problem.seqlens_k.empty() ? nullptr : seqlens_k_.get();
   tensors_.workspace = workspace_.get();
+  if (inputs.paged) {
+    const PagedKV& paged = *inputs.paged;
+    k_pages_ = upload(problem.dtype, paged.k_pages.data(), paged.k_pages.size());
+    v_pages_ = upload(problem.dtype, paged.v_pages.data(), paged.v_pages.size());
+    // Every row covers seqlen_k, as kernels that read a whole row's pages expect (unused slots hold -1).
+    int64_t stride = std::max<int64_t>(1, (problem.seqlen_k + paged.page_size - 1) / paged.page_size);
+    for (const auto& pages : paged.block_table) stride = std::max(stride, static_cast<int64_t>(pages.size()));
+    block_table_ = upload(dense_block_table(paged, stride));
+    tensors_.k_pages = k_pages_.get();
+    tensors_.v_pages = v_pages_.get();
+    tensors_.block_table = block_table_.get();
+    tensors_.block_table_stride = stride;
+  }
 }
 
 void DeviceProblem::download(AttentionOutputs& outputs) const {
@@ -122,4 +85,12 @@ void DeviceProblem::download(AttentionOutputs& outputs) const {
   if (lse_.size() > 0) lse_.copy_to_host(outputs.lse.ptr());
 }
 
-}  // namespace flashlab::cuda
+void run_on_device(const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs,
+                   size_t workspace_bytes, const std::function<void(const DeviceTensors&)>& launch) {
+  const DeviceProblem device(problem, inputs, workspace_bytes);
+  launch(device.tensors());
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());  // a fault inside the kernel surfaces here, checked
+  device.download(outputs);
+}
+
+}  // namespace flashlab::cuda::FLASHLAB_CUDA_TARGET

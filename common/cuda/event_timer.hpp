@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "common/cuda/check.hpp"
+#include "common/cuda/target.hpp"
 
 namespace flashlab::cuda {
+namespace FLASHLAB_CUDA_TARGET {
 
 // An owning cudaEvent_t (RAII).
 class Event {
@@ -51,4 +53,6 @@ double median_event_ms(int warmups, int repeats, Work&& work) {
   return ms[ms.size() / 2];
 }
 
+}  // namespace FLASHLAB_CUDA_TARGET
+using namespace FLASHLAB_CUDA_TARGET;
 }  // namespace flashlab::cuda

@@ -7,24 +7,7 @@
 #include "common/cuda/device.hpp"
 #include "common/error.hpp"
 
-#if FLASHLAB_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "common/cuda/check.hpp"
-#include "common/cuda/device_problem.hpp"
-#endif
-
 namespace flashlab {
-
-#if FLASHLAB_HAVE_CUDA
-void run_on_device(const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs,
-                   size_t workspace_bytes, const std::function<void(const DeviceTensors&)>& launch) {
-  const cuda::DeviceProblem device(problem, inputs, workspace_bytes);
-  launch(device.tensors());
-  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());  // a fault inside the kernel surfaces here, checked
-  device.download(outputs);
-}
-#endif
 
 std::string grid_extent_limit(const char* field, int64_t value) {
   if (value <= 65535) return "";
@@ -42,29 +25,43 @@ std::string int_lengths_and_positive_scale(const Problem& p, const std::string& 
   return "";
 }
 
-Implementation gpu_implementation(Implementation impl, DeviceLauncher launcher) {
+Implementation gpu_implementation(Implementation impl, DeviceBuilds builds) {
   impl.device = Device::cuda;
-  if (launcher == nullptr) {
-    impl.availability = [] { return std::string("built without CUDA"); };
-    impl.forward = [name = impl.name](const Problem&, const AttentionInputs&, AttentionOutputs&) {
-      fail(name, " cannot run: built without CUDA");
-    };
-    return impl;
-  }
-  // The machine's reason first; then the stage's own, if it has one (e.g. an architecture it needs).
-  impl.availability = [own = std::move(impl.availability)]() -> std::string {
+  // Why the GPU build cannot run here: the machine's reason first, then the stage's own (an architecture).
+  auto gpu_reason = [gpu = builds.gpu, own = std::move(impl.availability)]() -> std::string {
+    if (gpu == nullptr) return "built without CUDA";
     const std::string& reason = cuda::unavailable_reason();
     if (!reason.empty() || !own) return reason;
     return own();
   };
-  impl.forward_device = launcher;
+  if (builds.emulated == nullptr) {
+    // A stage the emulator cannot run yet: the GPU or nothing.
+    impl.availability = gpu_reason;
+    impl.emulation = [] { return std::string(); };
+  } else {
+    impl.emulation = [gpu_reason]() -> std::string {
+      if (cuda::emulation_forced()) return "emulation requested (--emulate or FLASHLAB_EMULATE=1)";
+      return gpu_reason();
+    };
+    impl.availability = [] { return std::string(); };  // the emulator's build runs anywhere
+  }
+  impl.forward_device = builds.gpu;
+  impl.device_workspace_bytes = builds.gpu_workspace;
+  impl.forward = [builds, emulation = impl.emulation](const Problem& problem, const AttentionInputs& inputs,
+                                                      AttentionOutputs& outputs) {
+    const bool emulated = !emulation().empty();
+    const DeviceLauncher launcher = emulated ? builds.emulated : builds.gpu;
+    const DeviceWorkspace workspace = emulated ? builds.emulated_workspace : builds.gpu_workspace;
+    const size_t bytes = workspace ? workspace(problem) : 0;
+    const auto launch = [&problem, launcher](const DeviceTensors& tensors) { launcher(problem, tensors); };
+    if (emulated) {
+      cuda::emulated::run_on_device(problem, inputs, outputs, bytes, launch);
+      return;
+    }
 #if FLASHLAB_HAVE_CUDA
-  impl.forward = [launcher, workspace = impl.device_workspace_bytes](
-                     const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs) {
-    run_on_device(problem, inputs, outputs, workspace ? workspace(problem) : 0,
-                  [&problem, launcher](const DeviceTensors& tensors) { launcher(problem, tensors); });
-  };
+    cuda::gpu::run_on_device(problem, inputs, outputs, bytes, launch);
 #endif
+  };
   return impl;
 }
 

@@ -1,33 +1,47 @@
-// The pattern every GPU stage follows, in ordinary C++ so that it compiles with or without CUDA:
+// The pattern every GPU stage follows, in ordinary C++ so that it compiles in every build:
 //
-//   cuda_vN/variant.cu    (compiled only when FLASHLAB_HAVE_CUDA) the kernel and its launcher on device
-//   pointers:
+//   cuda_vN/variant.cu    the kernel and its launcher on device pointers, compiled twice
+//   (common/cuda/target.hpp):
+//                         by nvcc for the GPU (CUDA builds only) and by the host compiler for the emulator:
+//                           namespace flashlab::cuda_vN::FLASHLAB_CUDA_TARGET {
 //                           void launch_variant(const Problem&, const DeviceTensors&);
-//   cuda_vN/variant.cpp   (always compiled) the registration:
+//                           }
+//   cuda_vN/variant.hpp   declares it for both: FLASHLAB_FOR_EACH_TARGET(void launch_variant(...);)
+//   cuda_vN/variant.cpp   (compiled once) the registration:
 //                           static const Registration variant{gpu_implementation(
 //                               {.name = "cuda_vN/variant", .summary = ..., .supports = ...},
-//                               FLASHLAB_CUDA_LAUNCHER(launch_variant))};
+//                               FLASHLAB_DEVICE_BUILDS(launch_variant, workspace_bytes))};
 //
-// gpu_implementation() completes the entry: device cuda; `availability` says "built without CUDA" or
-// "no CUDA device: ..." when it cannot run here (so the implementation is still listed, and its tests are
-// skipped with that reason), and otherwise what the stage's own `availability` says, if it set one (e.g. a
-// compute capability it needs); `forward_device` is the launcher (benchmarks time it on device pointers); and
-// `forward` is the registry adapter: it copies the host float32 inputs to the device in the problem's storage
-// format, runs the launcher, and copies O and LSE back, so the harness and the tool treat a GPU
-// implementation like a CPU one.
+// gpu_implementation() completes the entry: device cuda; `forward` is the registry adapter, which copies the
+// host float32 inputs to device memory in the problem's storage format, runs the launcher and copies O and
+// LSE back, so the harness and the tool treat a GPU implementation like a CPU one. It runs the GPU build
+// where a CUDA device can run it (the stage's own `availability`, e.g. a compute capability, says whether
+// this one can), and the emulator's build otherwise or when emulation is requested (`emulation` says why);
+// `forward_device` is the GPU build's launcher (benchmarks time it on device pointers).
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <string>
 
+#include "common/cuda/target.hpp"
 #include "common/registry.hpp"
 
 namespace flashlab {
 
 using DeviceLauncher = void (*)(const Problem&, const DeviceTensors&);
+using DeviceWorkspace = size_t (*)(const Problem&);
 
-// `launcher` is nullptr in a build without CUDA (FLASHLAB_CUDA_LAUNCHER does that).
-Implementation gpu_implementation(Implementation implementation, DeviceLauncher launcher);
+// A GPU stage's launcher in each build of its source, and the scratch each needs for a problem (nullptr:
+// none). The GPU build's is nullptr in a build without CUDA.
+struct DeviceBuilds {
+  DeviceLauncher gpu = nullptr;
+  DeviceLauncher emulated = nullptr;
+  DeviceWorkspace gpu_workspace = nullptr;
+  DeviceWorkspace emulated_workspace = nullptr;
+};
+
+Implementation gpu_implementation(Implementation implementation, DeviceBuilds builds);
 
 // Limits that the GPU stages' supports() share, each as a reason naming the field ("" when the problem fits):
 // - `field` (value) used as a grid's y or z extent, which CUDA limits to 65535;
@@ -37,20 +51,30 @@ std::string grid_extent_limit(const char* field, int64_t value);
 //   keeps the max in place only for a positive scale (`name` is the implementation, for the message).
 std::string int_lengths_and_positive_scale(const Problem& problem, const std::string& name);
 
-#if FLASHLAB_HAVE_CUDA
+namespace cuda {
 // What the registry adapter does around a launcher, for callers that launch something else (a stage's
 // kernel with non-default knobs): uploads `inputs` in the problem's storage format with `workspace_bytes` of
 // scratch, runs `launch` on the device tensors, synchronizes (a fault in a kernel surfaces here, checked) and
-// downloads O and LSE into `outputs`.
-void run_on_device(const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs,
-                   size_t workspace_bytes, const std::function<void(const DeviceTensors&)>& launch);
-#endif
+// downloads O and LSE into `outputs` (common/cuda/device_problem.cpp).
+FLASHLAB_FOR_EACH_TARGET(void run_on_device(const Problem& problem, const AttentionInputs& inputs,
+                                            AttentionOutputs& outputs, size_t workspace_bytes,
+                                            const std::function<void(const DeviceTensors&)>& launch);)
+using namespace FLASHLAB_CUDA_TARGET;
+}  // namespace cuda
 
 }  // namespace flashlab
 
-// The launcher where the build has CUDA, nullptr where it does not (the launcher is then not even declared).
+// The GPU build of a stage's function where the build has CUDA, nullptr where it does not (the function is
+// then not even defined).
 #if FLASHLAB_HAVE_CUDA
-#define FLASHLAB_CUDA_LAUNCHER(launcher) (&(launcher))
+#define FLASHLAB_GPU_BUILD(function) (&(gpu::function))
 #else
-#define FLASHLAB_CUDA_LAUNCHER(launcher) nullptr
+#define FLASHLAB_GPU_BUILD(function) nullptr
 #endif
+
+// Both builds of a stage's launcher, with one scratch-size function for both (plain C++, compiled once).
+#define FLASHLAB_DEVICE_BUILDS(launcher, workspace)                                                         \
+  ::flashlab::DeviceBuilds {                                                                                \
+    FLASHLAB_GPU_BUILD(launcher), &emulated::launcher, static_cast<::flashlab::DeviceWorkspace>(workspace), \
+        static_cast<::flashlab::DeviceWorkspace>(workspace)                                                 \
+  }

@@ -4,7 +4,7 @@
 
 #include "common/cuda/check.hpp"
 
-namespace flashlab::cuda {
+namespace flashlab::cuda::FLASHLAB_CUDA_TARGET {
 
 namespace {
 
@@ -30,4 +30,4 @@ IntLengths narrow_lengths(const Problem& problem, const DeviceTensors& tensors, 
   return lengths;
 }
 
-}  // namespace flashlab::cuda
+}  // namespace flashlab::cuda::FLASHLAB_CUDA_TARGET

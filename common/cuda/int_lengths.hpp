@@ -1,12 +1,13 @@
 // The per-batch lengths as int32, for kernels that index them as int (cuda_v2, cuda_v3_hopper/ws,
 // decoding/cuda_split_kv). DeviceTensors holds the problem's int64 lengths; a launcher narrows them into its
-// workspace before the launch. Plain C++: the registrations (compiled in every build) size the workspace
-// with int_lengths_bytes(); narrow_lengths() exists in CUDA builds only.
+// workspace before the launch. Plain C++: the registrations (compiled once) size the workspace with
+// int_lengths_bytes(); narrow_lengths() exists in each build of the launchers (common/cuda/target.hpp).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "common/cuda/target.hpp"
 #include "common/registry.hpp"
 
 namespace flashlab::cuda {
@@ -26,6 +27,8 @@ struct IntLengths {
 // Enqueues on the default stream the copies of tensors.seqlens_q / seqlens_k into `workspace` (at least
 // int_lengths_bytes(problem) bytes, 4-byte aligned) as int32. The lengths are in [0, seqlen], so the caller
 // must have checked that seqlen_q and seqlen_k fit an int.
-IntLengths narrow_lengths(const Problem& problem, const DeviceTensors& tensors, void* workspace);
+FLASHLAB_FOR_EACH_TARGET(IntLengths narrow_lengths(const Problem& problem, const DeviceTensors& tensors,
+                                                   void* workspace);)
+using namespace FLASHLAB_CUDA_TARGET;
 
 }  // namespace flashlab::cuda

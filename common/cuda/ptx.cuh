@@ -1,0 +1,131 @@
+// The sm_80 PTX instructions the CUDA stages use, one wrapper each, and the only place their inline PTX
+// lives. Every wrapper has two bodies (common/cuda/target.hpp): the `asm` statement nvcc compiles for the
+// GPU, and the emulator's execution of the same instruction (emulator/device.hpp) when the host compiler
+// builds the kernel for the CPU. What each instruction does is the PTX ISA's; the emulator's account of it is
+// checked against NVIDIA's CuTe and the ISA's formulas (tests/test_fragments.cpp), never against these
+// kernels.
+//   cp.async   global -> shared copy that bypasses registers, completing at a later cp.async.wait_group
+//   ldmatrix   a warp loads 8x8 matrices of 16-bit elements from shared memory into mma fragments
+//   mma.sync   m16n8k16 with fp16/bf16 inputs and fp32 accumulators: one warp-wide tensor-core product
+//   ex2.approx 2^x in one special-function-unit instruction
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#if defined(FLASHLAB_EMULATED)
+#include "emulator/device.hpp"
+#endif
+
+namespace flashlab::ptx {
+
+// ---- cp.async ----
+
+// Copies 16 bytes global -> shared, asynchronously. When `in_range` is false nothing is read (src-size 0) and
+// the 16 bytes are zero-filled: how ragged tails stay in bounds without a branch around the copy.
+__device__ inline void cp_async_16(void* smem, const void* gmem, bool in_range) {
+#if defined(FLASHLAB_EMULATED)
+  emulator::cp_async(smem, gmem, 16, in_range ? 16 : 0);
+#else
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(in_range ? 16 : 0));
+#endif
+}
+
+// Closes this thread's copies issued since the last commit into one group.
+__device__ inline void cp_async_commit() {
+#if defined(FLASHLAB_EMULATED)
+  emulator::cp_async_commit_group();
+#else
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// Waits until at most `kPending` of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ inline void cp_async_wait() {
+#if defined(FLASHLAB_EMULATED)
+  emulator::cp_async_wait_group(kPending);
+#else
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+
+// ---- ldmatrix ----
+
+// Four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8. Register r[m] of lane l then
+// holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix m.
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+#if defined(FLASHLAB_EMULATED)
+  emulator::ldmatrix(r, 4, false, smem_row);
+#else
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#endif
+}
+
+// The same, each matrix transposed: lane l gets rows 2 (l % 4), 2 (l % 4) + 1 of column l / 4.
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+#if defined(FLASHLAB_EMULATED)
+  emulator::ldmatrix(r, 4, true, smem_row);
+#else
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#endif
+}
+
+// ---- mma.sync m16n8k16 ----
+
+// D (16x8, fp32) += A (16x16, row-major) * B (16x8, column-major), Element = __half or __nv_bfloat16. The
+// fragment layouts are in cuda_v2/tensor_core.cuh (and, as the emulator's reference, emulator/fragments.hpp).
+template <typename Element>
+__device__ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  static_assert(std::is_same_v<Element, __half> || std::is_same_v<Element, __nv_bfloat16>);
+#if defined(FLASHLAB_EMULATED)
+  const uint32_t b[2] = {b0, b1};
+  emulator::mma_m16n8k16(
+      d, a, b, d, std::is_same_v<Element, __half> ? emulator::MmaInput::f16 : emulator::MmaInput::bf16);
+#else
+  if constexpr (std::is_same_v<Element, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+#endif
+}
+
+// ---- ex2.approx ----
+
+// 2^x in one MUFU.EX2 instruction (relative error ~2^-22, far below fp16/bf16 rounding); 2^-inf = +0.
+// `kFlushSubnormals` selects .ftz: subnormal inputs and results are flushed to zero.
+template <bool kFlushSubnormals = false>
+__device__ inline float ex2_approx(float x) {
+#if defined(FLASHLAB_EMULATED)
+  return emulator::ex2_approx(x, kFlushSubnormals);
+#else
+  float y;
+  if constexpr (kFlushSubnormals)
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  else
+    asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+
+}  // namespace flashlab::ptx

@@ -1,0 +1,87 @@
+// What emulated kernel code calls: the CUDA built-ins (emulator/include/ maps threadIdx, __syncthreads,
+// __shfl_xor_sync, ... onto these) and the emulated bodies of the PTX wrappers (common/cuda/ptx.cuh,
+// cuda_v3_hopper/*.cuh). Each function acts for the calling emulated thread, which the emulator knows: they
+// may only be called from inside a kernel launched by emulator::launch().
+//
+// Collective operations (barriers, shuffles, votes, ldmatrix, mma) are rendezvous: the calling thread waits,
+// as a suspended fiber, until every thread the operation names has arrived, and the last one to arrive
+// carries the operation out for all. A thread named by an operation that exits, or waits for something else
+// forever, is an error that names both; so is an access the emulator can prove wrong (out of bounds, a race,
+// reading an asynchronous copy before it has been waited for). An error ends the launch with a message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <source_location>
+
+namespace flashlab::emulator {
+
+using Where = std::source_location;
+
+struct Index3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+
+// ---- Who am I (threadIdx, blockIdx, blockDim, gridDim) ----
+Index3 thread_index();
+Index3 block_index();
+Index3 block_dim();
+Index3 grid_dim();
+
+// ---- Block-level synchronization (bar.sync, bar.arrive, bar.red) ----
+// __syncthreads() is barrier 0 with every thread of the block; `threads` is a multiple of 32 otherwise.
+void barrier_sync(unsigned id, unsigned threads, Where where = Where::current());
+void barrier_arrive(unsigned id, unsigned threads, Where where = Where::current());
+void sync_threads(Where where = Where::current());
+// __syncthreads_count / _and / _or: a block barrier that also counts the threads whose predicate is true.
+int sync_threads_count(bool predicate, Where where = Where::current());
+
+// ---- Warp-level operations (the lanes named by `mask` meet) ----
+void sync_warp(unsigned mask, Where where = Where::current());
+enum class ShuffleMode { idx, up, down, bfly };
+// shfl.sync: `lane_operand` and `clamp` are PTX's b and c operands (c packs the segment mask and the clamp
+// value, as the CUDA intrinsics build it from `width`).
+uint32_t shuffle(ShuffleMode mode, unsigned mask, uint32_t value, unsigned lane_operand, unsigned clamp,
+                 Where where = Where::current());
+enum class VoteMode { ballot, all, any };
+unsigned vote(VoteMode mode, unsigned mask, bool predicate, Where where = Where::current());
+
+// ---- Shared memory ----
+// The block's dynamic shared memory (the launch's third <<<>>> argument), aligned to `alignment`.
+void* dynamic_shared_memory(size_t alignment);
+// __cvta_generic_to_shared and back: the address in the shared window that PTX instructions take.
+uint32_t shared_address(const void* generic, Where where = Where::current());
+void* shared_pointer(uint32_t address, size_t bytes, Where where = Where::current());
+
+// ---- sm_80: asynchronous copies, ldmatrix, mma.sync ----
+// cp.async.{ca,cg}.shared.global [dst], [src], copy_bytes, source_bytes: copies source_bytes and zero-fills
+// the rest. The destination reads as poison until the cp.async.wait_group that completes the copy.
+void cp_async(void* shared_destination, const void* global_source, int copy_bytes, int source_bytes,
+              Where where = Where::current());
+void cp_async_commit_group();
+// cp.async.wait_group: completes every committed group of this thread but the newest `pending`.
+void cp_async_wait_group(int pending, Where where = Where::current());
+// ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16: registers[m] receives this lane's part of matrix m.
+void ldmatrix(uint32_t* registers, int matrices, bool transpose, const void* shared_row,
+              Where where = Where::current());
+enum class MmaInput { f16, bf16 };
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32: d = a * b + c with the fragment maps of
+// emulator/fragments.hpp.
+void mma_m16n8k16(float* d, const uint32_t* a, const uint32_t* b, const float* c, MmaInput input,
+                  Where where = Where::current());
+
+// ---- Atomics (global or shared memory; relaxed, like CUDA's atomicAdd) ----
+int atomic_add(int* address, int value);
+unsigned atomic_add(unsigned* address, unsigned value);
+float atomic_add(float* address, float value);
+int atomic_max(int* address, int value);
+int atomic_min(int* address, int value);
+int atomic_exchange(int* address, int value);
+int atomic_compare_exchange(int* address, int compare, int value);
+
+// ---- Special functions ----
+// ex2.approx.f32 (and .ftz): 2^x. The emulator computes it correctly rounded; the hardware's result is
+// within 2 ulp of it (PTX ISA), so emulated and GPU results can differ in the last bits.
+float ex2_approx(float x, bool flush_subnormals);
+
+}  // namespace flashlab::emulator

@@ -1,0 +1,190 @@
+// A block's shared memory and the race detector.
+//
+// Happens-before is tracked with vector clocks (block.hpp): a thread's accesses between two of its
+// synchronizations are one "step"; an access of thread t is ordered after a step s of thread u when
+// clock(t)[u] >= s. Barriers join the clocks of the threads that meet; warp shuffles and votes do not (they
+// exchange registers, not memory: CUDA orders memory only through barriers, __syncwarp, fences and
+// mbarriers).
+//
+// For every byte the detector keeps the last write (thread and step), and for every 4-byte granule the reads
+// since that write (one thread and step, or, once threads that are not ordered with each other have read it,
+// every thread's last step: a read set). Then, as in FastTrack (Flanagan and Freund, PLDI 2009):
+//   a read races with the last write unless that write is ordered before it;
+//   a write races with the last write and with every read since, unless they are ordered before it.
+// A barrier at which every thread of the block meets orders everything before it before everything after
+// it, so each one starts a new interval and forgets what came before (the generation counters), which keeps
+// the common case cheap. A granule's reads are recorded for all its 4 bytes: a write to one byte of a granule
+// that another thread is reading a different byte of, unordered, would be reported too (no kernel here does
+// that; it is the one imprecision).
+#include <algorithm>
+#include <cstring>
+
+#include "emulator/block.hpp"
+#include "emulator/launch.hpp"
+
+namespace flashlab::emulator {
+
+namespace {
+
+constexpr uint32_t kRedZone = 4096;  // past the end of the window: an access there is out of bounds
+constexpr uint8_t kPoison = 0xff;    // NaN as f32, f16 and bf16 (and -1 as an integer)
+
+}  // namespace
+
+void BlockRunner::prepare_shared(size_t dynamic_bytes) {
+  shared_end_ = kReservedShared + static_cast<uint32_t>(dynamic_bytes);
+  shared_window_ = shared_end_ + kRedZone;
+  // 4 KiB alignment: host addresses have the same low bits as shared addresses, which swizzles depend on.
+  if (shared_storage_.size() < shared_window_ + 4096) shared_storage_.assign(shared_window_ + 4096, 0);
+  const auto raw = reinterpret_cast<uintptr_t>(shared_storage_.data());
+  shared_base_ = reinterpret_cast<char*>((raw + 4095) & ~uintptr_t(4095));
+  // Shared memory holds garbage when a block starts: poison, so that reading it before writing it gives NaN.
+  std::memset(shared_base_ + kReservedShared, kPoison, dynamic_bytes);
+  if (byte_shadow_.size() < shared_window_) byte_shadow_.resize(shared_window_);
+  if (read_shadow_.size() < shared_window_ / 4 + 1) read_shadow_.resize(shared_window_ / 4 + 1);
+  block_generation_ = generation_ = ++generation_counter_;
+  read_sets_used_ = 0;
+}
+
+void BlockRunner::full_barrier() {
+  generation_ = ++generation_counter_;
+  read_sets_used_ = 0;  // every read set belongs to an older interval now
+}
+
+void BlockRunner::check_shared_range(const ThreadState& self, uint32_t address, size_t bytes,
+                                     const char* operation) {
+  if (address >= kReservedShared && address + bytes <= shared_end_) return;
+  if (address < kReservedShared)
+    fail(self, operation, ": ", bytes, " bytes at shared address ", Hex{address},
+         ", in the first 1 KiB of the shared window, which is reserved (dynamic shared memory starts at ",
+         Hex{kReservedShared}, ")");
+  fail(self, operation, ": ", bytes, " bytes at shared address ", Hex{address},
+       " are out of bounds: the block has ", shared_end_ - kReservedShared,
+       " bytes of dynamic shared memory, shared addresses ", Hex{kReservedShared}, " to ",
+       Hex{shared_end_ - 1});
+}
+
+void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t bytes, bool write) {
+  check_shared_range(self, address, bytes, write ? "store to shared memory" : "load from shared memory");
+  const int tid = self.tid;
+  const uint32_t* known = clock(tid);
+  for (uint32_t a = address; a < address + bytes; ++a) {
+    const ByteShadow& s = byte_shadow_[a];
+    if (s.pending != 0) {
+      const ThreadState& issuer = threads_[s.pending - 1];
+      fail(self, write ? "writes" : "reads", " shared address ", Hex{a}, " while a cp.async by warp ",
+           issuer.warp(), " lane ", issuer.lane(),
+           " is still copying into it: its cp.async.wait_group has not been reached (this thread's last "
+           "synchronization: ",
+           self.last_sync_operation, " at ", self.last_sync, ")");
+    }
+  }
+  if (!tracking_) return;
+  for (uint32_t a = address; a < address + bytes; ++a) {
+    const ByteShadow& s = byte_shadow_[a];
+    if (!write && s.generation < block_generation_)
+      fail(
+          self, "reads shared address ", Hex{a}, " (", bytes,
+          "-byte load), which no thread of this block has written: shared memory is undefined until written");
+    if (s.generation == generation_ && s.writer != tid && known[s.writer] < s.write_clock) {
+      const ThreadState& writer = threads_[s.writer];
+      fail(self, "data race on shared memory: ", write ? "writes" : "reads", " ", bytes,
+           " bytes at shared address ", Hex{address}, " that warp ", writer.warp(), " lane ", writer.lane(),
+           " wrote with no synchronization between them (this thread's last synchronization: ",
+           self.last_sync_operation, " at ", self.last_sync, "; the writer's: ", writer.last_sync_operation,
+           " at ", writer.last_sync, ")");
+    }
+  }
+  const uint32_t first_granule = address / 4, last_granule = (address + static_cast<uint32_t>(bytes) - 1) / 4;
+  for (uint32_t g = first_granule; g <= last_granule; ++g) {
+    ReadShadow& r = read_shadow_[g];
+    if (write) {
+      // Every read of this interval must be ordered before the write.
+      if (r.generation == generation_) {
+        int racing = -1;
+        if (r.shared_reads) {
+          const std::vector<uint32_t>& set = read_sets_[r.clock];
+          for (int u = 0; u < thread_count_ && racing < 0; ++u)
+            if (u != tid && set[u] > known[u]) racing = u;
+        } else if (r.reader != tid && r.clock > known[r.reader]) {
+          racing = r.reader;
+        }
+        if (racing >= 0) {
+          const ThreadState& reader = threads_[racing];
+          fail(self, "data race on shared memory: writes ", bytes, " bytes at shared address ", Hex{address},
+               " that warp ", reader.warp(), " lane ", reader.lane(),
+               " read with no synchronization between them (this thread's last synchronization: ",
+               self.last_sync_operation, " at ", self.last_sync,
+               "; the reader's: ", reader.last_sync_operation, " at ", reader.last_sync, ")");
+        }
+      }
+      r.generation = 0;  // the write is ordered after every read so far: later writes check against it alone
+      continue;
+    }
+    const uint32_t step = known[tid];
+    if (r.generation != generation_) {
+      r = {generation_, step, static_cast<uint16_t>(tid), false};
+    } else if (r.shared_reads) {
+      read_sets_[r.clock][tid] = step;
+    } else if (r.reader == tid || r.clock <= known[r.reader]) {
+      r.reader = static_cast<uint16_t>(tid);  // the earlier read is ordered before this one: keep the later
+      r.clock = step;
+    } else {
+      if (read_sets_used_ == read_sets_.size()) read_sets_.emplace_back();
+      std::vector<uint32_t>& set = read_sets_[read_sets_used_];
+      set.assign(static_cast<size_t>(thread_count_), 0);
+      set[r.reader] = r.clock;
+      set[tid] = step;
+      r.clock = static_cast<uint32_t>(read_sets_used_++);
+      r.shared_reads = true;
+    }
+  }
+  if (write) {
+    for (uint32_t a = address; a < address + bytes; ++a) {
+      ByteShadow& s = byte_shadow_[a];
+      s.generation = generation_;
+      s.writer = static_cast<uint16_t>(tid);
+      s.write_clock = known[tid];
+    }
+  }
+  if (should_preempt()) yield(self);
+}
+
+void BlockRunner::begin_async_write(ThreadState& self, uint32_t address, int bytes, Where where) {
+  check_shared_range(self, address, static_cast<size_t>(bytes), "cp.async destination");
+  for (uint32_t a = address; a < address + static_cast<uint32_t>(bytes); ++a)
+    if (byte_shadow_[a].pending != 0) {
+      const ThreadState& issuer = threads_[byte_shadow_[a].pending - 1];
+      fail(self, "cp.async (", where, ") into shared address ", Hex{a}, " while an earlier cp.async by warp ",
+           issuer.warp(), " lane ", issuer.lane(), " into it has not completed");
+    }
+  // Ordering-wise the copy writes now: it must not overtake reads or writes other threads still make.
+  shared_access(self, address, static_cast<size_t>(bytes), true);
+  for (uint32_t a = address; a < address + static_cast<uint32_t>(bytes); ++a)
+    byte_shadow_[a].pending = static_cast<uint16_t>(self.tid + 1);
+  std::memset(shared_base_ + address, kPoison, static_cast<size_t>(bytes));
+}
+
+void BlockRunner::complete_async_write(ThreadState& self, const AsyncCopy& copy) {
+  std::memcpy(shared_base_ + copy.destination, copy.data, static_cast<size_t>(copy.bytes));
+  for (uint32_t a = copy.destination; a < copy.destination + static_cast<uint32_t>(copy.bytes); ++a) {
+    ByteShadow& s = byte_shadow_[a];
+    s.pending = 0;
+    s.generation = generation_;
+    s.writer = static_cast<uint16_t>(self.tid);
+    s.write_clock = clock(self.tid)[self.tid];
+  }
+}
+
+void BlockRunner::finish_async_copies() {
+  // A block that ended with an error may leave copies in flight: complete them so that no byte stays pending.
+  for (ThreadState& t : threads_) {
+    for (const AsyncCopy& copy : t.uncommitted) complete_async_write(t, copy);
+    for (const auto& group : t.committed)
+      for (const AsyncCopy& copy : group) complete_async_write(t, copy);
+    t.uncommitted.clear();
+    t.committed.clear();
+  }
+}
+
+}  // namespace flashlab::emulator
