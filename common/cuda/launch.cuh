@@ -28,7 +28,8 @@ void launch_kernel(dim3 grid, dim3 block, size_t dynamic_shared_bytes, cudaStrea
   (void)stream;  // the emulator runs every launch at once, in order
   emulator::launch_kernel<Kernel>(grid, block, dynamic_shared_bytes, std::forward<Args>(args)...);
 #else
-  // clang-format off (it would split the launch brackets)
+  // (clang-format would split the launch brackets)
+  // clang-format off
   Kernel<<<grid, block, dynamic_shared_bytes, stream>>>(std::forward<Args>(args)...);
   // clang-format on
   FLASHLAB_CUDA_CHECK_LAUNCH();
