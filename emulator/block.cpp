@@ -90,7 +90,7 @@ void BlockRunner::start_threads(const Launch& launch) {
     t.status = ThreadState::Status::runnable;
     t.wait_operation = nullptr;
     t.last_sync = Where();
-    t.last_sync_operation = "the start of the kernel";
+    t.last_sync_operation = nullptr;
     t.barrier_result = 0;
     t.uncommitted.clear();
     t.committed.clear();

@@ -36,9 +36,11 @@ struct ThreadState {
   // While waiting: the operation and where it was called, for deadlock reports.
   const char* wait_operation = nullptr;
   Where wait_where;
-  // The last synchronization this thread passed: where its current run of instructions began.
+  // The last synchronization this thread passed: where its current run of instructions began (none yet: a
+  // null operation).
   Where last_sync;
-  const char* last_sync_operation = "the start of the kernel";
+  const char* last_sync_operation = nullptr;
+  SyncPoint sync_point() const { return {last_sync_operation, last_sync}; }
   int barrier_result = 0;  // what a completed bar.red gave this thread (__syncthreads_count)
   // cp.async: copies issued since the last commit, then the committed groups, oldest first.
   std::vector<AsyncCopy> uncommitted;

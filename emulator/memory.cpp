@@ -179,10 +179,10 @@ std::string describe_device_address(uintptr_t address) {
       return compose("inside the ", size, "-byte allocation at ", Hex{begin}, ", but running past its end");
     const uintptr_t past = address - (begin + size);
     if (next == all.sizes.end() || past < next->first - address)
-      return compose(past, " bytes past the end of the ", size, "-byte allocation at ", Hex{begin});
+      return compose(past, " bytes after the end of the ", size, "-byte allocation at ", Hex{begin});
   }
-  return compose(next->first - address, " bytes before the ", next->second, "-byte allocation at ",
-                 Hex{next->first});
+  return compose(next->first - address, " bytes before the start of the ", next->second,
+                 "-byte allocation at ", Hex{next->first});
 }
 
 std::string check_global_access(uintptr_t address, size_t bytes, bool write, const void* parameters,

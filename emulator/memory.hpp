@@ -15,8 +15,8 @@ bool device_free(void* pointer);  // false when `pointer` is not the start of an
 
 // Whether [address, address + bytes) lies inside one allocation.
 bool is_device_range(const void* address, size_t bytes);
-// Where `address` is relative to the nearest allocation, for messages: "8 bytes past the end of the
-// 4096-byte allocation at 0x7f...".
+// Where `address` is relative to the nearest allocation, for messages: "8 bytes after the end of the
+// 4096-byte allocation at 0x7f..." (0 bytes after: the first byte past it).
 std::string describe_device_address(uintptr_t address);
 
 // What a kernel's access to an address outside its block's shared memory and its stack is: inside an

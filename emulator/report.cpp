@@ -57,6 +57,16 @@ void append(std::string& out, Mask mask) {
   out += text;
 }
 
+void append(std::string& out, SyncPoint point) {
+  if (point.operation == nullptr) {
+    out += "none since the kernel started";
+    return;
+  }
+  out += point.operation;
+  out += " at ";
+  out += format_where(point.where);
+}
+
 void append(std::string& out, Hex hex) {
   char text[24];
   std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(hex.value));

@@ -23,6 +23,10 @@ struct Lanes {  // printed as a list of lane ranges, "0-15, 17"
 struct Hex {  // printed in hexadecimal, 0x4c0
   uint64_t value;
 };
+struct SyncPoint {        // a thread's last synchronization: "__syncthreads at cuda_v1/split_k.cu:187"
+  const char* operation;  // nullptr: none since the kernel started
+  Where where;
+};
 
 std::string format_where(Where where);   // "cuda_v2/split_q.cu:80", relative to the source tree
 std::string format_index(Index3 index);  // "(1, 0, 2)"
@@ -45,6 +49,7 @@ inline void append(std::string& out, Lanes lanes) {
   out += format_lanes(lanes.bits);
 }
 void append(std::string& out, Mask mask);
+void append(std::string& out, SyncPoint point);
 void append(std::string& out, Hex hex);
 template <typename Integer>
 requires std::is_integral_v<Integer>

@@ -76,7 +76,7 @@ void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t byte
            issuer.warp(), " lane ", issuer.lane(),
            " is still copying into it: its cp.async.wait_group has not been reached (this thread's last "
            "synchronization: ",
-           self.last_sync_operation, " at ", self.last_sync, ")");
+           self.sync_point(), ")");
     }
   }
   if (!tracking_) return;
@@ -91,8 +91,7 @@ void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t byte
       fail(self, "data race on shared memory: ", write ? "writes" : "reads", " ", bytes,
            " bytes at shared address ", Hex{address}, " that warp ", writer.warp(), " lane ", writer.lane(),
            " wrote with no synchronization between them (this thread's last synchronization: ",
-           self.last_sync_operation, " at ", self.last_sync, "; the writer's: ", writer.last_sync_operation,
-           " at ", writer.last_sync, ")");
+           self.sync_point(), "; the writer's: ", writer.sync_point(), ")");
     }
   }
   const uint32_t first_granule = address / 4, last_granule = (address + static_cast<uint32_t>(bytes) - 1) / 4;
@@ -114,8 +113,7 @@ void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t byte
           fail(self, "data race on shared memory: writes ", bytes, " bytes at shared address ", Hex{address},
                " that warp ", reader.warp(), " lane ", reader.lane(),
                " read with no synchronization between them (this thread's last synchronization: ",
-               self.last_sync_operation, " at ", self.last_sync,
-               "; the reader's: ", reader.last_sync_operation, " at ", reader.last_sync, ")");
+               self.sync_point(), "; the reader's: ", reader.sync_point(), ")");
         }
       }
       r.generation = 0;  // the write is ordered after every read so far: later writes check against it alone

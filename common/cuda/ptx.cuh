@@ -7,6 +7,7 @@
 //   cp.async   global -> shared copy that bypasses registers, completing at a later cp.async.wait_group
 //   ldmatrix   a warp loads 8x8 matrices of 16-bit elements from shared memory into mma fragments
 //   mma.sync   m16n8k16 with fp16/bf16 inputs and fp32 accumulators: one warp-wide tensor-core product
+//   bar.sync, bar.arrive   named barriers over a subset of the block's warps
 //   ex2.approx 2^x in one special-function-unit instruction
 #pragma once
 
@@ -57,29 +58,44 @@ __device__ inline void cp_async_wait() {
 
 // ---- ldmatrix ----
 
-// Four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8. Register r[m] of lane l then
-// holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix m.
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+// kMatrices (1, 2 or 4) 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8. Register
+// r[m] of lane l then holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix m; with kTranspose, each
+// matrix transposed: rows 2 (l % 4), 2 (l % 4) + 1 of column l / 4.
+template <int kMatrices, bool kTranspose>
+__device__ inline void ldmatrix(uint32_t (&r)[kMatrices], const void* smem_row) {
+  static_assert(kMatrices == 1 || kMatrices == 2 || kMatrices == 4);
 #if defined(FLASHLAB_EMULATED)
-  emulator::ldmatrix(r, 4, false, smem_row);
+  emulator::ldmatrix(r, kMatrices, kTranspose, smem_row);
 #else
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
+  if constexpr (kMatrices == 1 && !kTranspose)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(addr));
+  else if constexpr (kMatrices == 1)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(addr));
+  else if constexpr (kMatrices == 2 && !kTranspose)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(addr));
+  else if constexpr (kMatrices == 2)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(addr));
+  else if constexpr (!kTranspose)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
 #endif
 }
 
-// The same, each matrix transposed: lane l gets rows 2 (l % 4), 2 (l % 4) + 1 of column l / 4.
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+  ldmatrix<4, false>(r, smem_row);
+}
 __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
-#if defined(FLASHLAB_EMULATED)
-  emulator::ldmatrix(r, 4, true, smem_row);
-#else
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-#endif
+  ldmatrix<4, true>(r, smem_row);
 }
 
 // ---- mma.sync m16n8k16 ----
@@ -107,6 +123,26 @@ __device__ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint3
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+#endif
+}
+
+// ---- Named barriers (bar.sync / bar.arrive with an id; barrier 0 is __syncthreads) ----
+
+// Waits until `threads` threads (a multiple of 32) have arrived at barrier `id` (1-15; 0 is __syncthreads).
+__device__ inline void barrier_sync(uint32_t id, uint32_t threads) {
+#if defined(FLASHLAB_EMULATED)
+  emulator::barrier_sync(id, threads);
+#else
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+#endif
+}
+
+// Counts toward barrier `id` without waiting: "you may go" from one group of warps to another.
+__device__ inline void barrier_arrive(uint32_t id, uint32_t threads) {
+#if defined(FLASHLAB_EMULATED)
+  emulator::barrier_arrive(id, threads);
+#else
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 #endif
 }
 
