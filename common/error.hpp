@@ -14,6 +14,14 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// An implementation that failed while it ran, through no fault of its input: what the CPU emulator found
+// wrong inside a kernel (a race, an out-of-bounds access, a deadlock), or a fault a GPU reported. The tool
+// reports it like a wrong result (exit code 1), not as a user mistake.
+class ExecutionError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Builds a message from streamable parts: fail("heads_q (", h, ") must be ...").
 template <typename... Parts>
 [[noreturn]] void fail(Parts&&... parts) {

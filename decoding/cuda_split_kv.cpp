@@ -38,8 +38,12 @@ std::string supports(const Problem& p) {
 
 // The split count is the device's (its SM count and the kernel's occupancy): the GPU's where one runs the
 // stage, the emulated device's (an H100's limits) otherwise.
-bool on_gpu() {
-  return FLASHLAB_HAVE_CUDA && cuda::unavailable_reason().empty() && !cuda::emulation_forced();
+int64_t partial_elements(const Problem& p) {
+#if FLASHLAB_HAVE_CUDA
+  if (cuda::unavailable_reason().empty() && !cuda::emulation_forced())
+    return gpu::cuda_split_kv_partial_elements(p);
+#endif
+  return emulated::cuda_split_kv_partial_elements(p);
 }
 
 Implementation entry() {
@@ -51,12 +55,7 @@ Implementation entry() {
               "K/V or pages of a power of two >= 8 tokens",
           .supports = supports,  // rounds_p stays false: P is kept in fp32 (CUDA-core products)
           .bytes_moved = [](const Problem& p) {
-            const int64_t partials =
-#if FLASHLAB_HAVE_CUDA
-                on_gpu() ? gpu::cuda_split_kv_partial_elements(p) :
-#endif
-                         emulated::cuda_split_kv_partial_elements(p);
-            return decode_bytes_moved(p, partials, 2.0);  // fp16/bf16 Q, K, V and O
+            return decode_bytes_moved(p, partial_elements(p), 2.0);  // fp16/bf16 Q, K, V and O
           }};
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <new>
 
@@ -99,6 +100,7 @@ void BlockRunner::start_threads(const Launch& launch) {
   clocks_.assign(static_cast<size_t>(thread_count_) * thread_count_, 0);
   for (int tid = 0; tid < thread_count_; ++tid) clock(tid)[tid] = 1;
   collectives_.assign(static_cast<size_t>((thread_count_ + 31) / 32), {});
+  exited_lanes_.assign(collectives_.size(), 0u);
   for (Barrier& barrier : barriers_) barrier = Barrier();
   ready_.clear();
   for (int tid = 0; tid < thread_count_; ++tid) ready_.push_back(tid);
@@ -159,9 +161,10 @@ bool BlockRunner::should_preempt() {
 }
 
 void BlockRunner::fail_with(const ThreadState& about, std::string message) {
-  if (error_.empty()) error_ = describe(about.tid) + ": " + std::move(message);
+  if (error_.empty()) error_ = describe(about.tid) + ": " + message;
   // The block ends here: the scheduler stops at the error and never resumes this fiber (or any other), so
-  // nothing on its stack may own memory (report.hpp).
+  // nothing on its stack may own memory (report.hpp), the message included.
+  std::string().swap(message);
   ThreadState* self = running;
   self->status = ThreadState::Status::waiting;
   self->fiber.suspend();
@@ -178,6 +181,7 @@ void BlockRunner::exit_thread(ThreadState& self) {
   self.status = ThreadState::Status::exited;
   ++exited_;
   const unsigned lane_bit = 1u << self.lane();
+  exited_lanes_[self.warp()] |= lane_bit;
   for (const Collective& c : collectives_[self.warp()])
     if ((c.mask & lane_bit) != 0 && (c.arrived & lane_bit) == 0)
       fail(self, "exits while lanes ", Lanes{c.arrived}, " wait for it at ", c.operation, " (", c.where, ")");
@@ -280,10 +284,9 @@ void BlockRunner::collective(ThreadState& self, const char* operation, unsigned 
     fail(self, operation, " (", where, "): its mask ", Mask{mask}, " does not name the calling lane");
   if ((mask & ~existing) != 0)
     fail(self, operation, " (", where, "): its mask ", Mask{mask}, " names lanes past the end of the block");
-  for (int l = 0; l < lanes_here; ++l)
-    if ((mask >> l & 1u) != 0 && threads_[first + l].status == ThreadState::Status::exited)
-      fail(self, operation, " (", where, "): lane ", l, ", which its mask ", Mask{mask},
-           " names, has exited");
+  if (const unsigned gone = mask & exited_lanes_[warp]; gone != 0)
+    fail(self, operation, " (", where, "): lane ", std::countr_zero(gone), ", which its mask ", Mask{mask},
+         " names, has exited");
   std::vector<Collective>& pending = collectives_[warp];
   size_t index = pending.size();
   for (size_t i = 0; i < pending.size(); ++i) {
@@ -320,8 +323,8 @@ void BlockRunner::collective(ThreadState& self, const char* operation, unsigned 
   completing_ = true;
   done.complete(*this, done, warp);
   completing_ = false;
-  for (int l = 0; l < 32; ++l) {
-    if ((mask >> l & 1u) == 0) continue;
+  for (unsigned lanes = mask; lanes != 0; lanes &= lanes - 1) {
+    const int l = std::countr_zero(lanes);
     ThreadState& t = threads_[first + l];
     t.last_sync = where;
     t.last_sync_operation = operation;

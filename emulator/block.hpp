@@ -173,6 +173,7 @@ class BlockRunner {
   std::vector<int> ready_;
   size_t ready_head_ = 0;
   std::vector<std::vector<Collective>> collectives_;  // per warp, the rendezvous in progress
+  std::vector<unsigned> exited_lanes_;                // per warp, the lanes that have exited
   Barrier barriers_[16];
   std::vector<uint32_t> clocks_;
   std::vector<uint32_t> scratch_clock_;

@@ -127,7 +127,7 @@ void run(const Launch& launch) {
       record(std::string("emulator: ") + e.what());
     }
   }
-  if (failed) throw Error(first_error);
+  if (failed) throw ExecutionError(first_error);
 }
 
 }  // namespace flashlab::emulator

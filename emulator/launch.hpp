@@ -24,8 +24,9 @@ struct Launch {
   size_t parameter_bytes = 0;
 };
 
-// Runs every block; throws flashlab::Error with the first error (a bad launch configuration, or what went
-// wrong inside the kernel, naming the kernel, block, warp, lane and operation).
+// Runs every block. A launch configuration a GPU would refuse throws flashlab::Error; what goes wrong inside
+// the kernel throws flashlab::ExecutionError with the first error, naming the kernel, block, warp, lane and
+// operation.
 void run(const Launch& launch);
 
 // The device the emulator presents (cudaGetDeviceProperties): Hopper's limits, sm_90.

@@ -36,11 +36,12 @@ TEST_CASE("every implementation matches the fp64 reference on the case matrix") 
         try {
           out = run_forward(*impl, slot->problem, slot->inputs);
         } catch (const Error& error) {  // e.g. what the emulator found wrong inside a kernel: a failed case
+          const std::string what = error.what();
           INFO(impl->name, " [", to_string(dtype), "] on '", test_case.name, "' (", slot->problem.describe(),
-               "): ", error.what());
+               "): ", what);
           CHECK_MESSAGE(false, "the run failed");
           ++tally[impl->name].failed;
-          report_case(false, impl->name, dtype, "", test_case, slot->problem, error.what());
+          report_case(false, impl->name, dtype, "", test_case, slot->problem, what);
           continue;
         }
         const Verdict verdict = judge(slot->problem, out, slot->reference, slot->tolerance(impl->rounds_p));

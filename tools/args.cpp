@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "common/cuda/device.hpp"
 #include "common/error.hpp"
 #include "common/npy.hpp"
 #include "common/paged_kv.hpp"
@@ -83,7 +84,7 @@ std::set<std::string> problem_flags() {
 }
 
 std::set<std::string> problem_switches() {
-  return {"--causal"};
+  return {"--causal", "--emulate"};
 }
 
 // Copies a .npy array into `tensor`, whose shape the problem fixed: refuses any other shape.
@@ -136,6 +137,7 @@ ProblemSetup problem_from_args(const Args& args) {
     p.seqlen_k = args.get_int("--seqlen-k", p.seqlen_q);
     p.head_dim = args.get_int("--head-dim", 64);
   }
+  if (args.has("--emulate")) cuda::force_emulation(true);
   if (args.has("--scale")) p.scale = args.get_double("--scale", 0.0);
   p.causal = args.has("--causal");
   p.window_left = args.get_int("--window-left", -1);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "common/flops.hpp"
@@ -31,17 +32,29 @@ const std::vector<Command>& commands() {
   return mutable_commands();
 }
 
+std::string emulation_reason(const Implementation& impl) {
+  return impl.emulation ? impl.emulation() : "";
+}
+
 Measurement measure(const Implementation& impl, const Problem& p, const AttentionInputs& in, int repeats) {
   Measurement m;
   m.outputs = AttentionOutputs::poisoned(p);
   memory_meter::reset_peak();
   const int64_t before = memory_meter::in_use();
+  const auto start = std::chrono::steady_clock::now();
   impl.forward(p, in, m.outputs);  // the checked run, which also warms up
   if (memory_meter::active()) m.extra_bytes = memory_meter::peak() - before;
+  if (!emulation_reason(impl).empty()) {
+    // An emulated run is timed once: its time says how long the emulator took, nothing about a GPU.
+    m.median_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    m.runs = 1;
+    return m;
+  }
   m.median_ms = 1e3 * median_seconds(repeats - 1, [&] {
                   AttentionOutputs scratch = AttentionOutputs::poisoned(p);
                   impl.forward(p, in, scratch);
                 });
+  m.runs = std::max(1, repeats - 1);
   return m;
 }
 

@@ -30,9 +30,15 @@ const std::vector<Command>& commands();  // in registration order, by name
 struct Measurement {
   AttentionOutputs outputs;
   double median_ms = 0;
+  int runs = 0;              // the timed runs median_ms is the median of
   int64_t extra_bytes = -1;  // peak heap above inputs and outputs; -1 when not measured
 };
+// Runs once checked (outputs kept, peak memory measured), then `repeats` - 1 timed runs; an implementation
+// that runs in the CPU emulator is timed on its one checked run.
 Measurement measure(const Implementation& impl, const Problem& p, const AttentionInputs& in, int repeats);
+
+// "" when `impl` runs natively here (on the CPU, or on a GPU), else why it runs in the CPU emulator.
+std::string emulation_reason(const Implementation& impl);
 
 // Writes a progress line to stderr when it is a terminal (erased by the next one; "" clears it).
 void progress(const std::string& text);

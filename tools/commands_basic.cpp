@@ -34,13 +34,15 @@ int list_command(const std::vector<std::string>& argv) {
     Json json;
     json.begin_array();
     for (const Implementation& impl : implementations()) {
-      const std::string reason = availability(impl);
+      const std::string reason = availability(impl), emulation = emulation_reason(impl);
       json.begin_object().field("name", impl.name).field("device", to_string(impl.device));
       json.key("dtypes").begin_array();
       for (DType dtype : impl.dtypes) json.value(to_string(dtype));
       json.end_array();
       json.field("summary", impl.summary).field("constraints", impl.constraints);
-      json.field("available", reason.empty()).field("reason", reason).end_object();
+      json.field("available", reason.empty()).field("reason", reason);
+      json.field("emulated", reason.empty() && !emulation.empty()).field("emulation_reason", emulation);
+      json.end_object();
     }
     json.end_array();
     std::cout << json.str();
@@ -49,11 +51,15 @@ int list_command(const std::vector<std::string>& argv) {
   std::printf("%-26s %-6s %-14s %-11s %s\n", "implementation", "device", "dtypes", "available",
               "idea / constraints");
   for (const Implementation& impl : implementations()) {
-    const std::string reason = availability(impl);
+    const std::string reason = availability(impl), emulation = emulation_reason(impl);
+    const char* available = !reason.empty() ? "no" : !emulation.empty() ? "emulated" : "yes";
     std::printf("%-26s %-6s %-14s %-11s %s\n", impl.name.c_str(), std::string(to_string(impl.device)).c_str(),
-                dtypes(impl).c_str(), reason.empty() ? "yes" : "no", impl.summary.c_str());
+                dtypes(impl).c_str(), available, impl.summary.c_str());
     std::printf("%-60s %s\n", "", impl.constraints.c_str());
-    if (!reason.empty()) std::printf("%-60s unavailable: %s\n", "", reason.c_str());
+    if (!reason.empty())
+      std::printf("%-60s unavailable: %s\n", "", reason.c_str());
+    else if (!emulation.empty())
+      std::printf("%-60s runs in the CPU emulator of the CUDA execution model: %s\n", "", emulation.c_str());
   }
   return 0;
 }
@@ -74,7 +80,8 @@ int run_command(const std::vector<std::string>& argv) {
   if (const std::string reason = why_cannot_run(*impl, p); !reason.empty())
     fail(name, " cannot run this problem: ", reason);
 
-  progress("running " + name + " ...");
+  const std::string emulation = emulation_reason(*impl);
+  progress("running " + name + (emulation.empty() ? "" : " in the CPU emulator") + " ...");
   const Measurement m = measure(*impl, p, setup.inputs, static_cast<int>(repeats));
   if (auto path = args.get("--out")) write_npy(*path, m.outputs.o.shape, m.outputs.o.data);
   if (auto path = args.get("--lse")) write_npy(*path, m.outputs.lse.shape, m.outputs.lse.data);
@@ -92,7 +99,12 @@ int run_command(const std::vector<std::string>& argv) {
     Json json;
     json.begin_object().field("impl", name).field("device", to_string(impl->device));
     problem_json(json, p, setup.input_source);
-    json.field("time_ms", m.median_ms).field("gflops", gflops).field("repeat", repeats);
+    // An emulated time is the CPU's, not a GPU's: labelled, and no rate is derived from it.
+    json.field("emulated", !emulation.empty()).field("time_ms", m.median_ms).field("repeat", m.runs);
+    if (emulation.empty())
+      json.field("gflops", gflops);
+    else
+      json.key("gflops").null().field("emulation_reason", emulation);
     json.field("peak_extra_bytes", m.extra_bytes);
     if (verdict) {
       json.field("max_err_o", verdict->deviation.max_err_o)
@@ -103,8 +115,13 @@ int run_command(const std::vector<std::string>& argv) {
     std::cout << json.end_object().str();
   } else {
     std::printf("%s on %s\n  inputs: %s\n", name.c_str(), p.describe().c_str(), setup.input_source.c_str());
-    std::printf("  time %.3f ms (median of %lld), %.2f GFLOP/s\n", m.median_ms,
-                static_cast<long long>(repeats), gflops);
+    if (emulation.empty())
+      std::printf("  time %.3f ms (median of %d), %.2f GFLOP/s\n", m.median_ms, m.runs, gflops);
+    else
+      std::printf(
+          "  ran in the CPU emulator of the CUDA execution model (%s): %.1f ms of CPU time, not a GPU "
+          "time\n",
+          emulation.c_str(), m.median_ms);
     if (verdict) std::printf("  %s: %s\n", verdict->passed() ? "PASS" : "FAIL", verdict->explain().c_str());
   }
   return verdict && !verdict->passed() ? 1 : 0;
@@ -148,19 +165,40 @@ int compare_command(const std::vector<std::string>& argv) {
     std::string reason;
     Measurement m;
     std::optional<Verdict> verdict;
-    double rate = 0;  // GFLOP/s
+    double rate = 0;        // GFLOP/s (not for an emulated run)
+    std::string emulation;  // why it runs in the CPU emulator; "" when natively
+    std::string failure;    // what went wrong while it ran (an ExecutionError)
   };
   std::vector<Row> rows;
   bool all_passed = true;
   const double flops = forward_flops(p);
+  // The CPU emulator runs a GPU stage some thousand times slower than a GPU: unless asked for (named, or
+  // --emulate), emulated rows are left out of problems above this many FLOPs, with the reason.
+  constexpr double kEmulatedFlopLimit = 0.25e9;
+  const bool emulation_asked = !args.positional().empty() || args.has("--emulate");
   for (size_t n = 0; n < chosen.size(); ++n) {
-    Row row{chosen[n], why_cannot_run(*chosen[n], p), {}, {}, 0};
+    Row row{chosen[n], why_cannot_run(*chosen[n], p), {}, {}, 0, emulation_reason(*chosen[n]), {}};
+    if (row.reason.empty() && !row.emulation.empty() && !emulation_asked && flops > kEmulatedFlopLimit) {
+      char text[160];
+      std::snprintf(text, sizeof text,
+                    "runs in the CPU emulator here, slowly: %.2f GFLOP is over the %.2f GFLOP that compare "
+                    "emulates unasked (name it, or pass --emulate)",
+                    flops / 1e9, kEmulatedFlopLimit / 1e9);
+      row.reason = text;
+    }
     if (row.reason.empty()) {
       progress("[" + std::to_string(n + 1) + "/" + std::to_string(chosen.size()) + "] " + row.impl->name +
                " ...");
-      row.m = measure(*row.impl, p, setup.inputs, static_cast<int>(repeats));
+      try {
+        row.m = measure(*row.impl, p, setup.inputs, static_cast<int>(repeats));
+      } catch (const ExecutionError& error) {  // e.g. what the emulator found wrong in a kernel
+        row.failure = error.what();
+        all_passed = false;
+        rows.push_back(std::move(row));
+        continue;
+      }
       row.verdict = judge(p, row.m.outputs, reference(), tolerance(row.impl->rounds_p));
-      row.rate = flops / (row.m.median_ms * 1e-3) / 1e9;
+      if (row.emulation.empty()) row.rate = flops / (row.m.median_ms * 1e-3) / 1e9;
       all_passed &= row.verdict->passed();
       row.m.outputs = {};  // release the outputs before the next implementation
     }
@@ -177,8 +215,14 @@ int compare_command(const std::vector<std::string>& argv) {
     for (const Row& row : rows) {
       json.begin_object().field("impl", row.impl->name).field("device", to_string(row.impl->device));
       json.field("available", row.reason.empty()).field("reason", row.reason);
+      json.field("emulated", !row.emulation.empty());
+      if (!row.failure.empty()) json.field("failure", row.failure);
       if (row.verdict) {
-        json.field("time_ms", row.m.median_ms).field("gflops", row.rate);
+        json.field("time_ms", row.m.median_ms);
+        if (row.emulation.empty())
+          json.field("gflops", row.rate);
+        else
+          json.key("gflops").null();  // an emulated time is the CPU's: no rate, no comparison
         json.field("max_err_o", row.verdict->deviation.max_err_o);
         json.field("max_err_lse", row.verdict->deviation.max_err_lse);
         json.field("passed", row.verdict->passed());
@@ -201,24 +245,41 @@ int compare_command(const std::vector<std::string>& argv) {
               machine.cpu.c_str(), machine.threads, machine.fma_gflops_all, machine.copy_gbps);
   std::printf("%-26s %-5s %10s %10s %5s %11s %9s %7s %11s\n", "implementation", "dev", "err O", "err LSE",
               "ok", "time ms", "GFLOP/s", "% peak", "extra MiB");
+  bool any_emulated = false;
   for (const Row& row : rows) {
+    // Emulated rows show "emu" as their device: their time is the CPU emulator's, not a GPU's.
+    const std::string device = row.emulation.empty() ? std::string(to_string(row.impl->device)) : "emu";
+    if (!row.failure.empty()) {
+      std::printf("%-26s %-5s   FAILED: %s\n", row.impl->name.c_str(), device.c_str(), row.failure.c_str());
+      continue;
+    }
     if (!row.verdict) {
-      std::printf("%-26s %-5s   skipped: %s\n", row.impl->name.c_str(),
-                  std::string(to_string(row.impl->device)).c_str(), row.reason.c_str());
+      std::printf("%-26s %-5s   skipped: %s\n", row.impl->name.c_str(), device.c_str(), row.reason.c_str());
       continue;
     }
     char extra[32] = "n/a";
     if (row.m.extra_bytes >= 0) std::snprintf(extra, sizeof extra, "%.1f", row.m.extra_bytes / 1048576.0);
-    std::printf("%-26s %-5s %10.2e %10.2e %5s %11.3f %9.1f %6.1f%% %11s\n", row.impl->name.c_str(),
-                std::string(to_string(row.impl->device)).c_str(), row.verdict->deviation.max_err_o,
-                row.verdict->deviation.max_err_lse, row.verdict->passed() ? "yes" : "NO", row.m.median_ms,
-                row.rate, row.impl->device == Device::cpu ? 100.0 * row.rate / machine.fma_gflops_all : 0.0,
-                extra);
+    std::printf("%-26s %-5s %10.2e %10.2e %5s ", row.impl->name.c_str(), device.c_str(),
+                row.verdict->deviation.max_err_o, row.verdict->deviation.max_err_lse,
+                row.verdict->passed() ? "yes" : "NO");
+    if (!row.emulation.empty()) {
+      any_emulated = true;
+      std::printf("%10.1f* %9s %7s %11s\n", row.m.median_ms, "-", "-", extra);
+      continue;
+    }
+    std::printf("%11.3f %9.1f %6.1f%% %11s\n", row.m.median_ms, row.rate,
+                row.impl->device == Device::cpu ? 100.0 * row.rate / machine.fma_gflops_all : 0.0, extra);
   }
   std::printf(
       "\nerrors: max |out - ref64| / max(1, |ref64|); ok: within 2x the same-precision baseline's error + "
       "floor.\ntime: median of %lld runs after a warm-up; extra: peak heap above inputs and outputs.\n",
       static_cast<long long>(repeats));
+  if (any_emulated)
+    std::printf(
+        "emu: a GPU stage run in the CPU emulator of the CUDA execution model (no GPU here, or --emulate): "
+        "its "
+        "errors are the kernel's own,\n     * its time is the emulator's on this CPU (one run): not a GPU "
+        "time, and not comparable with any speed above.\n");
   return all_passed ? 0 : 1;
 }
 

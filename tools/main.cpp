@@ -1,8 +1,9 @@
 // flashlab: the command-line tool over the implementation registry (SPEC "The tool"; its names and flags are
 // a contract). Commands register themselves (tools/command.hpp).
 //
-// Exit codes: 0 success; 1 a result outside tolerance; 2 invalid or unsupported input (one line on stderr
-// naming the field). A user mistake never produces a crash or a stack trace.
+// Exit codes: 0 success; 1 a result outside tolerance, or an implementation that failed while it ran (what
+// the emulator found wrong in a kernel); 2 invalid or unsupported input (one line on stderr naming the
+// field). A user mistake never produces a crash or a stack trace.
 #include <cstdio>
 #include <iostream>
 #include <new>
@@ -19,6 +20,8 @@ problem flags (defaults: batch 1, 8 heads, 1024 x 1024, head_dim 64, f32, random
   --batch N --heads N --kv-heads N --seqlen-q N --seqlen-k N --head-dim N --scale X --causal
   --window-left N --window-right N --seqlens-q a,b,.. --seqlens-k a,b,.. --mask F.npy (bool [SQ,SK])
   --page-size P --dtype f32|f16|bf16|e4m3 --seed N --distribution normal|large|outliers
+  --emulate   GPU stages run in the CPU emulator even where a GPU could run them (without a GPU they always
+              do; emulated times are labelled and never compared with measured speeds)
 
 exit codes: 0 success, 1 result outside tolerance, 2 invalid or unsupported input
 )";
@@ -46,6 +49,9 @@ int dispatch(const std::vector<std::string>& argv) {
 int main(int argc, char** argv) {
   try {
     return flashlab::cli::dispatch(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const flashlab::ExecutionError& error) {  // the implementation failed, not the user
+    std::fprintf(stderr, "flashlab: %s\n", error.what());
+    return 1;
   } catch (const flashlab::Error& error) {
     std::fprintf(stderr, "flashlab: %s\n", error.what());
     return 2;

@@ -1,0 +1,180 @@
+// GPU stages below the registry, checked on any machine: cuda_v2's tile decisions against the mask rules,
+// its launchers' refusals, and decoding/cuda_split_kv at split counts the heuristic would not pick, run in
+// the emulator (and on the GPU where there is one).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "common/cuda/device.hpp"
+#include "common/cuda/gpu_stage.hpp"
+#include "common/error.hpp"
+#include "common/inputs.hpp"
+#include "common/mask.hpp"
+#include "common/reference.hpp"
+#include "common/tolerance.hpp"
+#include "cuda_v2/block_mask.cuh"
+#include "cuda_v2/split_q.hpp"
+#include "decoding/cuda_split_kv.hpp"
+
+namespace flashlab::testing {
+
+namespace {
+
+// Every tile decision BlockMask makes for (Br, Bc) against common/mask.hpp's Visibility: a tile with a
+// visible key is visited, a tile treated as full has no hidden key, and the element mask of a visited tile
+// is Visibility's. "" when all agree, else the first disagreement.
+template <int kBlockN>
+std::string block_mask_disagreement(const Problem& p, int block_m) {
+  const Visibility visibility(p);
+  std::vector<int> seqlens_q(p.seqlens_q.begin(), p.seqlens_q.end());
+  std::vector<int> seqlens_k(p.seqlens_k.begin(), p.seqlens_k.end());
+  cuda_v2::SplitQParams params = cuda_v2::split_q_params(p);  // host pointers: BlockMask only reads them
+  params.seqlens_q = seqlens_q.empty() ? nullptr : seqlens_q.data();
+  params.seqlens_k = seqlens_k.empty() ? nullptr : seqlens_k.data();
+  params.mask = p.mask ? p.mask->data() : nullptr;
+  const int tiles = static_cast<int>((p.seqlen_k + kBlockN - 1) / kBlockN);
+  for (int b = 0; b < p.batch; ++b)
+    for (int row_begin = 0; row_begin < p.seqlen_q; row_begin += block_m) {
+      const cuda_v2::BlockMask block =
+          cuda_v2::BlockMask::make<kBlockN>(params, b, row_begin, row_begin + block_m);
+      const int64_t valid_end = std::min<int64_t>(row_begin + block_m, p.rows_q(b));
+      for (int tile = 0; tile < tiles; ++tile) {
+        const int64_t key0 = int64_t{tile} * kBlockN, key1 = std::min<int64_t>(key0 + kBlockN, p.seqlen_k);
+        const TileCover cover =
+            row_begin < valid_end ? visibility.tile(b, row_begin, valid_end, key0, key1) : TileCover::hidden;
+        const bool visited = tile >= block.tile_begin && tile < block.tile_end;
+        const std::string where = "b " + std::to_string(b) + ", rows from " + std::to_string(row_begin) +
+                                  ", tile " + std::to_string(tile) + ": ";
+        if (!visited && cover != TileCover::hidden) return where + "a tile with visible keys is skipped";
+        if (visited && block.tile_is_full<kBlockN>(static_cast<int>(key0)) && cover != TileCover::full)
+          return where + "a tile that needs a mask is treated as full";
+        for (int row = row_begin; visited && row < row_begin + block_m && row < p.seqlen_q; ++row) {
+          const KeyRange keys = cuda_v2::BlockMask::band(params, block, row);
+          for (int64_t key = key0; key < key1; ++key)
+            if (cuda_v2::element_visible(params, keys, row, static_cast<int>(key)) !=
+                visibility.visible(b, row, key))
+              return where + "the element mask differs from Visibility at row " + std::to_string(row) +
+                     ", key " + std::to_string(key);
+        }
+      }
+    }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("cuda_v2's tile decisions (skip, full, element mask) agree with the mask rules") {
+  Random random(2024);
+  const auto pick = [&random](int64_t lo, int64_t hi) {  // uniform in [lo, hi]
+    return lo + static_cast<int64_t>(random.uniform() * static_cast<double>(hi - lo + 1));
+  };
+  std::vector<Problem> problems;
+  for (int n = 0; n < 400; ++n) {
+    Problem p = problem_shape(pick(1, 3), 1, 1, pick(1, 300), pick(0, 300), 64);
+    p.causal = pick(0, 1) == 1;
+    if (pick(0, 2) == 0) p.window_left = pick(0, 80);
+    if (pick(0, 2) == 0) p.window_right = pick(0, 80);
+    if (pick(0, 1) == 1)
+      for (int64_t b = 0; b < p.batch; ++b) {
+        p.seqlens_q.push_back(pick(0, p.seqlen_q));
+        p.seqlens_k.push_back(pick(0, p.seqlen_k));
+      }
+    if (n % 10 == 0) {  // an explicit mask: every visited tile is partial
+      auto mask = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(p.seqlen_q * p.seqlen_k));
+      for (auto& bit : *mask) bit = random.uniform() < 0.5;
+      p.mask = std::move(mask);
+    }
+    problems.push_back(p);
+  }
+  for (const Problem& p : problems)
+    for (int block_m : {32, 64, 128}) {
+      INFO(p.describe(), ", Br ", block_m);
+      CHECK(block_mask_disagreement<32>(p, block_m) == "");
+      CHECK(block_mask_disagreement<64>(p, block_m) == "");
+    }
+}
+
+TEST_CASE("cuda_v2's launchers refuse what their kernels cannot do, naming the field") {
+  auto refusal = [](void (*check)(const cuda_v2::SplitQParams&),
+                    cuda_v2::SplitQParams params) -> std::string {
+    try {
+      check(params);
+    } catch (const Error& error) {
+      return error.what();
+    }
+    return "";
+  };
+  cuda_v2::SplitQParams params;
+  params.head_dim = 80;
+  params.dtype = DType::bf16;
+  CHECK(refusal(cuda_v2::check_split_q, params).find("head_dim") != std::string::npos);
+  params.head_dim = 64;
+  params.dtype = DType::f32;
+  CHECK(refusal(cuda_v2::check_split_q, params).find("dtype") != std::string::npos);
+  params.dtype = DType::f16;
+  CHECK(refusal(cuda_v2::check_split_q_simt, params).find("dtype") != std::string::npos);
+  params.dtype = DType::bf16;
+  params.heads_q = 6;
+  params.heads_kv = 4;
+  CHECK(refusal(cuda_v2::check_split_q, params).find("heads_q (6) must be a multiple of heads_kv (4)") !=
+        std::string::npos);
+}
+
+TEST_CASE("decoding/cuda_split_kv merges 1, 7 and 128 splits (most of them empty) exactly like one") {
+  // 2049 keys: 65 tiles of 32, so 128 splits leave 63 of them without a key, whose partials (LSE -inf) must
+  // weigh nothing in the combine.
+  Problem p = problem_shape(2, 8, 2, 3, 2049, 128);
+  p.causal = true;
+  p.dtype = DType::bf16;
+  p.seqlens_k = {2049, 700};
+  const AttentionInputs inputs = random_inputs(p, Distribution::normal, 31);
+  const ReferenceResult reference = reference_attention(p, inputs);
+  const Tolerance tolerance = tolerance_from_baseline(
+      p.dtype, deviation(p, baseline_attention(p, inputs, p.dtype, false), reference));
+  for (int splits : {1, 7, 128}) {
+    INFO(splits, " splits");
+    decoding::SplitKvParams params = decoding::split_kv_params(p);
+    params.num_splits = splits;
+    const size_t partial_bytes = splits == 1
+                                     ? 0
+                                     : sizeof(float) * static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q) *
+                                           splits * (p.head_dim + 1);
+    const size_t workspace = partial_bytes + 16;  // then the int lengths (2 of them)
+    const auto launch = [&](auto forward, auto narrow) {
+      return [&, forward, narrow](const DeviceTensors& tensors) {
+        decoding::SplitKvParams device = params;
+        device.q = tensors.q;
+        device.k = tensors.k;
+        device.v = tensors.v;
+        device.o = tensors.o;
+        device.lse = tensors.lse;
+        device.workspace = tensors.workspace;
+        device.workspace_bytes = partial_bytes;
+        device.seqlens_k =
+            narrow(p, tensors, static_cast<char*>(tensors.workspace) + partial_bytes).seqlens_k;
+        forward(device, nullptr);
+      };
+    };
+    AttentionOutputs out = AttentionOutputs::poisoned(p);
+    cuda::emulated::run_on_device(
+        p, inputs, out, workspace,
+        launch(decoding::emulated::cuda_split_kv_forward, cuda::emulated::narrow_lengths));
+    const Verdict emulated = judge(p, out, reference, tolerance);
+    INFO("emulated: ", emulated.explain());
+    CHECK(emulated.passed());
+#if FLASHLAB_HAVE_CUDA
+    if (cuda::unavailable_reason().empty()) {
+      AttentionOutputs on_gpu = AttentionOutputs::poisoned(p);
+      cuda::gpu::run_on_device(p, inputs, on_gpu, workspace,
+                               launch(decoding::gpu::cuda_split_kv_forward, cuda::gpu::narrow_lengths));
+      const Verdict gpu = judge(p, on_gpu, reference, tolerance);
+      INFO("gpu: ", gpu.explain());
+      CHECK(gpu.passed());
+    }
+#endif
+  }
+}
+
+}  // namespace flashlab::testing
