@@ -364,10 +364,19 @@ int run(int argc, char** argv) {
   s.machine = &machine_ceilings();
   s.gpus = &gpu_ceilings();
   cli::progress("");
-  for (const Implementation& impl : implementations()) {
+  // A GPU stage that would run in the CPU emulator here is not benchmarked: an emulated time measures the
+  // emulator, not the kernel.
+  auto not_benchmarked = [](const Implementation& impl) {
     const std::string reason = impl.availability ? impl.availability() : "";
+    if (!reason.empty()) return "unavailable here: " + reason;
+    const std::string emulation = cli::emulation_reason(impl);
+    if (!emulation.empty()) return "would run in the CPU emulator here (" + emulation + ")";
+    return std::string();
+  };
+  for (const Implementation& impl : implementations()) {
+    const std::string reason = not_benchmarked(impl);
     if (!reason.empty() && std::regex_search(impl.name, filter))
-      std::printf("%-44s unavailable here, not benchmarked: %s\n", impl.name.c_str(), reason.c_str());
+      std::printf("%-44s not benchmarked: %s\n", impl.name.c_str(), reason.c_str());
   }
   for (const Implementation& impl : implementations())
     if (!impl.bytes_moved && std::regex_search(impl.name, filter))
@@ -377,7 +386,7 @@ int run(int argc, char** argv) {
           impl.name.c_str());
   for (const Shape& shape : grid()) {
     for (const Implementation& impl : implementations()) {
-      if (impl.availability && !impl.availability().empty()) continue;
+      if (!not_benchmarked(impl).empty()) continue;
       const std::string name = benchmark_name(impl, shape);
       if (!std::regex_search(name, filter)) continue;
       s.order.push_back(name);

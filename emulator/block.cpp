@@ -99,6 +99,8 @@ void BlockRunner::start_threads(const Launch& launch) {
   }
   clocks_.assign(static_cast<size_t>(thread_count_) * thread_count_, 0);
   for (int tid = 0; tid < thread_count_; ++tid) clock(tid)[tid] = 1;
+  clock_floor_ = 0;
+  clock_ceiling_ = 1;
   collectives_.assign(static_cast<size_t>((thread_count_ + 31) / 32), {});
   exited_lanes_.assign(collectives_.size(), 0u);
   for (Barrier& barrier : barriers_) barrier = Barrier();
@@ -208,24 +210,32 @@ int BlockRunner::barrier(ThreadState& self, unsigned id, unsigned threads, bool 
     b.expected = threads;
     b.operation = operation;
     b.where = where;
-    b.released.assign(static_cast<size_t>(thread_count_), 0);
+    if (b.arrived_flags.size() != static_cast<size_t>(thread_count_))
+      b.arrived_flags.assign(static_cast<size_t>(thread_count_), 0);
   } else if (b.expected != threads) {
     fail(self, operation, " ", id, " (", where, ") counts ", threads, " threads, but the ", b.arrived,
          " already there (", b.operation, ", ", b.where, ") count ", b.expected);
   }
-  if (std::find(b.arrivals.begin(), b.arrivals.end(), self.tid) != b.arrivals.end())
+  if (b.arrived_flags[self.tid] != 0)
     fail(self, operation, " ", id, " (", where, "): arrives a second time before the barrier completed");
+  b.arrived_flags[self.tid] = 1;
   b.arrivals.push_back(self.tid);
   ++b.arrived;
   if (predicate) ++b.predicate_count;
-  if (!wait_for_it) b.arrive_only = true;
-  join_into(b.released, self.tid);
+  if (!wait_for_it) {
+    // It goes on at once: what it did so far is released now. (A waiting thread's clock does not change
+    // until the barrier completes, so it is joined then.)
+    b.arrive_only = true;
+    if (b.released.size() != static_cast<size_t>(thread_count_))
+      b.released.assign(static_cast<size_t>(thread_count_), 0);
+    join_into(b.released, self.tid);
+  }
   tick(self.tid);
   self.last_sync = where;
   self.last_sync_operation = operation;
   if (b.arrived == b.expected) {
     const int count = b.predicate_count;
-    if (wait_for_it) acquire(self.tid, b.released);
+    if (wait_for_it) b.waiters.push_back(self.tid);  // completes it: acquires with the others
     complete_barrier(b);
     return count;
   }
@@ -236,19 +246,30 @@ int BlockRunner::barrier(ThreadState& self, unsigned id, unsigned threads, bool 
 }
 
 void BlockRunner::complete_barrier(Barrier& b) {
-  const bool everyone = b.expected == static_cast<unsigned>(thread_count_) && !b.arrive_only;
-  for (int tid : b.waiters) {
-    acquire(tid, b.released);
-    threads_[tid].barrier_result = b.predicate_count;
-    wake(tid);
+  const ThreadState* completer = running;
+  if (b.expected == static_cast<unsigned>(thread_count_) && !b.arrive_only) {
+    // Every thread of the block met and waited: whatever any of them did before is ordered before whatever
+    // any does next. Raising the clock floor past every step so far says that without joining every clock.
+    clock_floor_ = clock_ceiling_;
+    for (int tid = 0; tid < thread_count_; ++tid) tick(tid);
+    full_barrier();
+  } else {
+    if (b.released.size() != static_cast<size_t>(thread_count_))
+      b.released.assign(static_cast<size_t>(thread_count_), 0);
+    for (int tid : b.waiters) join_into(b.released, tid);
+    for (int tid : b.waiters) acquire(tid, b.released);
   }
+  for (int tid : b.waiters) {
+    threads_[tid].barrier_result = b.predicate_count;
+    if (&threads_[tid] != completer) wake(tid);
+  }
+  for (int tid : b.arrivals) b.arrived_flags[tid] = 0;
+  std::fill(b.released.begin(), b.released.end(), 0u);
   b.expected = b.arrived = 0;
   b.predicate_count = 0;
   b.waiters.clear();
   b.arrivals.clear();
   b.arrive_only = false;
-  // Every thread of the block met: whatever any of them did before is ordered before whatever any does next.
-  if (everyone) full_barrier();
 }
 
 void BlockRunner::join_into(std::vector<uint32_t>& target, int tid) {

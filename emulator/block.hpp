@@ -3,6 +3,7 @@
 // what is known of every byte, and the vector clocks that decide whether two accesses are ordered.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -65,11 +66,12 @@ struct Collective {
 struct Barrier {
   unsigned expected = 0;  // threads of the current phase; 0 while idle
   unsigned arrived = 0;
-  int predicate_count = 0;         // bar.red.popc: threads that arrived with a true predicate
-  std::vector<int> waiters;        // threads blocked in bar.sync
-  std::vector<int> arrivals;       // every thread that arrived in this phase (sync or arrive)
-  std::vector<uint32_t> released;  // the join of the arrivals' vector clocks
-  bool arrive_only = false;        // some thread arrived without waiting (bar.arrive): it acquires nothing
+  int predicate_count = 0;             // bar.red.popc: threads that arrived with a true predicate
+  std::vector<int> waiters;            // threads blocked in bar.sync (and the one completing it)
+  std::vector<int> arrivals;           // every thread that arrived in this phase (sync or arrive)
+  std::vector<uint8_t> arrived_flags;  // per thread: arrived in this phase
+  std::vector<uint32_t> released;      // the join of the clocks released to the waiters
+  bool arrive_only = false;  // some thread arrived without waiting (bar.arrive): it acquires nothing
   const char* operation = nullptr;
   Where where;
 };
@@ -122,10 +124,15 @@ class BlockRunner {
               const char* operation, Where where);
 
   // Vector clocks (happens-before): clock(t)[u] is the latest step of thread u that thread t is ordered
-  // after.
+  // after. Entries below clock_floor_ stand for clock_floor_: a barrier of the whole block orders every step
+  // so far before every later one, and raises the floor instead of joining every clock (shared_memory.cpp).
   uint32_t* clock(int tid) { return &clocks_[static_cast<size_t>(tid) * thread_count_]; }
   // After a release (an arrival at a barrier, ...), a thread's later accesses start a new step.
-  void tick(int tid) { ++clock(tid)[tid]; }
+  void tick(int tid) {
+    uint32_t& own = clock(tid)[tid];
+    own = std::max(own, clock_floor_) + 1;
+    clock_ceiling_ = std::max(clock_ceiling_, own);
+  }
   void join_into(std::vector<uint32_t>& target, int tid);
   // __syncwarp: the lanes of `mask` in `warp` are ordered with each other from here on.
   void order_lanes(int warp, unsigned mask);
@@ -176,6 +183,8 @@ class BlockRunner {
   std::vector<unsigned> exited_lanes_;                // per warp, the lanes that have exited
   Barrier barriers_[16];
   std::vector<uint32_t> clocks_;
+  uint32_t clock_floor_ = 0;    // every step at or below it is ordered before every thread's next step
+  uint32_t clock_ceiling_ = 0;  // the latest step any thread has reached
   std::vector<uint32_t> scratch_clock_;
   bool completing_ = false;  // a collective is being carried out: its lanes must not be preempted
   std::string error_;

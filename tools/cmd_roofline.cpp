@@ -65,6 +65,9 @@ int roofline_command(const std::vector<std::string>& argv) {
   for (size_t n = 0; n < chosen.size(); ++n) {
     const Implementation& impl = *chosen[n];
     std::string reason = why_cannot_run(impl, p);
+    if (reason.empty() && !emulation_reason(impl).empty())
+      reason = "runs in the CPU emulator here (" + emulation_reason(impl) +
+               "): an emulated time is not a measurement";
     if (reason.empty() && impl.device == Device::cuda && roofs.size() < 2)
       reason = "no GPU ceilings measured";
     if (!reason.empty()) {
