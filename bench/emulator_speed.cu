@@ -88,8 +88,8 @@ int main() {
   };
   for (const Row& row : rows) {
     const double s = seconds(row.launch);
-    std::printf("  %-36s %12.0f per second  (%.2f us each)\n", row.what, row.per_launch / s,
-                1e6 * s / row.per_launch);
+    std::printf("  %-36s %12.0f per second  (%7.1f ns each)\n", row.what, row.per_launch / s,
+                1e9 * s / row.per_launch);
   }
   return 0;
 }

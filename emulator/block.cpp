@@ -93,6 +93,7 @@ void BlockRunner::start_threads(const Launch& launch) {
     t.last_sync = Where();
     t.last_sync_operation = nullptr;
     t.barrier_result = 0;
+    t.in_emulator = false;
     t.uncommitted.clear();
     t.committed.clear();
     t.fiber.prepare(stacks_ + tid * slot + page_bytes(), kStackBytes, &BlockRunner::thread_main, &t);
@@ -113,6 +114,7 @@ void BlockRunner::thread_main(void* state) {
   auto& self = *static_cast<ThreadState*>(state);
   const Launch& launch = self.block->launch();
   launch.body(launch.parameters);
+  self.in_emulator = true;  // the kernel returned: what follows is the emulator's
   self.block->exit_thread(self);
 }
 

@@ -43,6 +43,8 @@ struct ThreadState {
   const char* last_sync_operation = nullptr;
   SyncPoint sync_point() const { return {last_sync_operation, last_sync}; }
   int barrier_result = 0;  // what a completed bar.red gave this thread (__syncthreads_count)
+  // Inside an emulated operation (sm80.cpp's Entered): the instrumentation hooks ignore its accesses.
+  bool in_emulator = false;
   // cp.async: copies issued since the last commit, then the committed groups, oldest first.
   std::vector<AsyncCopy> uncommitted;
   std::vector<std::vector<AsyncCopy>> committed;

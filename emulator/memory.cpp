@@ -116,13 +116,11 @@ bool inside(const Range& range, uintptr_t address, size_t bytes) {
 
 std::atomic<bool> instrumented{false};
 
-void access(const void* pointer, size_t bytes, bool write) {
-  ThreadState* self = current_thread();
-  if (self == nullptr) return;  // host code
-  BlockRunner& block = *self->block;
+void check_access(ThreadState& self, const void* pointer, size_t bytes, bool write) {
+  BlockRunner& block = *self.block;
   const auto address = reinterpret_cast<uintptr_t>(pointer);
   if (block.in_shared_window(address)) {
-    block.shared_access(*self,
+    block.shared_access(self,
                         static_cast<uint32_t>(address - reinterpret_cast<uintptr_t>(block.shared_base())),
                         bytes, write);
     return;
@@ -131,7 +129,17 @@ void access(const void* pointer, size_t bytes, bool write) {
   if (inside_allocation(address, bytes)) return;
   const Launch& launch = block.launch();
   std::string problem = check_global_access(address, bytes, write, launch.parameters, launch.parameter_bytes);
-  if (!problem.empty()) block.fail_with(*self, std::move(problem));
+  if (!problem.empty()) block.fail_with(self, std::move(problem));
+}
+
+void access(const void* pointer, size_t bytes, bool write) {
+  ThreadState* self = current_thread();
+  if (self == nullptr || self->in_emulator) return;  // host code, or the emulator's own
+  // While the access is checked, the emulator's own accesses (its containers may run instrumented copies of
+  // library templates) are not kernel accesses.
+  self->in_emulator = true;
+  check_access(*self, pointer, bytes, write);
+  self->in_emulator = false;
 }
 
 }  // namespace

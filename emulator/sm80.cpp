@@ -15,52 +15,74 @@ namespace flashlab::emulator {
 
 namespace {
 
-// The calling emulated thread. Device functions called from host code are a programming error.
-ThreadState& self(const char* what) {
-  ThreadState* thread = current_thread();
-  if (thread == nullptr) {
-    std::fprintf(stderr, "flashlab emulator: %s called outside a kernel\n", what);
-    std::abort();
+// The calling emulated thread, inside the emulator until the operation returns (the instrumentation hooks
+// then leave its accesses alone: they are the emulator's, whatever copy of a library template runs them).
+// Device functions called from host code are a programming error.
+class Entered {
+ public:
+  explicit Entered(const char* what) : thread_(current_thread()) {
+    if (thread_ == nullptr) {
+      std::fprintf(stderr, "flashlab emulator: %s called outside a kernel\n", what);
+      std::abort();
+    }
+    previous_ = thread_->in_emulator;
+    thread_->in_emulator = true;
   }
-  return *thread;
-}
+  ~Entered() { thread_->in_emulator = previous_; }
+  Entered(const Entered&) = delete;
+  Entered& operator=(const Entered&) = delete;
+  operator ThreadState&() const { return *thread_; }
+  ThreadState* operator->() const { return thread_; }
+
+ private:
+  ThreadState* thread_;
+  bool previous_ = false;
+};
 
 }  // namespace
 
 // ---- Who am I ----
 
 Index3 thread_index() {
-  return self("threadIdx").index;
+  const Entered entered("threadIdx");
+  return static_cast<ThreadState&>(entered).index;
 }
 Index3 block_index() {
-  return self("blockIdx").block->block_index();
+  const Entered entered("blockIdx");
+  return static_cast<ThreadState&>(entered).block->block_index();
 }
 Index3 block_dim() {
-  return self("blockDim").block->launch().block;
+  const Entered entered("blockDim");
+  return static_cast<ThreadState&>(entered).block->launch().block;
 }
 Index3 grid_dim() {
-  return self("gridDim").block->launch().grid;
+  const Entered entered("gridDim");
+  return static_cast<ThreadState&>(entered).block->launch().grid;
 }
 
 // ---- Barriers ----
 
 void barrier_sync(unsigned id, unsigned threads, Where where) {
-  ThreadState& t = self("bar.sync");
+  const Entered entered("bar.sync");
+  ThreadState& t = entered;
   t.block->barrier(t, id, threads, true, false, "bar.sync", where);
 }
 
 void barrier_arrive(unsigned id, unsigned threads, Where where) {
-  ThreadState& t = self("bar.arrive");
+  const Entered entered("bar.arrive");
+  ThreadState& t = entered;
   t.block->barrier(t, id, threads, false, false, "bar.arrive", where);
 }
 
 void sync_threads(Where where) {
-  ThreadState& t = self("__syncthreads");
+  const Entered entered("__syncthreads");
+  ThreadState& t = entered;
   t.block->barrier(t, 0, static_cast<unsigned>(t.block->threads()), true, false, "__syncthreads", where);
 }
 
 int sync_threads_count(bool predicate, Where where) {
-  ThreadState& t = self("__syncthreads_count");
+  const Entered entered("__syncthreads_count");
+  ThreadState& t = entered;
   return t.block->barrier(t, 0, static_cast<unsigned>(t.block->threads()), true, predicate,
                           "__syncthreads_count/and/or", where);
 }
@@ -68,7 +90,8 @@ int sync_threads_count(bool predicate, Where where) {
 // ---- Warp collectives ----
 
 void sync_warp(unsigned mask, Where where) {
-  ThreadState& t = self("__syncwarp");
+  const Entered entered("__syncwarp");
+  ThreadState& t = entered;
   t.block->collective(
       t, "__syncwarp", mask, nullptr,
       [](BlockRunner& block, Collective& c, int warp) { block.order_lanes(warp, c.mask); }, where);
@@ -165,14 +188,16 @@ void complete_vote(BlockRunner&, Collective& c, int) {
 
 uint32_t shuffle(ShuffleMode mode, unsigned mask, uint32_t value, unsigned lane_operand, unsigned clamp,
                  Where where) {
-  ThreadState& t = self("__shfl_sync");
+  const Entered entered("__shfl_sync");
+  ThreadState& t = entered;
   ShuffleLane lane{mode, value, lane_operand, clamp, 0};
   t.block->collective(t, shuffle_name(mode), mask, &lane, complete_shuffle, where);
   return lane.result;
 }
 
 unsigned vote(VoteMode mode, unsigned mask, bool predicate, Where where) {
-  ThreadState& t = self("__ballot_sync");
+  const Entered entered("__ballot_sync");
+  ThreadState& t = entered;
   VoteLane lane{mode, predicate, 0};
   const char* name = mode == VoteMode::ballot ? "__ballot_sync"
                      : mode == VoteMode::all  ? "__all_sync"
@@ -184,14 +209,16 @@ unsigned vote(VoteMode mode, unsigned mask, bool predicate, Where where) {
 // ---- Shared memory ----
 
 void* dynamic_shared_memory(size_t alignment) {
-  ThreadState& t = self("extern __shared__");
+  const Entered entered("extern __shared__");
+  ThreadState& t = entered;
   if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 1024)
     t.block->fail(t, "dynamic shared memory: alignment ", alignment, " must be a power of two up to 1024");
   return t.block->shared_base() + BlockRunner::kReservedShared;
 }
 
 uint32_t shared_address(const void* generic, Where where) {
-  ThreadState& t = self("__cvta_generic_to_shared");
+  const Entered entered("__cvta_generic_to_shared");
+  ThreadState& t = entered;
   BlockRunner& block = *t.block;
   const auto address = reinterpret_cast<uintptr_t>(generic);
   if (!block.in_shared_window(address))
@@ -202,7 +229,8 @@ uint32_t shared_address(const void* generic, Where where) {
 }
 
 void* shared_pointer(uint32_t address, size_t bytes, Where where) {
-  ThreadState& t = self("shared address");
+  const Entered entered("shared address");
+  ThreadState& t = entered;
   (void)where;
   t.block->check_shared_range(t, address, bytes, "shared address");
   return t.block->shared_base() + address;
@@ -212,7 +240,8 @@ void* shared_pointer(uint32_t address, size_t bytes, Where where) {
 
 void cp_async(void* shared_destination, const void* global_source, int copy_bytes, int source_bytes,
               Where where) {
-  ThreadState& t = self("cp.async");
+  const Entered entered("cp.async");
+  ThreadState& t = entered;
   BlockRunner& block = *t.block;
   if (copy_bytes != 4 && copy_bytes != 8 && copy_bytes != 16)
     block.fail(t, "cp.async (", where, "): cp-size ", copy_bytes, " must be 4, 8 or 16");
@@ -246,13 +275,15 @@ void cp_async(void* shared_destination, const void* global_source, int copy_byte
 }
 
 void cp_async_commit_group() {
-  ThreadState& t = self("cp.async.commit_group");
+  const Entered entered("cp.async.commit_group");
+  ThreadState& t = entered;
   t.committed.push_back(std::move(t.uncommitted));
   t.uncommitted.clear();
 }
 
 void cp_async_wait_group(int pending, Where where) {
-  ThreadState& t = self("cp.async.wait_group");
+  const Entered entered("cp.async.wait_group");
+  ThreadState& t = entered;
   (void)where;
   while (t.committed.size() > static_cast<size_t>(pending)) {
     for (const AsyncCopy& copy : t.committed.front()) t.block->complete_async_write(t, copy);
@@ -299,7 +330,8 @@ void complete_ldmatrix(BlockRunner& block, Collective& c, int warp) {
 }  // namespace
 
 void ldmatrix(uint32_t* registers, int matrices, bool transpose, const void* shared_row, Where where) {
-  ThreadState& t = self("ldmatrix");
+  const Entered entered("ldmatrix");
+  ThreadState& t = entered;
   static constexpr const char* names[2][5] = {
       {"", "ldmatrix.x1", "ldmatrix.x2", "", "ldmatrix.x4"},
       {"", "ldmatrix.x1.trans", "ldmatrix.x2.trans", "", "ldmatrix.x4.trans"}};
@@ -368,7 +400,8 @@ void complete_mma(BlockRunner&, Collective& c, int) {
 
 void mma_m16n8k16(float* d, const uint32_t* a, const uint32_t* b, const float* c, MmaInput input,
                   Where where) {
-  ThreadState& t = self("mma.sync");
+  const Entered entered("mma.sync");
+  ThreadState& t = entered;
   MmaLane lane{d, a, b, c, input};
   t.block->collective(t, input == MmaInput::f16 ? "mma.sync.m16n8k16.f32.f16" : "mma.sync.m16n8k16.f32.bf16",
                       0xffffffffu, &lane, complete_mma, where);
@@ -381,7 +414,8 @@ namespace {
 // An atomic's address must be device memory or this block's shared memory.
 template <typename T>
 T* atomic_target(T* address, const char* operation) {
-  ThreadState& t = self(operation);
+  const Entered entered(operation);
+  ThreadState& t = entered;
   BlockRunner& block = *t.block;
   const auto where = reinterpret_cast<uintptr_t>(address);
   if (where % sizeof(T) != 0)
