@@ -195,7 +195,7 @@ fi
 : >"$out/gpu_bench.log"
 # Each set separately, with a budget after which gpu-bench stops starting shapes (and still writes its JSON),
 # and a hard limit above it.
-for set_and_budget in sweep:110 occupancy:30; do
+for set_and_budget in sweep:110 occupancy:30 decode:30; do
   set_name=${set_and_budget%%:*}
   budget=${set_and_budget##*:}
   if timeout $((budget + 40)) "$flashlab" gpu-bench --json --shapes "$set_name" --max-seconds "$budget" \
@@ -241,8 +241,9 @@ import datetime, json, os, re, sys
 out, commit, command = sys.argv[1:4]
 sweep = json.load(open(os.path.join(out, "ours_sweep.json")))
 occupancy = json.load(open(os.path.join(out, "ours_occupancy.json")))
+decode = json.load(open(os.path.join(out, "ours_decode.json")))
 ours = dict(occupancy, **{k: v for k, v in sweep.items() if v is not None})
-ours["rows"] = sweep["rows"] + occupancy["rows"]
+ours["rows"] = sweep["rows"] + occupancy["rows"] + decode["rows"]
 peers_path = os.path.join(out, "peers.json")
 peers = json.load(open(peers_path)) if os.path.exists(peers_path) else {"rows": []}
 device = ours.get("device") or peers.get("device") or "unknown GPU"

@@ -7,8 +7,10 @@
 //
 // Shape sets: "sweep" (FlashAttention's benchmark: batch * seqlen = 16k tokens, 2048 hidden, seqlen 1k..16k,
 // head_dim 64 and 128, causal or not), "occupancy" (8 heads against 256 (batch, head) pairs at seqlen 4k),
-// "quick" (two small shapes, for trying the command), "all" (sweep + occupancy). With --json the output also
-// holds the GPU's measured ceilings (gpu_ceilings() of common/machine.hpp).
+// "quick" (two small shapes, for trying the command), "all" (sweep + occupancy), "decode" (one query row, 32/8
+// heads, head_dim 128, KV 8k to 128k at batch 1, 16k at batch 8, 4k at batch 64, and the 64k one again from a
+// paged cache of 256-token pages: the decoding stages' bandwidth). With --json the output also holds the GPU's
+// measured ceilings (gpu_ceilings() of common/machine.hpp).
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -19,6 +21,7 @@
 #include "common/flops.hpp"
 #include "common/inputs.hpp"
 #include "common/machine.hpp"
+#include "common/paged_kv.hpp"
 #include "common/reference.hpp"
 #include "common/registry.hpp"
 #include "common/tolerance.hpp"
@@ -50,8 +53,20 @@ Problem bench_shape(int64_t batch, int64_t heads, int64_t seqlen, int64_t head_d
   return p;
 }
 
+Problem decode_shape(int64_t batch, int64_t seqlen_k, int64_t page_size) {
+  Problem p = problem_shape(batch, 32, 8, 1, seqlen_k, 128);
+  p.page_size = page_size;
+  return p;
+}
+
 std::vector<Problem> shape_set(const std::string& name) {
   std::vector<Problem> shapes;
+  if (name == "decode") {
+    for (int64_t seqlen_k : {8192, 65536, 131072}) shapes.push_back(decode_shape(1, seqlen_k, 0));
+    shapes.push_back(decode_shape(8, 16384, 0));
+    shapes.push_back(decode_shape(64, 4096, 0));
+    shapes.push_back(decode_shape(1, 65536, 256));
+  }
   if (name == "sweep" || name == "all")
     for (int64_t head_dim : {64, 128})
       for (bool causal : {false, true})
@@ -66,7 +81,7 @@ std::vector<Problem> shape_set(const std::string& name) {
     shapes.push_back(bench_shape(2, 4, 1024, 64, false));
     shapes.push_back(bench_shape(2, 4, 1024, 128, true));
   }
-  if (shapes.empty()) fail("--shapes (", name, ") must be sweep, occupancy, quick or all");
+  if (shapes.empty()) fail("--shapes (", name, ") must be sweep, occupancy, quick, all or decode");
   return shapes;
 }
 
@@ -74,6 +89,7 @@ void shape_json(Json& json, const Problem& p) {
   json.field("batch", p.batch).field("heads", p.heads_q).field("kv_heads", p.heads_kv);
   json.field("seqlen_q", p.seqlen_q).field("seqlen_k", p.seqlen_k).field("head_dim", p.head_dim);
   json.field("causal", p.causal);
+  if (p.page_size > 0) json.field("page_size", p.page_size);  // decode shapes read from a paged cache
 }
 
 #if FLASHLAB_HAVE_CUDA
@@ -88,7 +104,8 @@ struct BenchRow {
 // defeats the L2 cache; warm-up, then the median of CUDA-event timings; then a sampled fp64 check of copy 0.
 BenchRow bench_one(const Implementation& impl, const Problem& p, int max_repeats) {
   const cuda::DeviceProperties device = *cuda::device_properties();
-  const AttentionInputs inputs = random_inputs(p, Distribution::normal, 7);
+  AttentionInputs inputs = random_inputs(p, Distribution::normal, 7);
+  attach_paged_kv(p, inputs);  // K and V in pages too, when the shape has a page size
   const size_t workspace = impl.device_workspace_bytes ? impl.device_workspace_bytes(p) : 0;
   std::vector<std::unique_ptr<cuda::DeviceProblem>> copies;
   copies.push_back(std::make_unique<cuda::DeviceProblem>(p, inputs, workspace));
@@ -210,7 +227,7 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
 
 const CommandRegistration gpu_bench{
     {"gpu-bench",
-     "flashlab gpu-bench [IMPL...] [--shapes sweep|occupancy|quick|all] [--repeat N] [--max-seconds S] "
+     "flashlab gpu-bench [IMPL...] [--shapes sweep|occupancy|quick|all|decode] [--repeat N] [--max-seconds S] "
      "[--json]\n"
      "flashlab gpu-bench --list-shapes [--shapes SET]   (the benchmark shapes as JSON)",
      gpu_bench_command}};
