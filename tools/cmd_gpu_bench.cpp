@@ -7,10 +7,10 @@
 //
 // Shape sets: "sweep" (FlashAttention's benchmark: batch * seqlen = 16k tokens, 2048 hidden, seqlen 1k..16k,
 // head_dim 64 and 128, causal or not), "occupancy" (8 heads against 256 (batch, head) pairs at seqlen 4k),
-// "quick" (two small shapes, for trying the command), "all" (sweep + occupancy), "decode" (one query row, 32/8
-// heads, head_dim 128, KV 8k to 128k at batch 1, 16k at batch 8, 4k at batch 64, and the 64k one again from a
-// paged cache of 256-token pages: the decoding stages' bandwidth). With --json the output also holds the GPU's
-// measured ceilings (gpu_ceilings() of common/machine.hpp).
+// "quick" (two small shapes, for trying the command), "all" (sweep + occupancy), "decode" (one query row,
+// 32/8 heads, head_dim 128, KV 8k to 128k at batch 1, 16k at batch 8, 4k at batch 64, and the 64k one again
+// from a paged cache of 256-token pages: the decoding stages' bandwidth). With --json the output also holds
+// the GPU's measured ceilings (gpu_ceilings() of common/machine.hpp).
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -227,7 +227,8 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
 
 const CommandRegistration gpu_bench{
     {"gpu-bench",
-     "flashlab gpu-bench [IMPL...] [--shapes sweep|occupancy|quick|all|decode] [--repeat N] [--max-seconds S] "
+     "flashlab gpu-bench [IMPL...] [--shapes sweep|occupancy|quick|all|decode] [--repeat N] [--max-seconds "
+     "S] "
      "[--json]\n"
      "flashlab gpu-bench --list-shapes [--shapes SET]   (the benchmark shapes as JSON)",
      gpu_bench_command}};
