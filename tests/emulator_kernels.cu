@@ -175,10 +175,14 @@ __global__ void neighbours_kernel(float* out, const float* in, Mistake mistake) 
       out[t] = shared[t];
       break;
     case Mistake::cp_async_without_wait:
-      ptx::cp_async_16(shared + 4 * t, in + 4 * (t % 4), true);
-      ptx::cp_async_commit();
-      out[t] = shared[4 * t];  // ptx::cp_async_wait<0>() belongs before this read
-      ptx::cp_async_wait<0>();
+      // The first quarter of the threads copy 16 bytes each (the block has 4 bytes of shared memory a
+      // thread).
+      if (t < n / 4) {
+        ptx::cp_async_16(shared + 4 * t, in + 4 * (t % 4), true);
+        ptx::cp_async_commit();
+        out[t] = shared[4 * t];  // ptx::cp_async_wait<0>() belongs before this read
+        ptx::cp_async_wait<0>();
+      }
       break;
   }
 }
