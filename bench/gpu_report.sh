@@ -5,21 +5,22 @@
 #
 # 1. builds (release preset, CUDA on) if needed;
 # 2. runs the tests that need the GPU: the shared harness over every GPU implementation on the GPU
-#    (harness_gpu), and the `harness` entry, whose emulator tests then run their kernels on the GPU too and
-#    compare the emulator's shuffles, votes, ldmatrix, mma.sync and cp.async with the hardware's;
-# 3. runs the Hopper stage's own GPU self-tests (hopper_ws_selftest, fp8_selftest) and their timing modes
-#    (--time; fp8_selftest at head_dim 128 and 256, seqlen 8192: the pre-pass, the main kernel and the two end
-#    to end), and `flashlab fp8-accuracy --device cuda` (FA3's Table 3 with the FP8 rows from the Hopper
-#    kernel); the other stages' self-tests were folded into the harness, where the emulator runs them too;
-# 4. runs compute-sanitizer: memcheck on the Hopper self-tests (a few small cases) and on the shared harness
-#    over the GPU implementations on the GPU (the case matrix, small shapes), racecheck on a small case of
-#    every GPU implementation (`flashlab run IMPL ...`: awkward lengths, GQA, causal, padding);
+#    (harness_gpu: the Hopper kernels' ablation rungs included), and the `harness` entry, whose emulator tests
+#    then run their kernels on the GPU too and compare the emulator's shuffles, votes, ldmatrix, mma.sync and
+#    cp.async with the hardware's, and whose FP8 tests (test_hopper_fp8.cpp) check the Hopper FP8 pre-pass
+#    bit for bit and its kernel within the derived bound on the GPU as in the emulator;
+# 3. runs `flashlab fp8-accuracy --device cuda` (FA3's Table 3 with the FP8 rows from the Hopper kernel); the
+#    stages' former self-tests are folded into the harness, where the emulator runs them too;
+# 4. runs compute-sanitizer: memcheck on the FP8 tests and on the shared harness over the GPU implementations
+#    on the GPU (the case matrix, small shapes), racecheck on a small case of every GPU implementation
+#    (`flashlab run IMPL ...`: awkward lengths, GQA, causal, padding);
 # 5. times our GPU implementations on device pointers (`flashlab gpu-bench --json`) and the PyTorch SDPA peers
 #    (bench/peers_torch.py) on the same shapes, same device, same run;
 # 6. writes OUTDIR/results-<device>-<date>.json (SPEC's results schema) and a Markdown table next to it, plus
 #    the logs of every step (OUTDIR/*.log, each step's exit code in OUTDIR/exit_codes.txt), `flashlab machine`
 #    (machine.txt, machine.json: the GPU rows) and the GPU roofline (roofline_gpu.txt, roofline_gpu.svg). Copy
-#    the .json, .md and .svg into docs/results/ and commit them.
+#    the .json, .md and .svg into docs/results/ and commit them. FA3's ablation ladder is in the tables: its
+#    rungs (cuda_v3_hopper/ws, ws_no_overlap, ws_no_pingpong, ws_no_producer) are implementations like any.
 #
 # Every step has its own time limit; the whole run stays within 10 minutes on an H100 (typical: build 1.5 min
 # from scratch, tests 1, self-tests 1, compute-sanitizer 2-3, our benchmarks at most 2.5, peers at most 2).
@@ -109,28 +110,15 @@ else
   status=1
 fi
 
-# ---- 3. the stages' own GPU self-tests (each exits 0 only when every case ran and passed)
-has_hopper=0  # whether cuda_v3_hopper/ws runs here (compute capability 9.0)
-has_fp8=0     # whether cuda_v3_hopper/fp8 does (likewise)
+# ---- 3. FA3's Table 3 with the FP8 rows from the Hopper kernel
+has_fp8=0  # whether cuda_v3_hopper/fp8 runs here (compute capability 9.0)
 for line in "${gpu_impls[@]}"; do
-  [[ $line == "cuda_v3_hopper/ws "* ]] && has_hopper=1
   [[ $line == "cuda_v3_hopper/fp8 "* ]] && has_fp8=1
 done
-if [[ $has_hopper -eq 1 ]]; then
-  step "hopper_ws_selftest" selftest_hopper_ws.log 120 build/bin/hopper_ws_selftest
-  step "hopper_ws_selftest --time" selftest_hopper_ws_time.log 120 build/bin/hopper_ws_selftest --time
-else
-  note "hopper_ws_selftest not run: this GPU is not compute capability 9.0"
-fi
 if [[ $has_fp8 -eq 1 ]]; then
-  step "fp8_selftest" selftest_fp8.log 180 build/bin/fp8_selftest
-  for d in 128 256; do
-    step "fp8_selftest --time --head-dim $d" selftest_fp8_time_d$d.log 120 \
-      build/bin/fp8_selftest --time --head-dim "$d" --seqlen 8192
-  done
   step "flashlab fp8-accuracy --device cuda" fp8_accuracy_cuda.log 240 "$flashlab" fp8-accuracy --device cuda
 else
-  note "fp8_selftest and fp8-accuracy --device cuda not run: this GPU is not compute capability 9.0"
+  note "fp8-accuracy --device cuda not run: this GPU is not compute capability 9.0"
 fi
 
 # ---- 4. compute-sanitizer: memcheck on the self-tests and the harness, racecheck on every implementation
@@ -144,14 +132,9 @@ if [[ -z "$sanitizer" ]]; then
   status=1
 else
   memcheck=("$sanitizer" --tool memcheck --error-exitcode 3)
-  # Small cases of the Hopper self-tests (memcheck slows kernels down a lot).
-  if [[ $has_hopper -eq 1 ]]; then
-    step "memcheck hopper_ws_selftest" sanitizer_memcheck_hopper_ws_selftest.log 120 \
-      "${memcheck[@]}" build/bin/hopper_ws_selftest --only "97 x 97"
-  fi
-  if [[ $has_fp8 -eq 1 ]]; then  # a pre-pass case (64 x 64 tiles, single rows) and a kernel case (one query)
-    step "memcheck fp8_selftest" sanitizer_memcheck_fp8_selftest.log 120 \
-      "${memcheck[@]}" build/bin/fp8_selftest --only "single"
+  if [[ $has_fp8 -eq 1 ]]; then  # the FP8 pre-pass and kernel checks (their GPU subcases)
+    step "memcheck the FP8 tests" sanitizer_memcheck_fp8.log 180 \
+      "${memcheck[@]}" build/tests/flashlab_tests --test-case="the FP8*"
   fi
   # Every GPU implementation through the registry adapter on the GPU, on the harness's case matrix (small
   # shapes, paged K/V included).

@@ -303,8 +303,10 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
           Tile acc(accumulator.data(), rows, d);  // O~_i, unnormalized
           acc.setZero();
           std::fill(states.begin(), states.end(), SoftmaxState<float>{});
-          for (int64_t j0 = 0; j0 < p.seqlen_k; j0 += kBc) {
-            const int64_t j1 = std::min(j0 + kBc, p.seqlen_k), cols = j1 - j0;
+          // The batch element's real keys only: padding past them may hold anything, and a masked (zero)
+          // weight times a NaN there would still be NaN.
+          for (int64_t j0 = 0; j0 < p.rows_k(b); j0 += kBc) {
+            const int64_t j1 = std::min(j0 + kBc, p.rows_k(b)), cols = j1 - j0;
             const TileCover cover = visibility.tile(b, i0, i1, j0, j1);
             if (cover == TileCover::hidden) continue;
             const ConstView K(in.k_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));

@@ -1,6 +1,6 @@
-// cuda_v3_hopper/fp8's registration: ordinary C++, compiled in every build, so the stage is listed (and its
-// tests skipped with the reason) where there is no CUDA or no Hopper GPU. The kernels are fp8_prepass.cu and
-// fp8_kernel.cuh, their set-up on the registry's device tensors fp8_stage.cu.
+// cuda_v3_hopper/fp8's registration: ordinary C++, compiled in every build. It runs on an sm_90 GPU where
+// there is one and in the emulator otherwise. The kernels are fp8_prepass.cu and fp8_kernel.cuh, their set-up
+// on the registry's device tensors fp8_stage.cu.
 #include <climits>
 #include <string>
 #include <utility>
@@ -69,26 +69,31 @@ const Registration fp8{gpu_implementation(
      .rounds_p = true,  // P * 2^8 is rounded to e4m3: it is the A operand of the P V wgmma
      .availability = needs_sm90a,
      .supports = supports},
-    {FLASHLAB_GPU_BUILD(launch_fp8), nullptr, fp8_workspace_bytes, nullptr})};
+    FLASHLAB_DEVICE_BUILDS(launch_fp8, fp8_workspace_bytes))};
 
 }  // namespace
 
-std::string fp8_availability() {
+std::string fp8_emulation() {
   const Implementation* entry = find_implementation("cuda_v3_hopper/fp8");
-  return entry == nullptr ? "cuda_v3_hopper/fp8 is not registered" : entry->availability();
+  if (entry == nullptr) fail("cuda_v3_hopper/fp8 is not registered");
+  return entry->emulation();
 }
 
 void fp8_cuda_attention(const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs,
                         const Fp8Config& config) {
-  if (const std::string reason = fp8_availability(); !reason.empty())
-    fail("cuda_v3_hopper/fp8 cannot run: ", reason);
   if (const std::string reason = supports(problem); !reason.empty()) fail("cuda_v3_hopper/fp8: ", reason);
+  const size_t bytes = fp8_workspace(problem, config).bytes;
+  // Where the registry entry would run: on this machine's GPU, or else in the emulator.
+  if (!fp8_emulation().empty()) {
+    cuda::emulated::run_on_device(problem, inputs, outputs, bytes, [&](const DeviceTensors& tensors) {
+      emulated::launch_fp8_config(problem, tensors, config);
+    });
+    return;
+  }
 #if FLASHLAB_HAVE_CUDA
-  cuda::gpu::run_on_device(
-      problem, inputs, outputs, fp8_workspace(problem, config).bytes,
-      [&](const DeviceTensors& tensors) { gpu::launch_fp8_config(problem, tensors, config); });
-#else
-  (void)inputs, (void)outputs, (void)config;  // unreachable: fp8_availability() says "built without CUDA"
+  cuda::gpu::run_on_device(problem, inputs, outputs, bytes, [&](const DeviceTensors& tensors) {
+    gpu::launch_fp8_config(problem, tensors, config);
+  });
 #endif
 }
 

@@ -5,16 +5,15 @@
 // rescale, P scaled by p_scale before its e4m3 cast, O in bf16 and the LSE (+ K smoothing's shift).
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
 #include "cuda_v3_hopper/fp8_params.hpp"
+#include "cuda_v3_hopper/fp8_prepass.hpp"
 
 namespace flashlab::hopper {
 
-// Runs the main kernel on `stream`; throws flashlab::Error naming the field when the parameters are not
-// taken.
-void launch_fp8_attention(const Fp8AttentionParams& params, cudaStream_t stream);
+// Runs the main kernel on `stream` (each build of fp8_launch.cu); throws flashlab::Error naming the field
+// when the parameters are not taken.
+FLASHLAB_FOR_EACH_TARGET(void launch_fp8_attention(const Fp8AttentionParams& params, cudaStream_t stream);)
 
 }  // namespace flashlab::hopper

@@ -21,6 +21,8 @@
 
 #include <cstdint>
 
+#include "common/cuda/launch.cuh"
+#include "common/cuda/ptx.cuh"
 #include "common/mask.hpp"
 #include "cuda_v3_hopper/fp8_prepass.hpp"
 #include "cuda_v3_hopper/pipeline.cuh"
@@ -30,6 +32,7 @@
 #include "cuda_v3_hopper/ws_kernel.cuh"
 
 namespace flashlab::hopper {
+namespace FLASHLAB_CUDA_TARGET {
 
 template <int kHeadDim_, int kBlockN_>
 struct Fp8KernelConfig {
@@ -47,8 +50,11 @@ struct Fp8KernelConfig {
   static constexpr int kStages = 2;
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + 128;
+  static constexpr uint32_t kLaunchRegisters = launch_registers(kThreads);  // 168 (ws_kernel.cuh)
   static constexpr uint32_t kProducerRegisters = 24;
   static constexpr uint32_t kConsumerRegisters = 240;
+  static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= kLaunchRegisters * kThreads,
+                "setmaxnreg.inc would wait forever: the producer does not free what the consumers take");
 
   // Q and K: panels of 128 head-dim columns. V^T: panels of 128 keys, each head_dim rows; a block of Bc keys
   // that is not a multiple of 128 fills its last panel partly (TMA reads zeros past the tile's Bc).
@@ -97,16 +103,6 @@ constexpr bool fp8_v_order_matches_accumulator(int64_t block_k) {
 static_assert(fp8_v_order_matches_accumulator(224) && fp8_v_order_matches_accumulator(128) &&
               fp8_v_order_matches_accumulator(160) && fp8_v_order_matches_accumulator(50));
 
-// 3-D box load (keys in tile, head_dim, tile index) of the k-major V8 tensor.
-__device__ inline void tma_load_3d(void* destination, const CUtensorMap* map, uint64_t* barrier, int32_t c0,
-                                   int32_t c1, int32_t c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(smem_address(destination)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_address(barrier)), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-
 template <class Config>
 struct Fp8Producer {
   __device__ static void run(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
@@ -144,10 +140,8 @@ struct Fp8Producer {
 
 // Four fp32 values times p_scale to e4m3, packed low byte first (the A fragment's k order).
 __device__ inline uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3, float p_scale) {
-  uint16_t low, high;
-  // cvt ... e4m3x2 d, a, b puts a in the upper byte and b in the lower one.
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(low) : "f"(x1 * p_scale), "f"(x0 * p_scale));
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(high) : "f"(x3 * p_scale), "f"(x2 * p_scale));
+  const uint16_t low = ptx::cvt_e4m3x2(x1 * p_scale, x0 * p_scale);
+  const uint16_t high = ptx::cvt_e4m3x2(x3 * p_scale, x2 * p_scale);
   return static_cast<uint32_t>(low) | (static_cast<uint32_t>(high) << 16);
 }
 
@@ -403,8 +397,7 @@ template <class Config>
 __global__ void __launch_bounds__(Config::kThreads, 1)
     fp8_attention_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                          const __grid_constant__ CUtensorMap v_map, const WsArgs args, const Fp8Args fp8) {
-  extern __shared__ uint8_t shared_raw[];
-  const SharedTiles<Config> tiles(shared_raw);
+  const SharedTiles<Config> tiles(cuda::dynamic_shared_memory<uint8_t>());
   const BlockWork work = block_work<Config>(args);
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -419,11 +412,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   }
   __syncthreads();
   if (warpgroup == 0) {
-    setmaxnreg_dec<Config::kProducerRegisters>();
+    setmaxnreg_dec<Config::kProducerRegisters, Config::kLaunchRegisters>();
     Fp8Producer<Config>::run(tiles, &q_map, &k_map, &v_map, work, fp8.tiles_k, args.heads_kv);
     return;
   }
-  setmaxnreg_inc<Config::kConsumerRegisters>();
+  setmaxnreg_inc<Config::kConsumerRegisters, Config::kLaunchRegisters>();
   Fp8Consumer<Config> consumer(tiles, args, fp8, work, warpgroup - 1);
   PingPong<Config>::start(consumer.consumer);
   fp8_mainloop(consumer, tiles, args, fp8, work);
@@ -431,4 +424,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   fp8_epilogue(consumer, args, fp8, work);
 }
 
+}  // namespace FLASHLAB_CUDA_TARGET
+using namespace FLASHLAB_CUDA_TARGET;
 }  // namespace flashlab::hopper

@@ -1,17 +1,20 @@
-// Host side of the FP8 main kernel: checks the parameters, builds the TMA tensor maps of the e4m3 operands
-// and picks the instantiation (head dims 128 and 256; 64 would need a 64-byte swizzle for its 64-byte rows).
+// Host side of the FP8 main kernel, built for the GPU and for the emulator (common/cuda/target.hpp): checks
+// the parameters, builds the TMA tensor maps of the e4m3 operands and picks the instantiation (head dims 128
+// and 256; 64 would need a 64-byte swizzle for its 64-byte rows).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
 #include <cstdint>
 
 #include "common/cuda/check.hpp"
+#include "common/cuda/launch.cuh"
 #include "common/error.hpp"
 #include "cuda_v3_hopper/fp8.hpp"
 #include "cuda_v3_hopper/fp8_kernel.cuh"
 #include "cuda_v3_hopper/tma_host.hpp"
 
 namespace flashlab::hopper {
+namespace FLASHLAB_CUDA_TARGET {
 namespace {
 
 // A byte tensor of `rank` dimensions (dims[0] contiguous), moved in `box` boxes with the 128-byte swizzle;
@@ -86,16 +89,15 @@ void launch(const Fp8AttentionParams& params, cudaStream_t stream) {
   fp8.softmax_scale = params.softmax_scale;
   fp8.p_scale = params.p_scale;
 
-  auto kernel = fp8_attention_kernel<Config>;
-  static const bool configured = [kernel] {
-    FLASHLAB_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSharedBytes));
+  static const bool configured = [] {
+    FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(
+        fp8_attention_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSharedBytes));
     return true;
   }();
   (void)configured;
   const dim3 grid(num_m_blocks, params.heads_q, params.batch);
-  kernel<<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(q_map, k_map, v_map, args, fp8);
-  FLASHLAB_CUDA_CHECK_LAUNCH();
+  cuda::launch_kernel<fp8_attention_kernel<Config>>(grid, Config::kThreads, Config::kSharedBytes, stream,
+                                                    q_map, k_map, v_map, args, fp8);
 }
 
 }  // namespace
@@ -107,4 +109,5 @@ void launch_fp8_attention(const Fp8AttentionParams& params, cudaStream_t stream)
   return launch<Fp8KernelConfig<256, 128>>(params, stream);
 }
 
+}  // namespace FLASHLAB_CUDA_TARGET
 }  // namespace flashlab::hopper

@@ -1,5 +1,6 @@
 // The FP8 pre-pass on sm_90a (fp8_prepass.hpp): bf16 Q, K, V to the e4m3 operands of the Hopper FP8 kernel,
-// byte for byte what fp8_emulated.cpp's quantization_prepass computes. Bit-exactness rules followed here:
+// byte for byte what fp8_emulated.cpp's quantization_prepass computes. Built for the GPU and for the emulator
+// (common/cuda/target.hpp). Bit-exactness rules followed here:
 //   - every float operation is the emulation's, one IEEE operation at a time, in the emulation's order
 //     (__fadd_rn, __fsub_rn, __fmul_rn, __fdiv_rn: nvcc may not fuse them into an FMA that the host would not
 //     do);
@@ -10,15 +11,19 @@
 #include "cuda_v3_hopper/fp8_prepass.hpp"
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 #include <string>
 #include <type_traits>
 
 #include "common/cuda/check.hpp"
+#include "common/cuda/launch.cuh"
+#include "common/cuda/ptx.cuh"
 #include "common/error.hpp"
 
 namespace flashlab::hopper {
+namespace FLASHLAB_CUDA_TARGET {
 
 namespace {
 
@@ -33,9 +38,7 @@ __device__ float load_bf16(const uint16_t* p) {
 // encode_e4m3, which documents that it mirrors this PTX instruction. The pair form converts (a, b) into
 // (upper, lower) bytes; x goes in the lower byte.
 __device__ uint8_t to_e4m3(float x) {
-  uint16_t pair;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(x));
-  return static_cast<uint8_t>(pair & 0xffu);
+  return static_cast<uint8_t>(ptx::cvt_e4m3x2(0.0f, x) & 0xffu);
 }
 
 // common/number_format.hpp's e4m3_descale: amax / 448, or 1 for a tile with nothing finite to scale (all
@@ -44,9 +47,11 @@ __device__ float e4m3_descale(float amax) {
   return amax > 0.0f && isfinite(amax) ? __fdiv_rn(amax, kE4m3MaxFinite) : 1.0f;
 }
 
-// Max over the block of each thread's `value`; every thread gets the result.
+// Max over the block of each thread's `value`; every thread gets the result. Each warp's partial maximum goes
+// through the block's dynamic shared memory (kPartialBytes of it).
+constexpr size_t kPartialBytes = kThreads / 32 * sizeof(float);
 __device__ float block_max(float value) {
-  __shared__ float partial[kThreads / 32];
+  float* partial = cuda::dynamic_shared_memory<float>();
   for (int offset = 16; offset > 0; offset /= 2)
     value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -200,9 +205,8 @@ void launch_qk(const uint16_t* in, uint8_t* out, float* descale, int64_t batch, 
                cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(fp8_tiles(seqlen, block)), static_cast<unsigned>(heads),
                   static_cast<unsigned>(batch));
-  qk_quantize_kernel<kDim>
-      <<<grid, kThreads, 0, stream>>>(in, out, descale, seqlen, heads, block, rows, mean, factors);
-  FLASHLAB_CUDA_CHECK_LAUNCH();
+  cuda::launch_kernel<qk_quantize_kernel<kDim>>(grid, kThreads, kPartialBytes, stream, in, out, descale,
+                                                seqlen, heads, block, rows, mean, factors);
 }
 
 void require(bool ok, const std::string& message) {
@@ -228,16 +232,15 @@ void launch_fp8_prepass(const Fp8PrepassParams& p, cudaStream_t stream) {
 
   const float* mean = nullptr;
   if (p.smooth_k && p.seqlen_k > 0) {
-    k_mean_kernel<<<static_cast<unsigned>(p.batch * p.heads_kv), static_cast<unsigned>(p.head_dim), 0,
-                    stream>>>(p);
-    FLASHLAB_CUDA_CHECK_LAUNCH();
+    cuda::launch_kernel<k_mean_kernel>(static_cast<unsigned>(p.batch * p.heads_kv),
+                                       static_cast<unsigned>(p.head_dim), 0, stream, p);
     mean = p.k_mean;
   }
   if (const int64_t rows = p.batch * p.heads_q * p.seqlen_q; rows > 0) {
     Fp8PrepassParams shift = p;
     shift.smooth_k = mean != nullptr;
-    lse_shift_kernel<<<static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads, 0, stream>>>(shift);
-    FLASHLAB_CUDA_CHECK_LAUNCH();
+    cuda::launch_kernel<lse_shift_kernel>(static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads,
+                                          0, stream, shift);
   }
   auto launch = [&](auto dim_tag) {
     constexpr int kDim = decltype(dim_tag)::value;
@@ -254,9 +257,9 @@ void launch_fp8_prepass(const Fp8PrepassParams& p, cudaStream_t stream) {
   if (p.seqlen_k > 0) {
     const dim3 grid(static_cast<unsigned>(fp8_tiles(p.seqlen_k, p.block_k)),
                     static_cast<unsigned>(p.heads_kv), static_cast<unsigned>(p.batch));
-    v_quantize_kernel<<<grid, kThreads, 0, stream>>>(p);
-    FLASHLAB_CUDA_CHECK_LAUNCH();
+    cuda::launch_kernel<v_quantize_kernel>(grid, kThreads, kPartialBytes, stream, p);
   }
 }
 
+}  // namespace FLASHLAB_CUDA_TARGET
 }  // namespace flashlab::hopper

@@ -1,8 +1,8 @@
 // The FP8 pre-pass on the GPU (sm_90a): bf16 Q, K, V (BSHD, device) to the e4m3 operands of the Hopper FP8
 // kernel, byte for byte what the emulation's pre-pass (fp8_emulated.hpp, fp8_prepass()) computes:
-//   K smoothing   K <- K - mean over the valid keys, per (batch, kv head, channel), sum in fp64 over the
-//   finite
-//                 entries; the LSE shift scale * q_i . mean per query row (when Fp8Config::smooth_k)
+//   K smoothing   K <- K - mean over the valid keys, per (batch, kv head, channel), summed in fp64 over
+//                 the finite entries; the LSE shift scale * q_i . mean per query row (when
+//                 Fp8Config::smooth_k)
 //   incoherence   x <- (x H) diag(s) / sqrt(d) on every row of Q and K: a fast Walsh-Hadamard transform in
 //                 registers (a warp per row, butterflies in-thread then by shuffles), the factors s_c /
 //                 sqrt(d) of common/hadamard.hpp's RandomHadamard for the same seed
@@ -14,9 +14,13 @@
 // Q and K stay BSHD (their reduction dimension, the channel, is already the contiguous one).
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <cstdint>
+
+#include "common/cuda/target.hpp"
+#include "common/host_device.hpp"
+
+// cudaStream_t without the CUDA headers (the runtime declares it as exactly this pointer type).
+typedef struct CUstream_st* cudaStream_t;
 
 namespace flashlab::hopper {
 
@@ -44,7 +48,7 @@ struct Fp8PrepassParams {
   float* k_mean = nullptr;     // workspace [batch, heads_kv, head_dim] (used when smooth_k)
 };
 
-__host__ __device__ inline int64_t fp8_tiles(int64_t seqlen, int64_t block) {
+FLASHLAB_HOST_DEVICE inline int64_t fp8_tiles(int64_t seqlen, int64_t block) {
   return (seqlen + block - 1) / block;
 }
 
@@ -55,12 +59,12 @@ __host__ __device__ inline int64_t fp8_tiles(int64_t seqlen, int64_t block) {
 // already holds them: position 16h + 4t + 2q + e of a 32-key group holds key 16h + 8q + 2t + e. P V sums over
 // the same pairs (P_j, V_j), only in another order. A tile's last partial group (block_k % 32 keys, possible
 // only for tiles the FP8 kernel does not take) keeps the natural order.
-__host__ __device__ constexpr int64_t fp8_v_key(int64_t position, int64_t block_k) {
+FLASHLAB_HOST_DEVICE constexpr int64_t fp8_v_key(int64_t position, int64_t block_k) {
   if (position >= block_k / 32 * 32) return position;
   const int64_t group = position / 32 * 32, w = position % 32;
   return group + 16 * (w / 16) + 8 * ((w % 4) / 2) + 2 * ((w % 16) / 4) + w % 2;
 }
-__host__ __device__ constexpr int64_t fp8_v_position(int64_t key, int64_t block_k) {
+FLASHLAB_HOST_DEVICE constexpr int64_t fp8_v_position(int64_t key, int64_t block_k) {
   if (key >= block_k / 32 * 32) return key;
   const int64_t group = key / 32 * 32, r = key % 32;
   return group + 16 * (r / 16) + 4 * ((r % 8) / 2) + 2 * ((r % 16) / 8) + r % 2;
@@ -74,8 +78,8 @@ inline int64_t fp8_v_offset(int64_t b, int64_t j, int64_t hk, int64_t c, int64_t
          fp8_v_position(j % block_k, block_k);
 }
 
-// Runs the pre-pass on `stream`. Head dims 64, 128 and 256 (the Hopper kernel's); throws flashlab::Error
-// naming the field otherwise.
-void launch_fp8_prepass(const Fp8PrepassParams& params, cudaStream_t stream);
+// Runs the pre-pass on `stream` (each build of fp8_prepass.cu: the GPU's and the emulator's). Head dims 64,
+// 128 and 256 (the Hopper kernel's); throws flashlab::Error naming the field otherwise.
+FLASHLAB_FOR_EACH_TARGET(void launch_fp8_prepass(const Fp8PrepassParams& params, cudaStream_t stream);)
 
 }  // namespace flashlab::hopper

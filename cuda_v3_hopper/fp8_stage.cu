@@ -1,5 +1,5 @@
 // The FP8 pass on the registry's device tensors: the device-side set-up (fp8_device.hpp) and the launchers
-// of the registry entry cuda_v3_hopper/fp8 (fp8_stage.hpp).
+// of the registry entry cuda_v3_hopper/fp8 (fp8_stage.hpp), built for the GPU and for the emulator.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -14,6 +14,7 @@
 #include "cuda_v3_hopper/fp8_stage.hpp"
 
 namespace flashlab::hopper {
+namespace FLASHLAB_CUDA_TARGET {
 
 Fp8DeviceParams fp8_device_params(const Problem& p, const DeviceTensors& tensors, const Fp8Config& config) {
   if (cuda::storage_dtype(p.dtype) != DType::bf16)
@@ -105,8 +106,6 @@ void run_fp8(const Fp8DeviceParams& params, cudaStream_t stream) {
   launch_fp8_attention(params.attention, stream);
 }
 
-namespace gpu {
-
 void launch_fp8_config(const Problem& problem, const DeviceTensors& tensors, const Fp8Config& config) {
   run_fp8(fp8_device_params(problem, tensors, config), nullptr);
 }
@@ -115,6 +114,5 @@ void launch_fp8(const Problem& problem, const DeviceTensors& tensors) {
   launch_fp8_config(problem, tensors, registered_fp8_config(problem.head_dim));
 }
 
-}  // namespace gpu
-
+}  // namespace FLASHLAB_CUDA_TARGET
 }  // namespace flashlab::hopper

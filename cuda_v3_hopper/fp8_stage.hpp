@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/cuda/int_lengths.hpp"
+#include "common/cuda/target.hpp"
 #include "common/registry.hpp"
 #include "cuda_v3_hopper/fp8_emulated.hpp"
 
@@ -59,17 +60,18 @@ inline size_t fp8_workspace_bytes(const Problem& problem) {
 // enqueued on the default stream, with the registered configuration (registered_fp8_config) or `config`
 // (block scales only; the kernel's key tile, fp8_kernel_block_k; `tensors.workspace` of at least
 // fp8_workspace(problem, config).bytes).
-namespace gpu {  // the GPU build (common/cuda/target.hpp); the emulator does not run the Hopper kernels yet
-void launch_fp8(const Problem& problem, const DeviceTensors& tensors);
-void launch_fp8_config(const Problem& problem, const DeviceTensors& tensors, const Fp8Config& config);
-}  // namespace gpu
+FLASHLAB_FOR_EACH_TARGET(void launch_fp8(const Problem& problem, const DeviceTensors& tensors);
+                         void launch_fp8_config(const Problem& problem, const DeviceTensors& tensors,
+                                                const Fp8Config& config);)
 
-// "" when the FP8 kernel can run here (a CUDA build, a device of compute capability 9.0), else why not.
-std::string fp8_availability();
+// "" when the FP8 kernels run on this machine's GPU, else why they run in the emulator (the registry entry's
+// `emulation`).
+std::string fp8_emulation();
 
-// O and LSE of `problem` (e4m3 or bf16: both are fed as bf16) through the GPU pre-pass and kernel with
-// `config`, host in, host out; flashlab::Error with the reason where the kernel cannot run (fp8_availability)
-// or does not take the problem or the configuration. What `flashlab fp8-accuracy --device cuda` runs.
+// O and LSE of `problem` (e4m3 or bf16: both are fed as bf16) through the pre-pass and kernel with `config`,
+// on the GPU or else in the emulator (fp8_emulation), host in, host out; flashlab::Error with the reason
+// where the kernel does not take the problem or the configuration. What `flashlab fp8-accuracy --device cuda`
+// runs.
 void fp8_cuda_attention(const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs,
                         const Fp8Config& config);
 

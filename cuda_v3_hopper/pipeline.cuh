@@ -1,12 +1,19 @@
-// Synchronization for the warp-specialized pipeline, in inline PTX (PTX ISA sections "mbarrier", "bar",
-// "setmaxnreg"): the transaction barriers that TMA completes, the named barriers of ping-pong scheduling, and
-// the register hand-over between producer and consumer warpgroups.
+// Synchronization for the warp-specialized pipeline, one wrapper per PTX instruction (PTX ISA sections
+// "mbarrier", "setmaxnreg", "membar/fence"): the transaction barriers that TMA completes and the register
+// hand-over between producer and consumer warpgroups. The named barriers of ping-pong scheduling are
+// common/cuda/ptx.cuh's barrier_sync / barrier_arrive. Every wrapper has two bodies (common/cuda/target.hpp):
+// the inline PTX for the GPU and the emulator's execution of the instruction (emulator/device.hpp).
 #pragma once
 
 #include <cstdint>
 
-namespace flashlab::hopper {
+#include "common/cuda/ptx.cuh"
+#include "common/cuda/target.hpp"
 
+namespace flashlab::hopper {
+namespace FLASHLAB_CUDA_TARGET {
+
+// The shared-window address that PTX's shared-memory operands take (32 bits).
 __device__ inline uint32_t smem_address(const void* pointer) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
 }
@@ -17,28 +24,48 @@ __device__ inline uint32_t smem_address(const void* pointer) {
 // iterations waits with parity (iteration / kStages) & 1.
 
 __device__ inline void mbarrier_init(uint64_t* barrier, uint32_t count) {
+#if defined(FLASHLAB_EMULATED)
+  emulator::mbarrier_init(barrier, count);
+#else
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(barrier)), "r"(count) : "memory");
+#endif
 }
 
-// Makes the initialized barriers visible to the async proxy (TMA) before any copy signals them.
+// Makes this thread's mbarrier initializations visible across the cluster (to the async proxy and the other
+// threads) before any copy or arrival uses them; a __syncthreads still orders them for the block's threads.
 __device__ inline void fence_barrier_init() {
+#if defined(FLASHLAB_EMULATED)
+  emulator::fence_mbarrier_init();
+#else
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
 }
 
 // One arrival that also announces `bytes` of TMA traffic the phase must wait for.
 __device__ inline void mbarrier_arrive_expect_tx(uint64_t* barrier, uint32_t bytes) {
+#if defined(FLASHLAB_EMULATED)
+  emulator::mbarrier_arrive(barrier, bytes);
+#else
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(barrier)),
                "r"(bytes)
                : "memory");
+#endif
 }
 
 __device__ inline void mbarrier_arrive(uint64_t* barrier) {
+#if defined(FLASHLAB_EMULATED)
+  emulator::mbarrier_arrive(barrier, 0);
+#else
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(barrier)) : "memory");
+#endif
 }
 
-// Spins until the phase of parity `parity` has completed. A fresh barrier is in phase 0, so waiting for
+// Waits until the phase of parity `parity` has completed. A fresh barrier is in phase 0, so waiting for
 // parity 1 returns at once: producers start with parity 1 on the "empty" barriers (every stage starts free).
 __device__ inline void mbarrier_wait(uint64_t* barrier, uint32_t parity) {
+#if defined(FLASHLAB_EMULATED)
+  emulator::mbarrier_wait_parity(barrier, parity);
+#else
   uint32_t done = 0;
   do {
     asm volatile(
@@ -49,36 +76,43 @@ __device__ inline void mbarrier_wait(uint64_t* barrier, uint32_t parity) {
         : "r"(smem_address(barrier)), "r"(parity)
         : "memory");
   } while (done == 0);
-}
-
-// --- Named barriers (bar.sync / bar.arrive with an id): barrier 0 is __syncthreads ---
-
-__device__ inline void named_barrier_sync(uint32_t id, uint32_t threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-// Counts toward the barrier without waiting: "you may go" from one warpgroup to another.
-__device__ inline void named_barrier_arrive(uint32_t id, uint32_t threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+#endif
 }
 
 // --- Register reallocation between warpgroups ---
 // The producer warpgroup gives registers back (it only issues copies) and the consumer warpgroups take them
-// (their accumulators live in registers). Needs __launch_bounds__(threads, 1), or ptxas ignores it (C7508).
+// (their accumulators live in registers), through the block's register pool. Needs __launch_bounds__(threads,
+// 1), or ptxas ignores it (C7508). kLaunchRegisters is what every thread has at launch, the count ptxas
+// gives the kernel: the emulator starts the pool from it (an increase the pool cannot supply waits forever on
+// a GPU), and the build checks ptxas's count against it (cuda_v3_hopper/check_registers.py).
 
-template <uint32_t kRegisters>
+template <uint32_t kRegisters, uint32_t kLaunchRegisters>
 __device__ inline void setmaxnreg_dec() {
+#if defined(FLASHLAB_EMULATED)
+  emulator::setmaxnreg(false, kRegisters, kLaunchRegisters);
+#else
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
+#endif
 }
 
-template <uint32_t kRegisters>
+template <uint32_t kRegisters, uint32_t kLaunchRegisters>
 __device__ inline void setmaxnreg_inc() {
+#if defined(FLASHLAB_EMULATED)
+  emulator::setmaxnreg(true, kRegisters, kLaunchRegisters);
+#else
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
+#endif
 }
 
 // Orders this thread's ordinary shared-memory writes before later reads by the async proxy (TMA, wgmma).
 __device__ inline void fence_proxy_async_shared() {
+#if defined(FLASHLAB_EMULATED)
+  emulator::fence_proxy_async();
+#else
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
 }
 
+}  // namespace FLASHLAB_CUDA_TARGET
+using namespace FLASHLAB_CUDA_TARGET;
 }  // namespace flashlab::hopper

@@ -1,6 +1,7 @@
 // Warpgroup-level matrix multiply support: shared-memory matrix descriptors and the wgmma fence / commit /
 // wait protocol (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"). The instructions
-// themselves are in wgmma.cuh.
+// themselves are in wgmma.cuh. The emulator decodes the descriptors built here by the PTX ISA's definition,
+// checked against CuTe (emulator/gmma.hpp, tests/test_fragments.cpp), not by these helpers.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include "cuda_v3_hopper/pipeline.cuh"
 
 namespace flashlab::hopper {
+namespace FLASHLAB_CUDA_TARGET {
 
 // A tile in shared memory as TMA writes it with CU_TENSOR_MAP_SWIZZLE_128B: rows of 128 bytes (64 16-bit
 // elements), the 16-byte chunks of row r stored at chunk ^ (r % 8), in 1024-byte atoms of 8 rows. A head_dim
@@ -51,32 +53,55 @@ __device__ inline uint64_t mn_major_descriptor(const void* panels, uint32_t pane
 
 // Before the first wgmma of a batch: orders earlier register and shared-memory accesses of the warpgroup.
 __device__ inline void wgmma_fence() {
+#if defined(FLASHLAB_EMULATED)
+  emulator::wgmma_fence();
+#else
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
 }
 
 // Closes the batch of wgmma issued since the last commit into one group.
 __device__ inline void wgmma_commit() {
+#if defined(FLASHLAB_EMULATED)
+  emulator::wgmma_commit_group();
+#else
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
 }
 
 // Waits until at most kPending committed groups are still in flight.
 template <int kPending>
 __device__ inline void wgmma_wait() {
+#if defined(FLASHLAB_EMULATED)
+  emulator::wgmma_wait_group(kPending);
+#else
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+#endif
 }
 
 // Keeps the compiler from moving accesses of accumulator registers across an asynchronous wgmma: without it,
-// ptxas may read them while the instruction still writes them and must serialize (warning C7513).
+// ptxas may read them while the instruction still writes them and must serialize (warning C7513). A compiler
+// matter only: the emulated body does nothing.
 template <int kCount>
 __device__ inline void pin_registers(float (&registers)[kCount]) {
+#if defined(FLASHLAB_EMULATED)
+  (void)registers;
+#else
 #pragma unroll
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(registers[i])::"memory");
+#endif
 }
 
 template <int kCount>
 __device__ inline void pin_registers(uint32_t (&registers)[kCount]) {
+#if defined(FLASHLAB_EMULATED)
+  (void)registers;
+#else
 #pragma unroll
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+r"(registers[i])::"memory");
+#endif
 }
 
+}  // namespace FLASHLAB_CUDA_TARGET
+using namespace FLASHLAB_CUDA_TARGET;
 }  // namespace flashlab::hopper

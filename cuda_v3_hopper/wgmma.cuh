@@ -12,7 +12,14 @@
 
 #include <cstdint>
 
+#include "common/cuda/target.hpp"
+
+#if defined(FLASHLAB_EMULATED)
+#include "emulator/device.hpp"
+#endif
+
 namespace flashlab::hopper {
+namespace FLASHLAB_CUDA_TARGET {
 
 template <int N, typename Element>
 struct Wgmma;
@@ -22,6 +29,17 @@ struct Wgmma<64, __nv_bfloat16> {
   // D (64 x N, fp32) = A (64 x 16 from registers) * B (16 x N from shared memory, MN-major: the
   // transpose-B immediate is 1) + scale_d * D.
   __device__ static void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 64,
+                     .input = emulator::WgmmaInput::bf16,
+                     .a_from_registers = true,
+                     .transpose_a = false,
+                     .transpose_b = true,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    a, 0, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %37, 0;\n"
@@ -35,6 +53,7 @@ struct Wgmma<64, __nv_bfloat16> {
           "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
           "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#endif
   }
 };
 
@@ -43,6 +62,17 @@ struct Wgmma<80, __nv_bfloat16> {
   // D (64 x N, fp32) = A (64 x 16 from shared memory, K-major) * B (N x 16 from shared memory, K-major)
   // + scale_d * D.
   __device__ static void ss(float (&d)[40], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 80,
+                     .input = emulator::WgmmaInput::bf16,
+                     .a_from_registers = false,
+                     .transpose_a = false,
+                     .transpose_b = false,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    nullptr, desc_a, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %42, 0;\n"
@@ -57,6 +87,7 @@ struct Wgmma<80, __nv_bfloat16> {
           "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
           "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
   }
 };
 
@@ -65,6 +96,17 @@ struct Wgmma<128, __nv_bfloat16> {
   // D (64 x N, fp32) = A (64 x 16 from shared memory, K-major) * B (N x 16 from shared memory, K-major)
   // + scale_d * D.
   __device__ static void ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 128,
+                     .input = emulator::WgmmaInput::bf16,
+                     .a_from_registers = false,
+                     .transpose_a = false,
+                     .transpose_b = false,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    nullptr, desc_a, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %66, 0;\n"
@@ -84,10 +126,22 @@ struct Wgmma<128, __nv_bfloat16> {
           "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
           "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
   }
   // D (64 x N, fp32) = A (64 x 16 from registers) * B (16 x N from shared memory, MN-major: the
   // transpose-B immediate is 1) + scale_d * D.
   __device__ static void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 128,
+                     .input = emulator::WgmmaInput::bf16,
+                     .a_from_registers = true,
+                     .transpose_a = false,
+                     .transpose_b = true,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    a, 0, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %69, 0;\n"
@@ -107,6 +161,7 @@ struct Wgmma<128, __nv_bfloat16> {
           "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
           "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#endif
   }
 };
 
@@ -115,6 +170,17 @@ struct Wgmma<176, __nv_bfloat16> {
   // D (64 x N, fp32) = A (64 x 16 from shared memory, K-major) * B (N x 16 from shared memory, K-major)
   // + scale_d * D.
   __device__ static void ss(float (&d)[88], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 176,
+                     .input = emulator::WgmmaInput::bf16,
+                     .a_from_registers = false,
+                     .transpose_a = false,
+                     .transpose_b = false,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    nullptr, desc_a, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %90, 0;\n"
@@ -139,6 +205,7 @@ struct Wgmma<176, __nv_bfloat16> {
           "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),
           "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
   }
 };
 
@@ -147,6 +214,17 @@ struct Wgmma<256, __nv_bfloat16> {
   // D (64 x N, fp32) = A (64 x 16 from registers) * B (16 x N from shared memory, MN-major: the
   // transpose-B immediate is 1) + scale_d * D.
   __device__ static void rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 256,
+                     .input = emulator::WgmmaInput::bf16,
+                     .a_from_registers = true,
+                     .transpose_a = false,
+                     .transpose_b = true,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    a, 0, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %133, 0;\n"
@@ -179,6 +257,7 @@ struct Wgmma<256, __nv_bfloat16> {
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
           "+f"(d[127])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#endif
   }
 };
 
@@ -187,6 +266,17 @@ struct Wgmma<64, __half> {
   // D (64 x N, fp32) = A (64 x 16 from registers) * B (16 x N from shared memory, MN-major: the
   // transpose-B immediate is 1) + scale_d * D.
   __device__ static void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 64,
+                     .input = emulator::WgmmaInput::f16,
+                     .a_from_registers = true,
+                     .transpose_a = false,
+                     .transpose_b = true,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    a, 0, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %37, 0;\n"
@@ -200,6 +290,7 @@ struct Wgmma<64, __half> {
           "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
           "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#endif
   }
 };
 
@@ -208,6 +299,17 @@ struct Wgmma<80, __half> {
   // D (64 x N, fp32) = A (64 x 16 from shared memory, K-major) * B (N x 16 from shared memory, K-major)
   // + scale_d * D.
   __device__ static void ss(float (&d)[40], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 80,
+                     .input = emulator::WgmmaInput::f16,
+                     .a_from_registers = false,
+                     .transpose_a = false,
+                     .transpose_b = false,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    nullptr, desc_a, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %42, 0;\n"
@@ -222,6 +324,7 @@ struct Wgmma<80, __half> {
           "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
           "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
   }
 };
 
@@ -230,6 +333,17 @@ struct Wgmma<128, __half> {
   // D (64 x N, fp32) = A (64 x 16 from shared memory, K-major) * B (N x 16 from shared memory, K-major)
   // + scale_d * D.
   __device__ static void ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 128,
+                     .input = emulator::WgmmaInput::f16,
+                     .a_from_registers = false,
+                     .transpose_a = false,
+                     .transpose_b = false,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    nullptr, desc_a, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %66, 0;\n"
@@ -249,10 +363,22 @@ struct Wgmma<128, __half> {
           "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
           "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
   }
   // D (64 x N, fp32) = A (64 x 16 from registers) * B (16 x N from shared memory, MN-major: the
   // transpose-B immediate is 1) + scale_d * D.
   __device__ static void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 128,
+                     .input = emulator::WgmmaInput::f16,
+                     .a_from_registers = true,
+                     .transpose_a = false,
+                     .transpose_b = true,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    a, 0, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %69, 0;\n"
@@ -272,6 +398,7 @@ struct Wgmma<128, __half> {
           "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
           "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#endif
   }
 };
 
@@ -280,6 +407,17 @@ struct Wgmma<176, __half> {
   // D (64 x N, fp32) = A (64 x 16 from shared memory, K-major) * B (N x 16 from shared memory, K-major)
   // + scale_d * D.
   __device__ static void ss(float (&d)[88], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 176,
+                     .input = emulator::WgmmaInput::f16,
+                     .a_from_registers = false,
+                     .transpose_a = false,
+                     .transpose_b = false,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    nullptr, desc_a, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %90, 0;\n"
@@ -304,6 +442,7 @@ struct Wgmma<176, __half> {
           "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),
           "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
   }
 };
 
@@ -312,6 +451,17 @@ struct Wgmma<256, __half> {
   // D (64 x N, fp32) = A (64 x 16 from registers) * B (16 x N from shared memory, MN-major: the
   // transpose-B immediate is 1) + scale_d * D.
   __device__ static void rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 256,
+                     .input = emulator::WgmmaInput::f16,
+                     .a_from_registers = true,
+                     .transpose_a = false,
+                     .transpose_b = true,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    a, 0, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %133, 0;\n"
@@ -344,7 +494,10 @@ struct Wgmma<256, __half> {
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
           "+f"(d[127])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#endif
   }
 };
 
+}  // namespace FLASHLAB_CUDA_TARGET
+using namespace FLASHLAB_CUDA_TARGET;
 }  // namespace flashlab::hopper

@@ -7,7 +7,14 @@
 
 #include <cstdint>
 
+#include "common/cuda/target.hpp"
+
+#if defined(FLASHLAB_EMULATED)
+#include "emulator/device.hpp"
+#endif
+
 namespace flashlab::hopper {
+namespace FLASHLAB_CUDA_TARGET {
 
 template <int N>
 struct WgmmaE4m3;
@@ -17,6 +24,17 @@ struct WgmmaE4m3<128> {
   // D (64 x 128, fp32) = A (64 x 32 e4m3, shared memory, K-major) * B (128 x 32 e4m3, shared memory,
   // K-major) + scale_d * D. FP8 has no transpose immediates: both operands are K-major.
   __device__ static void ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 128,
+                     .input = emulator::WgmmaInput::e4m3,
+                     .a_from_registers = false,
+                     .transpose_a = false,
+                     .transpose_b = false,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    nullptr, desc_a, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %66, 0;\n"
@@ -36,10 +54,22 @@ struct WgmmaE4m3<128> {
           "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
           "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
   }
   // D (64 x 128, fp32) = A (64 x 32 e4m3 from registers, 4 per register) * B (128 x 32 e4m3, shared
   // memory, K-major) + scale_d * D.
   __device__ static void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 128,
+                     .input = emulator::WgmmaInput::e4m3,
+                     .a_from_registers = true,
+                     .transpose_a = false,
+                     .transpose_b = false,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    a, 0, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %69, 0;\n"
@@ -59,6 +89,7 @@ struct WgmmaE4m3<128> {
           "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
           "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#endif
   }
 };
 
@@ -67,6 +98,17 @@ struct WgmmaE4m3<224> {
   // D (64 x 224, fp32) = A (64 x 32 e4m3, shared memory, K-major) * B (224 x 32 e4m3, shared memory,
   // K-major) + scale_d * D. FP8 has no transpose immediates: both operands are K-major.
   __device__ static void ss(float (&d)[112], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 224,
+                     .input = emulator::WgmmaInput::e4m3,
+                     .a_from_registers = false,
+                     .transpose_a = false,
+                     .transpose_b = false,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    nullptr, desc_a, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %114, 0;\n"
@@ -95,6 +137,7 @@ struct WgmmaE4m3<224> {
           "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]),
           "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
   }
 };
 
@@ -103,6 +146,17 @@ struct WgmmaE4m3<256> {
   // D (64 x 256, fp32) = A (64 x 32 e4m3 from registers, 4 per register) * B (256 x 32 e4m3, shared
   // memory, K-major) + scale_d * D.
   __device__ static void rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if defined(FLASHLAB_EMULATED)
+    emulator::wgmma(d,
+                    {.n = 256,
+                     .input = emulator::WgmmaInput::e4m3,
+                     .a_from_registers = true,
+                     .transpose_a = false,
+                     .transpose_b = false,
+                     .scale_a = 1,
+                     .scale_b = 1},
+                    a, 0, desc_b, scale_d != 0);
+#else
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %133, 0;\n"
@@ -135,7 +189,10 @@ struct WgmmaE4m3<256> {
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
           "+f"(d[127])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#endif
   }
 };
 
+}  // namespace FLASHLAB_CUDA_TARGET
+using namespace FLASHLAB_CUDA_TARGET;
 }  // namespace flashlab::hopper

@@ -1,6 +1,5 @@
-// cuda_v3_hopper/ws's registration: ordinary C++, compiled in every build, so the stage is listed (and its
-// tests skipped with the reason) where there is no CUDA or no Hopper GPU. The kernel is in ws_kernel.cuh, its
-// launcher in ws_launch.cu.
+// cuda_v3_hopper/ws's registrations: ordinary C++, compiled in every build. Each runs on an sm_90 GPU where
+// there is one, and in the emulator otherwise. The kernel is in ws_kernel.cuh, its launchers in ws_launch.cu.
 #include <climits>
 #include <optional>
 #include <string>
@@ -33,17 +32,37 @@ std::string supports(const Problem& p) {
   return "";
 }
 
-const Registration ws{gpu_implementation(
-    {.name = "cuda_v3_hopper/ws",
-     .summary =
-         "FA3 on Hopper: TMA producer warpgroup, wgmma consumers, ping-pong and intra-warpgroup overlap",
-     .dtypes = {DType::bf16, DType::f16},
-     .constraints =
-         "bf16, f16; sm_90a; head_dim 64, 128, 256; causal, window, padding, GQA; no explicit mask",
-     .rounds_p = true,  // P is rounded to the input format: it is the A operand of the P V wgmma
-     .availability = needs_sm90a,
-     .supports = supports},
-    {FLASHLAB_GPU_BUILD(launch_ws), nullptr, ws_workspace_bytes, nullptr})};
+// One entry per rung of FA3's ablation ladder (ws.hpp, HopperAblation): the harness checks each, and the
+// tools compare and time them side by side.
+Implementation rung(const char* name, const char* summary, DeviceBuilds builds) {
+  return gpu_implementation(
+      {.name = name,
+       .summary = summary,
+       .dtypes = {DType::bf16, DType::f16},
+       .constraints =
+           "bf16, f16; sm_90a; head_dim 64, 128, 256; causal, window, padding, GQA; no explicit mask",
+       .rounds_p = true,  // P is rounded to the input format: it is the A operand of the P V wgmma
+       .availability = needs_sm90a,
+       .supports = supports},
+      builds);
+}
+
+const Registration ws{
+    rung("cuda_v3_hopper/ws",
+         "FA3 on Hopper: TMA producer warpgroup, wgmma consumers, ping-pong and intra-warpgroup "
+         "overlap",
+         FLASHLAB_DEVICE_BUILDS(launch_ws, ws_workspace_bytes))};
+const Registration ws_no_overlap{
+    rung("cuda_v3_hopper/ws_no_overlap",
+         "FA3's ablation: warp-specialized, ping-pong, without the intra-warpgroup overlap (Algorithm 2)",
+         FLASHLAB_DEVICE_BUILDS(launch_ws_no_overlap, ws_workspace_bytes))};
+const Registration ws_no_pingpong{rung("cuda_v3_hopper/ws_no_pingpong",
+                                       "FA3's ablation: warp-specialized only, no ping-pong, no overlap",
+                                       FLASHLAB_DEVICE_BUILDS(launch_ws_no_pingpong, ws_workspace_bytes))};
+const Registration ws_no_producer{
+    rung("cuda_v3_hopper/ws_no_producer",
+         "FA3's ablation: TMA and wgmma without a producer warpgroup (one consumer thread issues the loads)",
+         FLASHLAB_DEVICE_BUILDS(launch_ws_no_producer, ws_workspace_bytes))};
 
 }  // namespace
 

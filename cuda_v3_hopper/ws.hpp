@@ -1,4 +1,6 @@
-// cuda_v3_hopper/ws: FlashAttention-3's forward pass on Hopper (sm_90a), on device pointers.
+// cuda_v3_hopper/ws: FlashAttention-3's forward pass on Hopper (sm_90a), on device pointers. Plain C++ (no
+// CUDA header needed to include it): the parameters and their checks are compiled once (ws_params.cpp), the
+// launcher in each build of the kernel (ws_launch.cu: the GPU's and the emulator's).
 //
 // One producer warpgroup loads Q once and K_j, V_j into a circular shared-memory buffer with TMA; two
 // consumer warpgroups compute S = Q K_j^T and O += P V_j with wgmma, the online softmax in registers between
@@ -7,11 +9,13 @@
 // 2 can be measured.
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
+#include "common/cuda/target.hpp"
 #include "common/problem.hpp"
+
+// cudaStream_t without the CUDA headers (the runtime declares it as exactly this pointer type).
+typedef struct CUstream_st* cudaStream_t;
 
 namespace flashlab::hopper {
 
@@ -19,7 +23,8 @@ enum class HopperDType { bf16, f16 };
 
 // The ingredients of FA3's Table 2 ablation. The ladder: all off (plain TMA + wgmma, every warpgroup computes
 // and one thread also issues the copies) -> + warp specialization -> + ping-pong -> + intra-warpgroup
-// overlap. Ping-pong needs warp specialization (the producer must never wait behind a consumer's turn).
+// overlap. Ping-pong needs warp specialization (the producer must never wait behind a consumer's turn). Each
+// rung is also a registry entry (ws.cpp), so the harness checks it and the tools time it.
 struct HopperAblation {
   bool warp_specialization = true;
   bool ping_pong = true;
@@ -70,6 +75,6 @@ const char* hopper_ws_unsupported(const HopperParams& params);
 
 // Launches the forward pass on `stream`. Throws flashlab::Error naming the field for unsupported parameters,
 // and on any CUDA failure.
-void hopper_ws_forward(const HopperParams& params, cudaStream_t stream);
+FLASHLAB_FOR_EACH_TARGET(void hopper_ws_forward(const HopperParams& params, cudaStream_t stream);)
 
 }  // namespace flashlab::hopper

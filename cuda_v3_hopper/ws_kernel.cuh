@@ -24,6 +24,8 @@
 
 #include <cstdint>
 
+#include "common/cuda/launch.cuh"
+#include "common/cuda/ptx.cuh"
 #include "common/mask.hpp"
 #include "cuda_v3_hopper/pipeline.cuh"
 #include "cuda_v3_hopper/tma.cuh"
@@ -31,6 +33,15 @@
 #include "cuda_v3_hopper/wgmma.cuh"
 
 namespace flashlab::hopper {
+namespace FLASHLAB_CUDA_TARGET {
+
+// The registers every thread of a kernel of `threads` threads has at launch under __launch_bounds__(threads,
+// 1): the 65,536 of an SM over the threads, rounded down to ptxas's allocation unit of 8. The
+// warp-specialized kernels use them all (168 for 384 threads), which the build checks (check_registers.py),
+// and setmaxnreg redistributes them.
+constexpr uint32_t launch_registers(int threads) {
+  return 65536u / static_cast<uint32_t>(threads) / 8u * 8u;
+}
 
 template <typename Element_, int kHeadDim_, int kBlockN_, bool kWarpSpecialized_, bool kPingPong_,
           bool kIntraWarpgroupOverlap_>
@@ -53,9 +64,14 @@ struct WsConfig {
   static constexpr int kPanels = kHeadDim / 64;    // 128-byte-wide column panels of a tile
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? 128 : 0);
-  // FA3's split for two consumer warpgroups: 24 + 2 * 240 registers per thread (65,536 per SM in all).
+  // FA3's split for two consumer warpgroups: 24 + 2 * 240 registers per thread, out of the 168 a thread that
+  // the launch gives every warpgroup.
+  static constexpr uint32_t kLaunchRegisters = launch_registers(kThreads);
   static constexpr uint32_t kProducerRegisters = 24;
   static constexpr uint32_t kConsumerRegisters = 240;
+  static_assert(!kWarpSpecialized || 128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <=
+                                         kLaunchRegisters * kThreads,
+                "setmaxnreg.inc would wait forever: the producer does not free what the consumers take");
 
   static constexpr uint32_t kQPanelBytes = kBlockM * kSwizzleRowBytes;
   static constexpr uint32_t kKvPanelBytes = kBlockN * kSwizzleRowBytes;
@@ -66,7 +82,7 @@ struct WsConfig {
   static constexpr uint32_t kKOffset = kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKvTileBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKvTileBytes;
-  static constexpr uint32_t kBarrierCount = 1 + 4 * kStages;
+  static constexpr uint32_t kBarrierCount = 2 + 4 * kStages;  // SharedTiles: q_full, 4 per stage, v_tail
   static constexpr uint32_t kSharedBytes = kBarrierOffset + 8 * kBarrierCount + kSwizzleAtomBytes;  // + align
   static_assert(kSharedBytes <= 232448, "227 KB of shared memory per block on H100");
 };
@@ -101,12 +117,16 @@ struct SharedTiles {
   __device__ uint64_t* k_empty(int stage) const { return barriers() + 1 + Config::kStages + stage; }
   __device__ uint64_t* v_full(int stage) const { return barriers() + 1 + 2 * Config::kStages + stage; }
   __device__ uint64_t* v_empty(int stage) const { return barriers() + 1 + 3 * Config::kStages + stage; }
+  // Where the V block holding a batch's last keys lands before its padding rows are zeroed
+  // (Producer::load_kv).
+  __device__ uint64_t* v_tail() const { return barriers() + 1 + 4 * Config::kStages; }
 };
 
 // Which rows and key blocks this CTA covers; every thread computes the same.
 struct BlockWork {
   int m_block, head, batch, kv_head;
   int rows_q, rows_k;  // this batch element's valid lengths (padding)
+  int seqlen_k;        // the K/V tensors' length: rows_k to seqlen_k is padding (past it, TMA reads zeros)
   int n_begin, n_end;  // key blocks that some row of the tile sees; the rest are skipped unloaded
 };
 
@@ -120,6 +140,7 @@ __device__ inline BlockWork block_work(const WsArgs& args) {
   work.kv_head = work.head / (args.heads_q / args.heads_kv);
   work.rows_q = args.seqlens_q ? args.seqlens_q[work.batch] : args.seqlen_q;
   work.rows_k = args.seqlens_k ? args.seqlens_k[work.batch] : args.seqlen_k;
+  work.seqlen_k = args.seqlen_k;
   work.n_begin = work.n_end = 0;
   const int first_row = work.m_block * Config::kBlockM;
   if (first_row < work.rows_q) {
@@ -151,35 +172,72 @@ struct Producer {
                   work.m_block * Config::kBlockM, work.head, work.batch);
   }
 
-  // K_j and V_j of key block n_block into stage iteration % kStages, once both consumers have released it.
-  // GQA/MQA: the kv head is a tensor-map coordinate, so query heads of one group read the same K and V.
+  // K_j and V_j of key block n_block into stage iteration % kStages, once both consumers have released it,
+  // by the 32 lanes of the loading warp: lane 0 issues. GQA/MQA: the kv head is a tensor-map coordinate, so
+  // query heads of one group read the same K and V.
   __device__ static void load_kv(const SharedTiles<Config>& tiles, const CUtensorMap* k_map,
-                                 const CUtensorMap* v_map, const BlockWork& work, int iteration) {
+                                 const CUtensorMap* v_map, const BlockWork& work, int iteration, int lane) {
     const int stage = iteration % Config::kStages;
     const uint32_t phase = (iteration / Config::kStages) & 1;
     const int key = (work.n_begin + iteration) * Config::kBlockN;
-    mbarrier_wait(tiles.k_empty(stage), phase ^ 1);
-    mbarrier_arrive_expect_tx(tiles.k_full(stage), Config::kKvTileBytes);
+    if (lane == 0) {
+      mbarrier_wait(tiles.k_empty(stage), phase ^ 1);
+      mbarrier_arrive_expect_tx(tiles.k_full(stage), Config::kKvTileBytes);
 #pragma unroll
-    for (int panel = 0; panel < Config::kPanels; ++panel)
-      tma_load_4d(tiles.k(stage) + panel * Config::kKvPanelBytes, k_map, tiles.k_full(stage), 64 * panel, key,
-                  work.kv_head, work.batch);
-    mbarrier_wait(tiles.v_empty(stage), phase ^ 1);
-    mbarrier_arrive_expect_tx(tiles.v_full(stage), Config::kKvTileBytes);
+      for (int panel = 0; panel < Config::kPanels; ++panel)
+        tma_load_4d(tiles.k(stage) + panel * Config::kKvPanelBytes, k_map, tiles.k_full(stage), 64 * panel,
+                    key, work.kv_head, work.batch);
+      mbarrier_wait(tiles.v_empty(stage), phase ^ 1);
+    }
+    // V's rows from the batch's last key (rows_k) to the tensor's end (seqlen_k) are padding, which may hold
+    // anything, and TMA reads them like any row (it fills zeros only past the tensor). A masked key weighs 0
+    // in P, but 0 x NaN is NaN: a NaN there would reach every row through P V. So the block that holds the
+    // batch's last keys (at most one per CTA) lands on v_tail, the warp zeroes its padding rows, and lane 0
+    // then completes v_full itself; every other block completes v_full with its transaction bytes directly.
+    // (Padding keys in K need nothing: their scores are masked to -inf.)
+    const int pad_begin = max(work.rows_k, key) - key;
+    const int pad_end = min(key + Config::kBlockN, work.seqlen_k) - key;
+    if (pad_end <= pad_begin) {
+      if (lane == 0) {
+        mbarrier_arrive_expect_tx(tiles.v_full(stage), Config::kKvTileBytes);
 #pragma unroll
-    for (int panel = 0; panel < Config::kPanels; ++panel)
-      tma_load_4d(tiles.v(stage) + panel * Config::kKvPanelBytes, v_map, tiles.v_full(stage), 64 * panel, key,
-                  work.kv_head, work.batch);
+        for (int panel = 0; panel < Config::kPanels; ++panel)
+          tma_load_4d(tiles.v(stage) + panel * Config::kKvPanelBytes, v_map, tiles.v_full(stage), 64 * panel,
+                      key, work.kv_head, work.batch);
+      }
+      return;
+    }
+    if (lane == 0) {
+      mbarrier_arrive_expect_tx(tiles.v_tail(), Config::kKvTileBytes);
+#pragma unroll
+      for (int panel = 0; panel < Config::kPanels; ++panel)
+        tma_load_4d(tiles.v(stage) + panel * Config::kKvPanelBytes, v_map, tiles.v_tail(), 64 * panel, key,
+                    work.kv_head, work.batch);
+    }
+    mbarrier_wait(tiles.v_tail(), 0);  // its one phase: the CTA's only partial block
+    // Whole 128-byte rows of every column panel (the swizzle only permutes 16-byte chunks within a row).
+    const int chunks_per_panel = (pad_end - pad_begin) * static_cast<int>(kSwizzleRowBytes / 16);
+    for (int chunk = lane; chunk < chunks_per_panel * Config::kPanels; chunk += 32) {
+      const int panel = chunk / chunks_per_panel, within = chunk % chunks_per_panel;
+      uint8_t* row = tiles.v(stage) + panel * Config::kKvPanelBytes + pad_begin * kSwizzleRowBytes;
+      *reinterpret_cast<uint4*>(row + 16 * within) = make_uint4(0, 0, 0, 0);
+    }
+    fence_proxy_async_shared();  // the consumers' wgmma (async proxy) reads what these stores wrote
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(tiles.v_full(stage));
   }
 
-  // The producer warpgroup's whole job (warp-specialized kernel): one elected thread issues every load.
+  // The producer warpgroup's whole job (warp-specialized kernel): its warp 0 loads (lane 0 issues every copy,
+  // the warp zeroes padding), the other three warps retire at once.
   __device__ static void run(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
                              const CUtensorMap* k_map, const CUtensorMap* v_map, const BlockWork& work) {
-    if (threadIdx.x != 0) return;
+    if (threadIdx.x >= 32) return;
+    const int lane = static_cast<int>(threadIdx.x);
     const int blocks = work.n_end - work.n_begin;
     if (blocks == 0) return;  // nothing visible: the consumers only write O = 0 and LSE = -inf
-    load_q(tiles, q_map, work);
-    for (int iteration = 0; iteration < blocks; ++iteration) load_kv(tiles, k_map, v_map, work, iteration);
+    if (lane == 0) load_q(tiles, q_map, work);
+    for (int iteration = 0; iteration < blocks; ++iteration)
+      load_kv(tiles, k_map, v_map, work, iteration, lane);
   }
 };
 
@@ -192,24 +250,23 @@ struct PingPong {
   static constexpr uint32_t kThreads = 256;  // both consumer warpgroups take part in each barrier
   __device__ static void start(int consumer) {
     if constexpr (Config::kPingPong)
-      if (consumer == 1) named_barrier_arrive(1, kThreads);
+      if (consumer == 1) ptx::barrier_arrive(1, kThreads);
   }
   __device__ static void wait_turn(int consumer) {
-    if constexpr (Config::kPingPong) named_barrier_sync(1 + consumer, kThreads);
+    if constexpr (Config::kPingPong) ptx::barrier_sync(1 + consumer, kThreads);
   }
   __device__ static void pass_turn(int consumer) {
-    if constexpr (Config::kPingPong) named_barrier_arrive(1 + (1 - consumer), kThreads);
+    if constexpr (Config::kPingPong) ptx::barrier_arrive(1 + (1 - consumer), kThreads);
   }
   __device__ static void finish(int consumer) {
     if constexpr (Config::kPingPong)
-      if (consumer == 0) named_barrier_sync(1, kThreads);
+      if (consumer == 0) ptx::barrier_sync(1, kThreads);
   }
 };
 
+// 2^x in one MUFU.EX2, subnormals flushed (the softmax's exponentials are at most 1 and need none).
 __device__ inline float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
+  return ptx::ex2_approx<true>(x);
 }
 
 template <typename Element>
@@ -239,7 +296,7 @@ struct Consumer {
   float o[kD / 2];     // O, unnormalized, fp32
   float s[kN / 2];     // S of the current key block, then its probabilities
   uint32_t p[kN / 4];  // P rounded to Element, packed in pairs: the A operand of O += P V
-  float row_max[2];    // m, in raw score units
+  float row_max[2];    // m, in the log2 domain: the max of S * scale_log2
   float row_sum[2];    // l, this thread's partial sum (the quad's four partials are added at the end)
   KeyRange rows[2];    // the visible keys of this thread's two rows
   int64_t tile_begin_max, tile_end_min;  // over the warpgroup's rows: a key block inside both needs no mask
@@ -301,8 +358,12 @@ struct Consumer {
   }
 
   // The online softmax on S of key block n_block (FA2 Algorithm 1 lines 9-10, in base 2): masks the keys the
-  // rows do not see, updates m and l, turns S into exp2(S * scale_log2 - m * scale_log2), and returns through
-  // `correction` the factor exp(m_old - m_new) by which O must still be rescaled.
+  // rows do not see, scales S by scale_log2, updates m and l, turns S into exp2(S - m), and returns through
+  // `correction` the factor exp(m_old - m_new) by which O must still be rescaled. The scores are scaled
+  // first and the max taken on the scaled values, so that the largest score gives exactly exp2(0) = 1:
+  // exp2(fma(s, scale_log2, -m * scale_log2)) would leave the rounding of m * scale_log2 in every exponent,
+  // a relative error of up to 2^-24 |m * scale_log2| that exceeds fp16's rounding once scores reach ~1e4
+  // (the case matrix's "large magnitude" cases found it in the emulator).
   __device__ void softmax(int n_block, float scale_log2, float (&correction)[2]) {
     pin_registers(s);
     const int64_t key0 = static_cast<int64_t>(n_block) * kN;
@@ -323,15 +384,20 @@ struct Consumer {
       float tile_max = -INFINITY;
 #pragma unroll
       for (int i = 0; i < kN / 8; ++i)
-        tile_max = fmaxf(tile_max, fmaxf(s[4 * i + 2 * half], s[4 * i + 2 * half + 1]));
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& score = s[4 * i + 2 * half + e];
+          score *= scale_log2;
+          tile_max = fmaxf(tile_max, score);
+        }
       // The four threads of a quad hold the same row.
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
       const float new_max = fmaxf(row_max[half], tile_max);
       // A row that has seen only masked keys keeps m = -inf; subtract 0 instead, so that its (masked) scores
       // give exp2(-inf) = 0 and not exp2(-inf + inf) = NaN.
-      const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
-      correction[half] = exp2_approx(row_max[half] * scale_log2 - max_scaled);
+      const float max_used = new_max == -INFINITY ? 0.0f : new_max;
+      correction[half] = exp2_approx(row_max[half] - max_used);
       row_max[half] = new_max;
       float tile_sum = 0.0f;
 #pragma unroll
@@ -339,7 +405,7 @@ struct Consumer {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& score = s[4 * i + 2 * half + e];
-          score = exp2_approx(fmaf(score, scale_log2, -max_scaled));
+          score = exp2_approx(score - max_used);
           tile_sum += score;
         }
       row_sum[half] = row_sum[half] * correction[half] + tile_sum;
@@ -474,15 +540,14 @@ __device__ inline void consumer_epilogue(Consumer<Config>& c, const SharedTiles<
     inverse_sum[half] = seen ? 1.0f / sum : 0.0f;
     const int row = first_row + 16 * c.warp + c.lane / 4 + 8 * half;
     if (c.lane % 4 == 0 && row < args.seqlen_q) {
-      // LSE = ln(l) + m * scale, from the same m * scale_log2 the exponents subtracted (so the rounding of
-      // that product cancels): (m * scale_log2 + log2(l)) * ln(2).
-      const float lse =
-          seen ? (c.row_max[half] * args.scale_log2 + log2f(sum)) * 0.6931471805599453f : -INFINITY;
+      // LSE = ln(l) + m * scale = (m + log2(l)) * ln(2), with m the max the exponents subtracted (log2
+      // domain).
+      const float lse = seen ? (c.row_max[half] + log2f(sum)) * 0.6931471805599453f : -INFINITY;
       args.lse[(static_cast<int64_t>(work.batch) * args.heads_q + work.head) * args.seqlen_q + row] = lse;
     }
   }
   // Every wgmma of this warpgroup that read its Q rows has completed before the rows are overwritten.
-  named_barrier_sync(barrier_id, 128);
+  ptx::barrier_sync(barrier_id, 128);
   uint8_t* o_tile = tiles.q() + c.consumer * 64 * kSwizzleRowBytes;
 #pragma unroll
   for (int i = 0; i < kD / 8; ++i)
@@ -501,7 +566,7 @@ __device__ inline void consumer_epilogue(Consumer<Config>& c, const SharedTiles<
                          : 0u;
     }
   fence_proxy_async_shared();  // the TMA store (async proxy) reads what these ordinary stores wrote
-  named_barrier_sync(barrier_id, 128);
+  ptx::barrier_sync(barrier_id, 128);
   if (threadIdx.x % 128 == 0) {
 #pragma unroll
     for (int panel = 0; panel < Config::kPanels; ++panel)
@@ -517,8 +582,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     ws_attention_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                         const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                         const WsArgs args) {
-  extern __shared__ uint8_t shared_raw[];
-  const SharedTiles<Config> tiles(shared_raw);
+  const SharedTiles<Config> tiles(cuda::dynamic_shared_memory<uint8_t>());
   const BlockWork work = block_work<Config>(args);
   const int warpgroup = threadIdx.x / 128;
 
@@ -530,37 +594,41 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       mbarrier_init(tiles.k_empty(stage), 4 * Config::kConsumers);  // one arrival per consumer warp
       mbarrier_init(tiles.v_empty(stage), 4 * Config::kConsumers);
     }
+    mbarrier_init(tiles.v_tail(), 1);  // the loading warp's arrive.expect_tx; TMA completes the bytes
     fence_barrier_init();
   }
   __syncthreads();
 
   if constexpr (Config::kWarpSpecialized) {
     if (warpgroup == 0) {
-      setmaxnreg_dec<Config::kProducerRegisters>();
+      setmaxnreg_dec<Config::kProducerRegisters, Config::kLaunchRegisters>();
       Producer<Config>::run(tiles, &q_map, &k_map, &v_map, work);
       return;
     }
-    setmaxnreg_inc<Config::kConsumerRegisters>();
+    setmaxnreg_inc<Config::kConsumerRegisters, Config::kLaunchRegisters>();
     Consumer<Config> consumer(tiles, args, work, warpgroup - 1);
     PingPong<Config>::start(consumer.consumer);
     consumer_mainloop(consumer, tiles, args, work, [](int) {});
     PingPong<Config>::finish(consumer.consumer);
     consumer_epilogue(consumer, tiles, &o_map, args, work);
   } else {
-    // No producer warpgroup: thread 0 issues Q and the first kStages blocks up front, then at the start of
-    // iteration j the block j + kStages - 1 (its stage freed by block j - 1), between its own products.
+    // No producer warpgroup: warp 0 (lane 0 issuing) loads Q and the first kStages blocks up front, then at
+    // the start of iteration j the block j + kStages - 1 (its stage freed by block j - 1), between its own
+    // products.
     const int blocks = work.n_end - work.n_begin;
-    const bool issuer = threadIdx.x == 0;
-    if (issuer && blocks > 0) {
-      Producer<Config>::load_q(tiles, &q_map, work);
+    const bool loading_warp = threadIdx.x < 32;
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    if (loading_warp && blocks > 0) {
+      if (lane == 0) Producer<Config>::load_q(tiles, &q_map, work);
       for (int it = 0; it < min(blocks, Config::kStages); ++it)
-        Producer<Config>::load_kv(tiles, &k_map, &v_map, work, it);
+        Producer<Config>::load_kv(tiles, &k_map, &v_map, work, it, lane);
     }
     __syncwarp();
     Consumer<Config> consumer(tiles, args, work, warpgroup);
     auto prefetch = [&](int it) {
       const int next = it + Config::kStages - 1;
-      if (issuer && it > 0 && next < blocks) Producer<Config>::load_kv(tiles, &k_map, &v_map, work, next);
+      if (loading_warp && it > 0 && next < blocks)
+        Producer<Config>::load_kv(tiles, &k_map, &v_map, work, next, lane);
       __syncwarp();  // wgmma is warp-aligned: reconverge before the next product
     };
     consumer_mainloop(consumer, tiles, args, work, prefetch);
@@ -568,4 +636,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   }
 }
 
+}  // namespace FLASHLAB_CUDA_TARGET
+using namespace FLASHLAB_CUDA_TARGET;
 }  // namespace flashlab::hopper

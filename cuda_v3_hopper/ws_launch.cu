@@ -1,24 +1,23 @@
-// Host side of cuda_v3_hopper/ws: checks the parameters, builds the TMA tensor maps and picks the kernel
-// instantiation (element type, head dim, ablation rung).
+// Host side of cuda_v3_hopper/ws, built for the GPU and for the emulator (common/cuda/target.hpp): the TMA
+// tensor maps, the choice of instantiation (element type, head dim, ablation rung) and the registry's
+// launchers. The parameters' checks are ws_params.cpp's.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda/check.hpp"
 #include "common/cuda/int_lengths.hpp"
+#include "common/cuda/launch.cuh"
 #include "common/error.hpp"
 #include "cuda_v3_hopper/tma_host.hpp"
 #include "cuda_v3_hopper/ws.hpp"
 #include "cuda_v3_hopper/ws_kernel.cuh"
 #include "cuda_v3_hopper/ws_stage.hpp"
 
-// The lower rungs of the ablation ladder are extra kernel instantiations; a build may leave them out.
-#ifndef FLASHLAB_HOPPER_ABLATION
-#define FLASHLAB_HOPPER_ABLATION 1
-#endif
-
 namespace flashlab::hopper {
+namespace FLASHLAB_CUDA_TARGET {
 namespace {
 
 // A 4-D view (head_dim, seqlen, heads, batch) of a BSHD tensor, moved in boxes of 64 columns x box_rows rows
@@ -84,17 +83,16 @@ void launch(const HopperParams& params, cudaStream_t stream) {
   args.num_m_blocks = num_m_blocks;
   args.scale_log2 = params.scale * 1.4426950408889634f;  // log2(e)
 
-  auto kernel = ws_attention_kernel<Config>;
   // More than 48 KB of dynamic shared memory must be asked for, once per kernel.
-  static const bool configured = [kernel] {
-    FLASHLAB_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSharedBytes));
+  static const bool configured = [] {
+    FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(
+        ws_attention_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSharedBytes));
     return true;
   }();
   (void)configured;
   const dim3 grid(num_m_blocks, params.heads_q, params.batch);
-  kernel<<<grid, Config::kThreads, Config::kSharedBytes, stream>>>(q_map, k_map, v_map, o_map, args);
-  FLASHLAB_CUDA_CHECK_LAUNCH();
+  cuda::launch_kernel<ws_attention_kernel<Config>>(grid, Config::kThreads, Config::kSharedBytes, stream,
+                                                   q_map, k_map, v_map, o_map, args);
 }
 
 // Bc per head dim, with Br = 128 (two consumer warpgroups): S, P and O must fit the consumers' 240 registers
@@ -104,85 +102,38 @@ constexpr int block_n() {
   return kHeadDim == 256 ? 80 : 128;
 }
 
-// The ablation ladder: the full kernel always, the lower rungs when built in.
+// The ablation ladder (ws_params.cpp has refused the combinations that are not rungs).
 template <typename Element, int kHeadDim>
 void launch_rung(const HopperParams& params, cudaStream_t stream) {
   constexpr int kN = block_n<kHeadDim>();
   const HopperAblation& a = params.ablation;
-  if (a.warp_specialization && a.ping_pong && a.intra_warpgroup_overlap)
+  if (a.intra_warpgroup_overlap)
     return launch<WsConfig<Element, kHeadDim, kN, true, true, true>>(params, stream);
-#if FLASHLAB_HOPPER_ABLATION
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
-    if (a.warp_specialization && a.ping_pong && !a.intra_warpgroup_overlap)
-      return launch<WsConfig<Element, kHeadDim, kN, true, true, false>>(params, stream);
-    if (a.warp_specialization && !a.ping_pong && !a.intra_warpgroup_overlap)
-      return launch<WsConfig<Element, kHeadDim, kN, true, false, false>>(params, stream);
-    if (!a.warp_specialization && !a.ping_pong && !a.intra_warpgroup_overlap)
-      return launch<WsConfig<Element, kHeadDim, kN, false, false, false>>(params, stream);
-  }
-#endif
-  fail("ablation: not built for this combination (", hopper_ws_unsupported(params), ")");
+  if (a.ping_pong) return launch<WsConfig<Element, kHeadDim, kN, true, true, false>>(params, stream);
+  if (a.warp_specialization)
+    return launch<WsConfig<Element, kHeadDim, kN, true, false, false>>(params, stream);
+  return launch<WsConfig<Element, kHeadDim, kN, false, false, false>>(params, stream);
+}
+
+// The registry's launchers: one rung each, on a problem's device tensors.
+void launch_ablation(const Problem& problem, const DeviceTensors& tensors, HopperAblation ablation) {
+  if (problem.dtype != DType::bf16 && problem.dtype != DType::f16)
+    fail("cuda_v3_hopper/ws: dtype (", to_string(problem.dtype), ") must be bf16 or f16");
+  if (tensors.mask != nullptr) fail("cuda_v3_hopper/ws: an explicit mask is not supported");
+  HopperParams params = ws_params(problem);
+  params.q = tensors.q;
+  params.k = tensors.k;
+  params.v = tensors.v;
+  params.o = tensors.o;
+  params.lse = tensors.lse;
+  params.ablation = ablation;
+  const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);
+  params.seqlens_q = lengths.seqlens_q;
+  params.seqlens_k = lengths.seqlens_k;
+  hopper_ws_forward(params, nullptr);
 }
 
 }  // namespace
-
-void set_packed_strides(HopperParams& p) {
-  p.q_stride_head = p.o_stride_head = p.head_dim;
-  p.q_stride_seq = p.o_stride_seq = static_cast<int64_t>(p.heads_q) * p.head_dim;
-  p.q_stride_batch = p.o_stride_batch = p.q_stride_seq * p.seqlen_q;
-  p.k_stride_head = p.v_stride_head = p.head_dim;
-  p.k_stride_seq = p.v_stride_seq = static_cast<int64_t>(p.heads_kv) * p.head_dim;
-  p.k_stride_batch = p.v_stride_batch = p.k_stride_seq * p.seqlen_k;
-}
-
-HopperParams ws_params(const Problem& problem) {
-  HopperParams params;
-  params.dtype = problem.dtype == DType::bf16 ? HopperDType::bf16 : HopperDType::f16;
-  params.batch = static_cast<int>(problem.batch);
-  params.heads_q = static_cast<int>(problem.heads_q);
-  params.heads_kv = static_cast<int>(problem.heads_kv);
-  params.seqlen_q = static_cast<int>(problem.seqlen_q);
-  params.seqlen_k = static_cast<int>(problem.seqlen_k);
-  params.head_dim = static_cast<int>(problem.head_dim);
-  set_packed_strides(params);
-  params.scale = static_cast<float>(problem.softmax_scale());
-  params.causal = problem.causal;
-  params.window_left = static_cast<int>(problem.window_left);
-  params.window_right = static_cast<int>(problem.window_right);
-  return params;
-}
-
-const char* hopper_ws_unsupported(const HopperParams& p) {
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return "head_dim must be 64, 128 or 256";
-  if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.seqlen_q < 1 || p.seqlen_k < 0)
-    return "batch, heads_q, heads_kv and seqlen_q must be >= 1, seqlen_k >= 0";
-  if (p.heads_q % p.heads_kv != 0) return "heads_q must be a multiple of heads_kv";
-  if (!(p.scale > 0.0f)) return "scale must be positive (the row maximum is taken on unscaled scores)";
-  if (p.window_left < -1 || p.window_right < -1) return "window_left and window_right must be >= -1";
-  // TMA: global addresses 16-byte aligned, strides multiples of 16 bytes.
-  for (const void* pointer : {p.q, p.k, p.v, static_cast<const void*>(p.o)})
-    if (pointer != nullptr && reinterpret_cast<uintptr_t>(pointer) % 16 != 0)
-      return "q, k, v and o must be 16-byte aligned";
-  for (int64_t stride :
-       {p.q_stride_batch, p.q_stride_seq, p.q_stride_head, p.o_stride_batch, p.o_stride_seq, p.o_stride_head})
-    if (stride <= 0 || stride % 8 != 0) return "strides must be positive multiples of 8 elements (16 bytes)";
-  if (p.seqlen_k > 0)  // with no keys K and V are never read
-    for (int64_t stride : {p.k_stride_batch, p.k_stride_seq, p.k_stride_head, p.v_stride_batch,
-                           p.v_stride_seq, p.v_stride_head})
-      if (stride <= 0 || stride % 8 != 0)
-        return "strides must be positive multiples of 8 elements (16 bytes)";
-  const HopperAblation& a = p.ablation;
-  if (a.ping_pong && !a.warp_specialization) return "ablation: ping_pong needs warp_specialization";
-  if (a.intra_warpgroup_overlap && !a.warp_specialization)
-    return "ablation: intra_warpgroup_overlap needs warp_specialization";
-  if (!(a.warp_specialization && a.ping_pong && a.intra_warpgroup_overlap)) {
-    if (!FLASHLAB_HOPPER_ABLATION) return "ablation: this build has only the full kernel";
-    if (p.dtype != HopperDType::bf16) return "ablation: the lower rungs are built for bf16 only";
-    if (a.intra_warpgroup_overlap && !a.ping_pong)
-      return "ablation: the ladder adds ping-pong before intra-warpgroup overlap";
-  }
-  return "";
-}
 
 void hopper_ws_forward(const HopperParams& params, cudaStream_t stream) {
   if (const char* reason = hopper_ws_unsupported(params); reason[0] != '\0')
@@ -203,24 +154,18 @@ void hopper_ws_forward(const HopperParams& params, cudaStream_t stream) {
   }
 }
 
-namespace gpu {
-
 void launch_ws(const Problem& problem, const DeviceTensors& tensors) {
-  if (problem.dtype != DType::bf16 && problem.dtype != DType::f16)
-    fail("cuda_v3_hopper/ws: dtype (", to_string(problem.dtype), ") must be bf16 or f16");
-  if (tensors.mask != nullptr) fail("cuda_v3_hopper/ws: an explicit mask is not supported");
-  HopperParams params = ws_params(problem);
-  params.q = tensors.q;
-  params.k = tensors.k;
-  params.v = tensors.v;
-  params.o = tensors.o;
-  params.lse = tensors.lse;
-  const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);
-  params.seqlens_q = lengths.seqlens_q;
-  params.seqlens_k = lengths.seqlens_k;
-  hopper_ws_forward(params, nullptr);
+  launch_ablation(problem, tensors, {true, true, true});
+}
+void launch_ws_no_overlap(const Problem& problem, const DeviceTensors& tensors) {
+  launch_ablation(problem, tensors, {true, true, false});
+}
+void launch_ws_no_pingpong(const Problem& problem, const DeviceTensors& tensors) {
+  launch_ablation(problem, tensors, {true, false, false});
+}
+void launch_ws_no_producer(const Problem& problem, const DeviceTensors& tensors) {
+  launch_ablation(problem, tensors, {false, false, false});
 }
 
-}  // namespace gpu
-
+}  // namespace FLASHLAB_CUDA_TARGET
 }  // namespace flashlab::hopper

@@ -1,28 +1,31 @@
-// cuda_v3_hopper/ws as a registry entry: the launcher on the registry's device tensors, in plain C++ (ws.hpp
-// needs the CUDA headers; the registration, ws.cpp, is compiled in every build).
+// cuda_v3_hopper/ws as registry entries, in plain C++ (the registrations, ws.cpp, are compiled in every
+// build): the scratch the launchers need and the launchers on the registry's device tensors, one per rung of
+// the ablation ladder, in each build of the kernel (ws_launch.cu, common/cuda/target.hpp).
 #pragma once
 
 #include <cstddef>
 #include <string>
 
 #include "common/cuda/int_lengths.hpp"
+#include "common/cuda/target.hpp"
 #include "common/registry.hpp"
 
 namespace flashlab::hopper {
 
-// Scratch the launcher needs: the int copies of the per-batch lengths (HopperParams holds them as int).
+// Scratch the launchers need: the int copies of the per-batch lengths (HopperParams holds them as int).
 inline size_t ws_workspace_bytes(const Problem& problem) {
   return cuda::int_lengths_bytes(problem);
 }
 
-// "" on a device of compute capability 9.0, else why the sm_90a kernels cannot run here (no device, or its
-// compute capability): the availability of every cuda_v3_hopper entry (ws.cpp).
+// "" on a device of compute capability 9.0, else why the sm_90a kernels cannot run on this machine's GPU (no
+// device, or its compute capability): the availability of every cuda_v3_hopper entry (ws.cpp).
 std::string needs_sm90a();
 
-// The full kernel (every ablation ingredient on) for a bf16 or f16 problem, enqueued on the default stream
-// (ws_launch.cu; the GPU build only, runs on sm_90a: the emulator does not run the Hopper kernels yet).
-namespace gpu {
-void launch_ws(const Problem& problem, const DeviceTensors& tensors);
-}  // namespace gpu
+// The rungs for a bf16 or f16 problem, enqueued on the default stream: the full kernel (warp specialization,
+// ping-pong, intra-warpgroup overlap), then each ingredient taken away in the ladder's order.
+FLASHLAB_FOR_EACH_TARGET(void launch_ws(const Problem& problem, const DeviceTensors& tensors);
+                         void launch_ws_no_overlap(const Problem& problem, const DeviceTensors& tensors);
+                         void launch_ws_no_pingpong(const Problem& problem, const DeviceTensors& tensors);
+                         void launch_ws_no_producer(const Problem& problem, const DeviceTensors& tensors);)
 
 }  // namespace flashlab::hopper

@@ -60,7 +60,9 @@ std::string BlockRunner::run(const Launch& launch, Index3 block_index, const Sch
   prepare_shared(launch.dynamic_shared_bytes);
   start_threads(launch);
   this->schedule();
+  if (error_.empty()) error_ = sm90_block_end();
   finish_async_copies();
+  release_sm90_shadow();
   launch_ = nullptr;
   return error_;
 }
@@ -96,6 +98,10 @@ void BlockRunner::start_threads(const Launch& launch) {
     t.in_emulator = false;
     t.uncommitted.clear();
     t.committed.clear();
+    t.bulk_uncommitted.clear();
+    t.bulk_committed.clear();
+    t.wait_barrier = t.wait_parity = 0;
+    t.proxy_fence_step = 0;
     t.fiber.prepare(stacks_ + tid * slot + page_bytes(), kStackBytes, &BlockRunner::thread_main, &t);
   }
   clocks_.assign(static_cast<size_t>(thread_count_) * thread_count_, 0);
@@ -108,6 +114,7 @@ void BlockRunner::start_threads(const Launch& launch) {
   ready_.clear();
   for (int tid = 0; tid < thread_count_; ++tid) ready_.push_back(tid);
   ready_head_ = 0;
+  reset_sm90();
 }
 
 void BlockRunner::thread_main(void* state) {
@@ -120,6 +127,11 @@ void BlockRunner::thread_main(void* state) {
 
 void BlockRunner::schedule() {
   while (exited_ < thread_count_ && error_.empty()) {
+    if (ready_head_ == ready_.size() && !bulk_loads_.empty()) {
+      land_bulk_loads(true);  // whatever TMA loads are in flight complete before anything else can happen
+      if (!scheduler_error_.empty()) error_ = scheduler_error_;
+      continue;
+    }
     if (ready_head_ == ready_.size()) {
       error_ =
           "kernel " + launch_->kernel + ", block " + format_index(block_index_) + ": " + deadlock_report();
@@ -139,6 +151,8 @@ void BlockRunner::schedule() {
     running = &t;
     t.fiber.resume();
     running = nullptr;
+    land_bulk_loads(false);
+    if (!scheduler_error_.empty() && error_.empty()) error_ = scheduler_error_;
   }
 }
 
@@ -176,6 +190,7 @@ void BlockRunner::fail_with(const ThreadState& about, std::string message) {
 }
 
 void BlockRunner::exit_thread(ThreadState& self) {
+  check_sm90_exit(self);
   // Copies still in flight land in shared memory all the same; nobody can wait for them any more.
   for (const AsyncCopy& copy : self.uncommitted) complete_async_write(self, copy);
   for (const auto& group : self.committed)
@@ -363,26 +378,36 @@ std::string BlockRunner::deadlock_report() const {
   struct Group {
     const char* operation;
     Where where;
+    uint32_t barrier, parity;  // an mbarrier wait's object and parity (else 0)
     std::vector<int> threads;
   };
   std::vector<Group> groups;
   for (const ThreadState& t : threads_) {
     if (t.status != ThreadState::Status::waiting) continue;
+    const bool on_mbarrier = std::string_view(t.wait_operation) == "mbarrier.try_wait.parity";
+    const uint32_t barrier = on_mbarrier ? t.wait_barrier : 0, parity = on_mbarrier ? t.wait_parity : 0;
     auto same = [&](const Group& g) {
       return g.operation == t.wait_operation && g.where.line() == t.wait_where.line() &&
-             std::string_view(g.where.file_name()) == t.wait_where.file_name();
+             std::string_view(g.where.file_name()) == t.wait_where.file_name() && g.barrier == barrier &&
+             g.parity == parity;
     };
     auto found = std::find_if(groups.begin(), groups.end(), same);
     if (found == groups.end()) {
-      groups.push_back({t.wait_operation, t.wait_where, {}});
+      groups.push_back({t.wait_operation, t.wait_where, barrier, parity, {}});
       found = groups.end() - 1;
     }
     found->threads.push_back(t.tid);
   }
   std::string report = "deadlock: no thread can go on.";
-  for (const Group& g : groups)
+  for (const Group& g : groups) {
     report +=
-        " " + format_threads(g.threads) + " wait at " + g.operation + " (" + format_where(g.where) + ");";
+        " " + format_threads(g.threads) + " wait at " + g.operation + " (" + format_where(g.where) + ")";
+    if (std::string_view(g.operation) == "mbarrier.try_wait.parity")
+      report += compose(" for the phase of parity ", g.parity, " of the mbarrier at shared address ",
+                        Hex{g.barrier});
+    report += ";";
+  }
+  report += sm90_deadlock_details();
   for (unsigned id = 0; id < 16; ++id)
     if (barriers_[id].arrived > 0)
       report += " barrier " + std::to_string(id) + ": " + std::to_string(barriers_[id].arrived) + " of " +

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -28,6 +30,76 @@ struct AsyncCopy {
   Where issued_at;
 };
 
+// A range of shared memory that a bulk copy (TMA store) reads until its cp.async.bulk.wait_group.read.
+struct SharedRange {
+  uint32_t address = 0;
+  uint32_t bytes = 0;
+};
+
+// A cp.async.bulk.tensor load in flight (tma.cpp): its bytes land in shared memory, and complete their
+// transaction bytes on its mbarrier, at a later scheduling point.
+struct BulkLoad {
+  uint32_t destination = 0;   // shared address
+  std::vector<uint8_t> data;  // the box as it lands (swizzled, out-of-bounds elements filled)
+  uint32_t barrier = 0;       // the mbarrier's shared address
+  int issuer = 0;
+  uint32_t issue_step = 0;  // the issuer's step: what the copy's writes are ordered after
+  Where where;
+};
+
+// An mbarrier object in shared memory (tma.cpp): phases, arrivals and transaction bytes (PTX ISA "mbarrier").
+struct MBarrier {
+  uint32_t address = 0;
+  uint32_t count = 0;        // arrivals per phase
+  uint32_t pending = 0;      // arrivals the current phase still waits for
+  int64_t tx = 0;            // the current phase's tx-count: expected bytes not yet delivered
+  int64_t tx_announced = 0;  // this phase's expect-tx total (for messages)
+  int64_t tx_delivered = 0;  // this phase's complete-tx total
+  uint32_t phase = 0;        // phases completed so far: the current phase's number
+  int init_thread = 0;       // who initialized it, and at which step (uses must be ordered after that)
+  uint32_t init_step = 0;
+  Where init_where;
+  std::vector<uint32_t> released;      // the clocks this phase's arrivals and copies release
+  std::vector<uint32_t> completed[2];  // what the last completed phase of each parity released
+  std::vector<int> waiters;            // threads blocked in mbarrier.try_wait.parity
+};
+
+// One wgmma.mma_async in flight (warpgroup.cpp): its result, computed at issue from the operands as they
+// were then, and written to the accumulator registers at the wgmma.wait_group that completes it.
+struct WgmmaOperand {
+  bool in_shared = false;  // false: A from registers
+  uint64_t descriptor = 0;
+  bool mn_major = false;
+  uint32_t rows = 0, k = 0, element_bytes = 0;
+  std::vector<uint8_t> values;  // rows x k elements as read at issue (re-read at completion: unchanged?)
+};
+struct WgmmaOp {
+  uint32_t n = 0;
+  float* accumulators[128] = {};  // each thread's accumulator registers (n / 2 floats)
+  std::vector<float> result;      // 64 x n, row-major
+  WgmmaOperand a, b;
+  const char* operation = nullptr;
+  Where where;
+};
+
+// A warpgroup's state (sm_90): its rendezvous in progress, its wgmma groups, its register allocation.
+struct GroupCollective {
+  const char* operation = nullptr;  // nullptr: none in progress
+  Where where;
+  int arrived = 0;
+  void* thread_data[128] = {};
+  void (*complete)(BlockRunner& block, GroupCollective& collective, int warpgroup) = nullptr;
+};
+struct Warpgroup {
+  GroupCollective collective;
+  bool fenced = false;  // a wgmma.fence since the last wgmma.commit_group
+  std::vector<WgmmaOp> uncommitted;
+  std::vector<std::vector<WgmmaOp>> committed;  // oldest first
+  uint32_t registers = 0;                       // per thread (setmaxnreg); 0 until the first setmaxnreg
+  uint32_t requested = 0;                       // a setmaxnreg.inc waiting for the pool: its count
+  Where requested_where;
+};
+
 struct ThreadState {
   BlockRunner* block = nullptr;
   int tid = 0;  // linear index in the block: x + y * blockDim.x + z * blockDim.x * blockDim.y
@@ -48,9 +120,19 @@ struct ThreadState {
   // cp.async: copies issued since the last commit, then the committed groups, oldest first.
   std::vector<AsyncCopy> uncommitted;
   std::vector<std::vector<AsyncCopy>> committed;
+  // TMA stores: the shared memory they read, since the last cp.async.bulk.commit_group, then per group.
+  std::vector<SharedRange> bulk_uncommitted;
+  std::vector<std::vector<SharedRange>> bulk_committed;
+  // While blocked in mbarrier.try_wait.parity: the barrier's shared address and the parity waited for.
+  uint32_t wait_barrier = 0;
+  uint32_t wait_parity = 0;
+  // The step at which this thread last ran fence.proxy.async (0: never): its ordinary shared-memory writes
+  // of earlier steps are visible to the async proxy (TMA, wgmma).
+  uint32_t proxy_fence_step = 0;
 
   int warp() const { return tid / 32; }
   int lane() const { return tid % 32; }
+  int warpgroup() const { return tid / 128; }
 };
 
 // A warp-level rendezvous in progress: the lanes of `mask` meet at one operation.
@@ -149,7 +231,13 @@ class BlockRunner {
   }
   bool in_stacks(uintptr_t address) const { return address - stacks_low_ < stacks_bytes_; }
   // A kernel's load or store of `bytes` at shared `address` by `self`: bounds, races, poison.
-  void shared_access(ThreadState& self, uint32_t address, size_t bytes, bool write);
+  // `async_proxy`: the write is a TMA load's (ordinary stores need a fence.proxy.async before the async proxy
+  // reads them; the async proxy's own writes do not).
+  void shared_access(ThreadState& self, uint32_t address, size_t bytes, bool write, bool async_proxy = false);
+  // The error for an access to a byte that something is in flight on (a cp.async, a TMA load or store, an
+  // mbarrier object), by kernel code (`actor` "") or an instruction of the async proxy ("wgmma.mma_async");
+  // returns when the access is allowed (reading what a TMA store reads).
+  void report_in_flight(const ThreadState& self, uint32_t address, bool write, const char* actor);
   // cp.async: the destination is written at issue as far as ordering is concerned, and reads as poison
   // until the copy completes.
   void begin_async_write(ThreadState& self, uint32_t address, int bytes, Where where);
@@ -158,6 +246,44 @@ class BlockRunner {
   // Whether the emulator sees kernel code's own loads and stores (launch.hpp memory_tracking()); without
   // that only bounds and cp.async poison are checked, not races or uninitialized reads.
   bool tracking() const { return tracking_; }
+  // The shared address of a generic pointer into the window, or an error naming `operation`.
+  uint32_t shared_offset(const ThreadState& self, const void* pointer, size_t bytes, const char* operation,
+                         Where where);
+  // A read of shared memory by the async proxy (a wgmma operand, a TMA store's source) on behalf of `reader`,
+  // whose knowledge of the other threads is `known`: nothing may be in flight into it, it must have been
+  // written, the writes must be ordered before the read, and ordinary writes must have been followed by their
+  // writer's fence.proxy.async.
+  void check_async_read(const ThreadState& reader, const uint32_t* known, uint32_t address, size_t bytes,
+                        const char* operation, Where where);
+
+  // ---- Warpgroups (sm_90, warpgroup.cpp) ----
+  // A rendezvous of the 128 threads of the caller's warpgroup at one .sync.aligned operation; the last to
+  // arrive runs `complete` for all of them, which may call hold_warpgroup() to keep them all waiting.
+  void warpgroup_collective(ThreadState& self, const char* operation, void* thread_data,
+                            void (*complete)(BlockRunner&, GroupCollective&, int), Where where);
+  Warpgroup& warpgroup(int index) { return warpgroups_[index]; }
+  void hold_warpgroup() { hold_warpgroup_ = true; }
+  void wake_warpgroup(int index);
+  // The join of the warpgroup's clocks: what its collective operations are ordered after.
+  const std::vector<uint32_t>& warpgroup_clock(int index);
+  // setmaxnreg's register pool (registers, not per thread): what the launch allotted and what is free.
+  uint32_t launch_registers = 0;  // per thread, from the kernel; 0 until the first setmaxnreg
+  int64_t free_registers = 0;
+
+  // ---- mbarriers and the TMA (sm_90, tma.cpp) ----
+  void mbarrier_init(ThreadState& self, const void* pointer, uint32_t count, Where where);
+  void mbarrier_arrive(ThreadState& self, const void* pointer, uint32_t expect_tx_bytes, Where where);
+  void mbarrier_wait(ThreadState& self, const void* pointer, uint32_t parity, Where where);
+  // An initialized mbarrier at `pointer` that `self` may use (its initialization ordered before), or an
+  // error.
+  MBarrier& mbarrier(ThreadState& self, const void* pointer, const char* operation, Where where);
+  // A TMA load: its destination checked and marked (begin_bulk_load), then the copy kept in flight until it
+  // lands (add_bulk_load).
+  void begin_bulk_load(ThreadState& self, uint32_t destination, uint32_t bytes, const char* operation);
+  void add_bulk_load(ThreadState& self, BulkLoad load);
+  // A TMA store's read of shared memory: locked against writes until the group's wait_group.read.
+  void lock_bulk_read(ThreadState& self, SharedRange range);
+  void release_bulk_reads(ThreadState& self, int pending);
 
  private:
   void start_threads(const Launch& launch);
@@ -169,6 +295,18 @@ class BlockRunner {
   void prepare_shared(size_t dynamic_bytes);
   void finish_async_copies();
   static void thread_main(void* state);
+  // sm_90 (tma.cpp, warpgroup.cpp).
+  void reset_sm90();
+  void land_bulk_loads(bool all);  // at scheduling points: TMA loads complete some time after their issue
+  void land(BulkLoad& load);
+  void complete_tx(MBarrier& barrier, int64_t bytes, const BulkLoad& load);
+  void complete_phase(MBarrier& barrier);
+  std::string describe_mbarrier(const MBarrier& barrier) const;
+  std::string sm90_deadlock_details() const;
+  void check_sm90_exit(ThreadState& self);
+  std::string sm90_block_end();  // what an ending block leaves in flight: "" or the error
+  void release_sm90_shadow();    // the shadow's marks of mbarriers and bulk copies, gone with the block
+  std::string scheduler_error_;  // an error found in the scheduler's context (a landing TMA load)
 
   const Launch* launch_ = nullptr;
   Index3 block_index_;
@@ -207,8 +345,13 @@ class BlockRunner {
     uint32_t generation = 0;  // barrier interval of the last write; below block_generation_: never written
     uint32_t write_clock = 0;
     uint16_t writer = 0;
-    uint16_t pending = 0;  // 1 + the thread whose cp.async will write it; 0 when none is in flight
+    // What is in flight on the byte: 0 nothing, 1 + t a cp.async of thread t, or one of the kPending* below.
+    uint16_t pending = 0;
+    bool async_write = false;  // the last write was the async proxy's (a TMA load), not an ordinary store
   };
+  static constexpr uint16_t kPendingBulkLoad = 0xfffe;  // a TMA load will write it
+  static constexpr uint16_t kPendingBulkRead = 0xfffd;  // a TMA store is reading it (writes must wait)
+  static constexpr uint16_t kMbarrierObject = 0xffff;   // part of an initialized mbarrier
   struct ReadShadow {
     uint32_t generation = 0;  // barrier interval of the reads recorded; older ones are ordered already
     uint32_t clock = 0;       // the one reader's step, or the index of a read set when shared_reads
@@ -222,9 +365,40 @@ class BlockRunner {
   uint32_t generation_counter_ = 0;  // barrier intervals, counted over every block this runner ran
   uint32_t block_generation_ = 0;    // the first interval of the current block
   uint32_t generation_ = 0;          // the current interval
+
+  // sm_90.
+  std::vector<MBarrier> mbarriers_;
+  std::vector<BulkLoad> bulk_loads_;  // TMA loads in flight, in issue order
+  std::vector<Warpgroup> warpgroups_;
+  std::vector<uint32_t> warpgroup_clock_;
+  bool hold_warpgroup_ = false;
 };
 
 // The thread the calling fiber emulates; nullptr outside a kernel (host code).
 ThreadState* current_thread();
+
+// The calling emulated thread, inside the emulator until the operation returns (the instrumentation hooks
+// then leave its accesses alone: they are the emulator's, whatever copy of a library template runs them).
+// Device functions called from host code are a programming error.
+class Entered {
+ public:
+  explicit Entered(const char* what) : thread_(current_thread()) {
+    if (thread_ == nullptr) {
+      std::fprintf(stderr, "flashlab emulator: %s called outside a kernel\n", what);
+      std::abort();
+    }
+    previous_ = thread_->in_emulator;
+    thread_->in_emulator = true;
+  }
+  ~Entered() { thread_->in_emulator = previous_; }
+  Entered(const Entered&) = delete;
+  Entered& operator=(const Entered&) = delete;
+  operator ThreadState&() const { return *thread_; }
+  ThreadState* operator->() const { return thread_; }
+
+ private:
+  ThreadState* thread_;
+  bool previous_ = false;
+};
 
 }  // namespace flashlab::emulator

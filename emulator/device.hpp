@@ -70,6 +70,68 @@ enum class MmaInput { f16, bf16 };
 void mma_m16n8k16(float* d, const uint32_t* a, const uint32_t* b, const float* c, MmaInput input,
                   Where where = Where::current());
 
+// ---- sm_90a: warpgroups, wgmma, mbarriers, TMA, setmaxnreg (warpgroup.cpp, tma.cpp) ----
+// A warpgroup is four consecutive warps starting at a multiple of four; its .sync.aligned operations are
+// rendezvous of all 128 threads at the same operation.
+
+// wgmma.fence.sync.aligned: orders the warpgroup's register accesses before the wgmma.mma_async that follow.
+// The emulator requires one before the first wgmma.mma_async after every wgmma.commit_group (it cannot see
+// register accesses, so it asks for the fence wherever some could have happened).
+void wgmma_fence(Where where = Where::current());
+// wgmma.commit_group.sync.aligned: the wgmma.mma_async issued since the last commit become one group.
+void wgmma_commit_group(Where where = Where::current());
+// wgmma.wait_group.sync.aligned N: completes every committed group but the newest `pending`; a completed
+// wgmma's result reaches its accumulator registers only then (before, they read as NaN).
+void wgmma_wait_group(int pending, Where where = Where::current());
+enum class WgmmaInput { f16, bf16, e4m3 };
+struct WgmmaShape {
+  int n = 0;  // 8 to 256, a multiple of 8
+  WgmmaInput input = WgmmaInput::bf16;
+  bool a_from_registers = false;
+  bool transpose_a = false, transpose_b = false;  // imm-trans-a/b: 1 = the operand is MN-major
+  int scale_a = 1, scale_b = 1;                   // imm-scale-a/b: 1 or -1
+};
+// wgmma.mma_async.sync.aligned.m64nNkK.f32: D (64 x N) = A (64 x K) B (K x N) + (scale_d ? D : 0), K = 16
+// for f16/bf16 and 32 for e4m3. `accumulators` are this thread's N / 2 registers of D (emulator/gmma.hpp's
+// accumulator layout); A comes from `a_registers` (four per thread) or the descriptor `a_descriptor`, B from
+// `b_descriptor` (gmma.hpp: descriptors and canonical layouts).
+void wgmma(float* accumulators, const WgmmaShape& shape, const uint32_t* a_registers, uint64_t a_descriptor,
+           uint64_t b_descriptor, bool scale_d, Where where = Where::current());
+// setmaxnreg.{inc,dec}.sync.aligned.u32 count: the warpgroup's registers per thread become `count`, from and
+// to the block's pool. The pool starts as what the launch allotted, `launch_registers` a thread for every
+// thread of the block (the count ptxas reports for the kernel, which the kernel states and the build checks);
+// an increase waits until the pool can supply it.
+void setmaxnreg(bool increase, uint32_t count, uint32_t launch_registers, Where where = Where::current());
+
+// mbarrier.init.shared::cta.b64 [barrier], count.
+void mbarrier_init(void* barrier, uint32_t count, Where where = Where::current());
+// fence.mbarrier_init.release.cluster.
+void fence_mbarrier_init(Where where = Where::current());
+// mbarrier.arrive[.expect_tx].shared::cta.b64 _, [barrier] (, tx_bytes): one arrival, after announcing
+// `expect_tx_bytes` of transactions to the current phase (0: a plain arrive).
+void mbarrier_arrive(void* barrier, uint32_t expect_tx_bytes, Where where = Where::current());
+// A loop on mbarrier.try_wait.parity.shared::cta.b64 until it succeeds: returns once the phase of parity
+// `parity` has completed (a waiting thread yields to the others).
+void mbarrier_wait_parity(void* barrier, uint32_t parity, Where where = Where::current());
+
+// cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes [destination],
+// [map, {coordinates}], [barrier]: the box at `coordinates` (rank of them, innermost first) lands in shared
+// memory, and its bytes on the barrier, some time later; the destination reads as poison until then.
+void tma_load(void* destination, const void* tensor_map, void* barrier, const int32_t* coordinates, int rank,
+              Where where = Where::current());
+// cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group [map, {coordinates}], [source]: the box is read from
+// shared memory (which must not change until cp.async.bulk.wait_group.read) and written to global memory,
+// elements out of the tensor's bounds dropped.
+void tma_store(const void* tensor_map, const void* source, const int32_t* coordinates, int rank,
+               Where where = Where::current());
+void bulk_commit_group(Where where = Where::current());
+// cp.async.bulk.wait_group.read N: the stores of every committed group but the newest `pending` have read
+// their shared memory.
+void bulk_wait_group_read(int pending, Where where = Where::current());
+// fence.proxy.async.shared::cta: this thread's earlier ordinary shared-memory writes become visible to the
+// async proxy (the TMA and wgmma reads that are ordered after the fence).
+void fence_proxy_async(Where where = Where::current());
+
 // ---- Atomics (global or shared memory; relaxed, like CUDA's atomicAdd) ----
 int atomic_add(int* address, int value);
 unsigned atomic_add(unsigned* address, unsigned value);

@@ -3,10 +3,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <string_view>
 
 #include "emulator/cuda.hpp"
 #include "emulator/launch.hpp"
 #include "emulator/memory.hpp"
+#include "emulator/tensor_map.hpp"
 
 namespace flashlab::emulator::cuda_api {
 
@@ -27,6 +30,20 @@ bool valid(const void* pointer, size_t bytes, bool device) {
 struct Event {
   std::chrono::steady_clock::time_point at;
 };
+
+// cuTensorMapEncodeTiled's emulated twin: the same checks, the parameters recorded in the map's 128 bytes.
+CUresult encode_tensor_map_tiled(CUtensorMap* map, CUtensorMapDataType data_type, cuuint32_t rank, void* base,
+                                 const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                                 const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
+                                 CUtensorMapSwizzle swizzle, CUtensorMapL2promotion,
+                                 CUtensorMapFloatOOBfill oob_fill) {
+  const std::string reason = tma::encode(map, data_type, rank, base, dims, strides, box, element_strides,
+                                         interleave, swizzle, oob_fill);
+  if (reason.empty()) return CUDA_SUCCESS;
+  // The driver says no more than CUDA_ERROR_INVALID_VALUE; the emulator also says why.
+  std::fprintf(stderr, "flashlab emulator: cuTensorMapEncodeTiled: %s\n", reason.c_str());
+  return CUDA_ERROR_INVALID_VALUE;
+}
 
 }  // namespace
 
@@ -229,6 +246,15 @@ cudaError_t cudaEventSynchronize(cudaEvent_t) {
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   const auto span = reinterpret_cast<Event*>(end)->at - reinterpret_cast<Event*>(start)->at;
   *ms = std::chrono::duration<float, std::milli>(span).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** function, unsigned int version,
+                                             unsigned long long, cudaDriverEntryPointQueryResult* status) {
+  if (symbol == nullptr || function == nullptr) return record(cudaErrorInvalidValue);
+  const bool found = std::string_view(symbol) == "cuTensorMapEncodeTiled" && version >= 12000;
+  *function = found ? reinterpret_cast<void*>(&encode_tensor_map_tiled) : nullptr;
+  if (status != nullptr) *status = found ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
   return cudaSuccess;
 }
 

@@ -64,21 +64,64 @@ void BlockRunner::check_shared_range(const ThreadState& self, uint32_t address, 
        Hex{shared_end_ - 1});
 }
 
-void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t bytes, bool write) {
+uint32_t BlockRunner::shared_offset(const ThreadState& self, const void* pointer, size_t bytes,
+                                    const char* operation, Where where) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  if (!in_shared_window(address))
+    fail(self, operation, " (", where, "): ", Hex{address}, " is not in this block's dynamic shared memory");
+  const auto offset = static_cast<uint32_t>(address - reinterpret_cast<uintptr_t>(shared_base_));
+  check_shared_range(self, offset, bytes, operation);
+  return offset;
+}
+
+void BlockRunner::report_in_flight(const ThreadState& self, uint32_t address, bool write, const char* actor) {
+  const ByteShadow& s = byte_shadow_[address];
+  const char* space = actor[0] != '\0' ? " " : "";
+  const char* access = write ? "writes" : "reads";
+  if (s.pending == kPendingBulkRead) {
+    if (!write) return;  // reading what a TMA store reads is fine
+    for (const ThreadState& t : threads_) {
+      auto covers = [&](const SharedRange& r) { return address - r.address < r.bytes; };
+      bool found = std::any_of(t.bulk_uncommitted.begin(), t.bulk_uncommitted.end(), covers);
+      for (const auto& group : t.bulk_committed) found |= std::any_of(group.begin(), group.end(), covers);
+      if (found)
+        fail(self, actor, space, access, " shared address ", Hex{address},
+             " while a TMA store issued by warp ", t.warp(), " lane ", t.lane(),
+             " still reads it: its cp.async.bulk.wait_group.read has not been reached");
+    }
+  }
+  if (s.pending == kMbarrierObject) {
+    for (const MBarrier& b : mbarriers_)
+      if (address - b.address < 8)
+        fail(self, actor, space, access, " shared address ", Hex{address}, ", part of the mbarrier at ",
+             Hex{b.address}, " (initialized at ", b.init_where,
+             "): an mbarrier object is only accessed by mbarrier instructions");
+  }
+  if (s.pending == kPendingBulkLoad) {
+    for (const BulkLoad& load : bulk_loads_)
+      if (address - load.destination < load.data.size()) {
+        const ThreadState& issuer = threads_[load.issuer];
+        fail(self, actor, space, access, " shared address ", Hex{address},
+             " while a TMA load issued by warp ", issuer.warp(), " lane ", issuer.lane(), " (", load.where,
+             ") is still copying into it: no wait on its mbarrier (", Hex{load.barrier},
+             ") has seen it complete (this thread's last synchronization: ", self.sync_point(), ")");
+      }
+  }
+  const ThreadState& issuer = threads_[s.pending - 1];
+  fail(self, actor, space, access, " shared address ", Hex{address}, " while a cp.async by warp ",
+       issuer.warp(), " lane ", issuer.lane(),
+       " is still copying into it: its cp.async.wait_group has not been reached (this thread's last "
+       "synchronization: ",
+       self.sync_point(), ")");
+}
+
+void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t bytes, bool write,
+                                bool async_proxy) {
   check_shared_range(self, address, bytes, write ? "store to shared memory" : "load from shared memory");
   const int tid = self.tid;
   const uint32_t* known = clock(tid);
-  for (uint32_t a = address; a < address + bytes; ++a) {
-    const ByteShadow& s = byte_shadow_[a];
-    if (s.pending != 0) {
-      const ThreadState& issuer = threads_[s.pending - 1];
-      fail(self, write ? "writes" : "reads", " shared address ", Hex{a}, " while a cp.async by warp ",
-           issuer.warp(), " lane ", issuer.lane(),
-           " is still copying into it: its cp.async.wait_group has not been reached (this thread's last "
-           "synchronization: ",
-           self.sync_point(), ")");
-    }
-  }
+  for (uint32_t a = address; a < address + bytes; ++a)
+    if (byte_shadow_[a].pending != 0) report_in_flight(self, a, write, "");
   if (!tracking_) return;
   for (uint32_t a = address; a < address + bytes; ++a) {
     const ByteShadow& s = byte_shadow_[a];
@@ -143,19 +186,45 @@ void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t byte
       s.generation = generation_;
       s.writer = static_cast<uint16_t>(tid);
       s.write_clock = known[tid];
+      s.async_write = async_proxy;
     }
   }
   if (should_preempt()) yield(self);
 }
 
+void BlockRunner::check_async_read(const ThreadState& reader, const uint32_t* known, uint32_t address,
+                                   size_t bytes, const char* operation, Where where) {
+  check_shared_range(reader, address, bytes, operation);
+  for (uint32_t a = address; a < address + bytes; ++a)
+    if (byte_shadow_[a].pending != 0) report_in_flight(reader, a, false, operation);
+  if (!tracking_) return;
+  for (uint32_t a = address; a < address + bytes; ++a) {
+    const ByteShadow& s = byte_shadow_[a];
+    if (s.generation < block_generation_)
+      fail(reader, operation, " (", where, ") reads shared address ", Hex{a},
+           ", which no thread of this block has written: shared memory is undefined until written");
+    const ThreadState& writer = threads_[s.writer];
+    // (A write before the last barrier of the whole block is ordered before the read, but a barrier is no
+    // proxy fence.)
+    if (s.generation == generation_ && s.writer != reader.tid && known[s.writer] < s.write_clock)
+      fail(reader, "data race on shared memory: ", operation, " (", where, ") reads shared address ", Hex{a},
+           " that warp ", writer.warp(), " lane ", writer.lane(), " wrote",
+           s.async_write ? " (a TMA load)" : "",
+           " with no synchronization between them (the reader's last synchronization: ", reader.sync_point(),
+           "; the writer's: ", writer.sync_point(), ")");
+    if (!s.async_write && writer.proxy_fence_step < s.write_clock)
+      fail(reader, operation, " (", where, ") reads shared address ", Hex{a}, ", which warp ", writer.warp(),
+           " lane ", writer.lane(),
+           " wrote with an ordinary store and no fence.proxy.async after it: the async proxy may not see the "
+           "write (PTX ISA, \"Async proxy\")");
+  }
+}
+
 void BlockRunner::begin_async_write(ThreadState& self, uint32_t address, int bytes, Where where) {
   check_shared_range(self, address, static_cast<size_t>(bytes), "cp.async destination");
+  (void)where;
   for (uint32_t a = address; a < address + static_cast<uint32_t>(bytes); ++a)
-    if (byte_shadow_[a].pending != 0) {
-      const ThreadState& issuer = threads_[byte_shadow_[a].pending - 1];
-      fail(self, "cp.async (", where, ") into shared address ", Hex{a}, " while an earlier cp.async by warp ",
-           issuer.warp(), " lane ", issuer.lane(), " into it has not completed");
-    }
+    if (byte_shadow_[a].pending != 0) report_in_flight(self, a, true, "cp.async");
   // Ordering-wise the copy writes now: it must not overtake reads or writes other threads still make.
   shared_access(self, address, static_cast<size_t>(bytes), true);
   for (uint32_t a = address; a < address + static_cast<uint32_t>(bytes); ++a)
@@ -171,6 +240,7 @@ void BlockRunner::complete_async_write(ThreadState& self, const AsyncCopy& copy)
     s.generation = generation_;
     s.writer = static_cast<uint16_t>(self.tid);
     s.write_clock = clock(self.tid)[self.tid];
+    s.async_write = false;  // cp.async writes through the generic proxy
   }
 }
 

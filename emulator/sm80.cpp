@@ -13,34 +13,6 @@
 
 namespace flashlab::emulator {
 
-namespace {
-
-// The calling emulated thread, inside the emulator until the operation returns (the instrumentation hooks
-// then leave its accesses alone: they are the emulator's, whatever copy of a library template runs them).
-// Device functions called from host code are a programming error.
-class Entered {
- public:
-  explicit Entered(const char* what) : thread_(current_thread()) {
-    if (thread_ == nullptr) {
-      std::fprintf(stderr, "flashlab emulator: %s called outside a kernel\n", what);
-      std::abort();
-    }
-    previous_ = thread_->in_emulator;
-    thread_->in_emulator = true;
-  }
-  ~Entered() { thread_->in_emulator = previous_; }
-  Entered(const Entered&) = delete;
-  Entered& operator=(const Entered&) = delete;
-  operator ThreadState&() const { return *thread_; }
-  ThreadState* operator->() const { return thread_; }
-
- private:
-  ThreadState* thread_;
-  bool previous_ = false;
-};
-
-}  // namespace
-
 // ---- Who am I ----
 
 Index3 thread_index() {

@@ -116,20 +116,22 @@ void one_pass_attention(const Problem& p, const AttentionInputs& in, AttentionOu
 
 namespace {
 
-// Eigen GEMMs over strided views of the BSHD tensors: S = scale Q K^T, mask, row softmax, O = P V.
+// Eigen GEMMs over strided views of the BSHD tensors: S = scale Q K^T, mask, row softmax, O = P V. The
+// products run over a batch element's real keys only: what lies past them is padding that may hold anything,
+// and a masked (zero) weight times a NaN there would still be NaN.
 void standard_gemm_attention(const Problem& p, const AttentionInputs& in, AttentionOutputs& out) {
   using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using ConstView = Eigen::Map<const Matrix, 0, Eigen::OuterStride<>>;
   using View = Eigen::Map<Matrix, 0, Eigen::OuterStride<>>;
   const Visibility visibility(p);
-  const int64_t sq = p.seqlen_q, sk = p.seqlen_k, d = p.head_dim;
+  const int64_t sq = p.seqlen_q, d = p.head_dim;
   const float scale = static_cast<float>(p.softmax_scale());
   // Parallel over (batch, head) when there are enough of them; otherwise Eigen parallelizes each GEMM itself.
   const bool outer_parallel = p.batch * p.heads_q >= omp_get_max_threads();
 #pragma omp parallel for collapse(2) schedule(dynamic) if (outer_parallel)
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < p.heads_q; ++h) {
-      const int64_t hk = p.kv_head(h);
+      const int64_t hk = p.kv_head(h), sk = p.rows_k(b);
       const ConstView Q(in.q_row(p, b, 0, h), sq, d, Eigen::OuterStride<>(p.heads_q * d));
       const ConstView K(in.k_row(p, b, 0, hk), sk, d, Eigen::OuterStride<>(p.heads_kv * d));
       const ConstView V(in.v_row(p, b, 0, hk), sk, d, Eigen::OuterStride<>(p.heads_kv * d));

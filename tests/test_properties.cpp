@@ -179,6 +179,41 @@ TEST_CASE("NaN and Inf inputs never crash and propagate to the affected rows lik
   }
 }
 
+TEST_CASE("NaN and Inf in the padding past the real lengths reach no visible row") {
+  // Batch 0 has every row and key; batch 1 ends early in both. What lies past a batch's real lengths is
+  // padding the caller may leave holding anything: here NaN and Inf in Q, K and V.
+  for (const Implementation* impl : selected_implementations()) {
+    std::optional<Problem> runnable = runnable_problem(*impl, false);
+    if (!runnable) continue;
+    Problem p = *runnable;
+    p.seqlens_q = {p.seqlen_q, p.seqlen_q - p.seqlen_q / 3};
+    p.seqlens_k = {p.seqlen_k, p.seqlen_k - 29};
+    if (!why_cannot_run(*impl, p).empty()) p.seqlens_q.clear();  // padded keys only (the decoding stages)
+    if (const std::string reason = why_cannot_run(*impl, p); !reason.empty()) {
+      MESSAGE(impl->name, ": padding not supported: ", reason);
+      continue;
+    }
+    PreparedCase c = grid_case(p, p.dtype, 27);
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (int64_t b = 0; b < p.batch; ++b) {
+      for (int64_t i = p.rows_q(b); i < p.seqlen_q; ++i)
+        for (int64_t x = 0; x < p.heads_q * p.head_dim; ++x)
+          c.inputs.q.data[(b * p.seqlen_q + i) * p.heads_q * p.head_dim + x] = x % 2 ? nan : inf;
+      for (int64_t j = p.seqlens_k[b]; j < p.seqlen_k; ++j)
+        for (int64_t x = 0; x < p.heads_kv * p.head_dim; ++x) {
+          const int64_t at = (b * p.seqlen_k + j) * p.heads_kv * p.head_dim + x;
+          c.inputs.k.data[at] = x % 3 ? nan : -inf;
+          c.inputs.v.data[at] = x % 3 ? nan : inf;
+        }
+    }
+    c.reference = reference_attention(c.problem, c.inputs);  // reads no padding: the same as without it
+    const AttentionOutputs out = run_forward(*impl, c.problem, c.inputs);
+    const Verdict verdict = judge(c.problem, out, c.reference, c.tolerance(impl->rounds_p));
+    INFO(impl->name, " [", to_string(p.dtype), "] ", p.describe(), ": ", verdict.explain());
+    CHECK(verdict.passed());
+  }
+}
+
 TEST_CASE("an output element left unwritten fails the check (outputs are poisoned)") {
   Implementation lazy{.name = "test/lazy", .summary = "writes everything but one element"};
   const Implementation* honest = find_implementation("naive/one_pass");

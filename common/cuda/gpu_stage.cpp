@@ -34,17 +34,11 @@ Implementation gpu_implementation(Implementation impl, DeviceBuilds builds) {
     if (!reason.empty() || !own) return reason;
     return own();
   };
-  if (builds.emulated == nullptr) {
-    // A stage the emulator cannot run yet: the GPU or nothing.
-    impl.availability = gpu_reason;
-    impl.emulation = [] { return std::string(); };
-  } else {
-    impl.emulation = [gpu_reason]() -> std::string {
-      if (cuda::emulation_forced()) return "emulation requested (--emulate or FLASHLAB_EMULATE=1)";
-      return gpu_reason();
-    };
-    impl.availability = [] { return std::string(); };  // the emulator's build runs anywhere
-  }
+  impl.emulation = [gpu_reason]() -> std::string {
+    if (cuda::emulation_forced()) return "emulation requested (--emulate or FLASHLAB_EMULATE=1)";
+    return gpu_reason();
+  };
+  impl.availability = [] { return std::string(); };  // the emulator's build runs anywhere
   impl.forward_device = builds.gpu;
   impl.device_workspace_bytes = builds.gpu_workspace;
   impl.forward = [builds, emulation = impl.emulation](const Problem& problem, const AttentionInputs& inputs,

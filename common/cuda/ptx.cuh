@@ -9,6 +9,8 @@
 //   mma.sync   m16n8k16 with fp16/bf16 inputs and fp32 accumulators: one warp-wide tensor-core product
 //   bar.sync, bar.arrive   named barriers over a subset of the block's warps
 //   ex2.approx 2^x in one special-function-unit instruction
+//   cvt.rn.satfinite.e4m3x2.f32   two floats to FP8 (sm_89+; the Hopper FP8 kernels)
+// The sm_90a instructions (wgmma, TMA, mbarrier, setmaxnreg) are wrapped the same way in cuda_v3_hopper/.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,6 +20,7 @@
 #include <type_traits>
 
 #if defined(FLASHLAB_EMULATED)
+#include "common/number_format.hpp"
 #include "emulator/device.hpp"
 #endif
 
@@ -161,6 +164,21 @@ __device__ inline float ex2_approx(float x) {
   else
     asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+#endif
+}
+
+// ---- cvt.rn.satfinite.e4m3x2.f32 ----
+
+// Two floats to e4m3 (PTX ISA, cvt): `high` to the upper byte, `low` to the lower one; rounded to nearest
+// even, saturated to +-448 (infinities too), NaN to NaN. The emulated body is common/number_format.hpp's
+// encode_e4m3, which tests/test_cuda.cpp checks against NVIDIA's cuda_fp8.h conversion.
+__device__ inline uint16_t cvt_e4m3x2(float high, float low) {
+#if defined(FLASHLAB_EMULATED)
+  return static_cast<uint16_t>(encode_e4m3(high) << 8 | encode_e4m3(low));
+#else
+  uint16_t pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(high), "f"(low));
+  return pair;
 #endif
 }
 

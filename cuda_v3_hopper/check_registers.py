@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Checks, as a step of the build, the register count the warp-specialized Hopper kernels rely on.
+
+The kernels hand registers from the producer warpgroup to the consumers with setmaxnreg: the producer drops to
+24 a thread, each of the two consumers rises to 240. setmaxnreg.inc waits until the block's register pool can
+supply the increase, and the pool holds what the launch gave: ptxas's register count for the kernel, for each of
+its 384 threads. 24 x 128 + 2 x 240 x 128 = 64,512 registers fits only if ptxas gives every thread 168 (the
+65,536 of an SM over 384 threads, rounded down to 8): with fewer the consumers wait forever on a GPU. The kernels
+state that count (launch_registers() in ws_kernel.cuh, kLaunchRegisters), the emulator starts its pool from it,
+and this script compiles the launchers with ptxas's report and fails when any kernel that uses setmaxnreg
+(ws_attention_kernel with warp specialization, fp8_attention_kernel) gets another count, or when ptxas ignores
+setmaxnreg (warning C7508).
+
+usage: check_registers.py --nvcc NVCC --root SOURCE_DIR --output REPORT [--depfile FILE] SOURCE...
+"""
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+
+THREADS = 384  # a producer and two consumer warpgroups
+EXPECTED = 65536 // THREADS // 8 * 8
+
+
+def demangle(names):
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()
+
+
+def uses_setmaxnreg(kernel):
+    if "fp8_attention_kernel<" in kernel:
+        return True
+    match = re.search(r"ws_attention_kernel<[^<]*WsConfig<[^,]+, \d+, \d+, (true|false),", kernel)
+    return bool(match) and match.group(1) == "true"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nvcc", required=True)
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--depfile")
+    parser.add_argument("sources", nargs="+")
+    args = parser.parse_args()
+
+    report = []
+    failures = []
+    for index, source in enumerate(args.sources):
+        with tempfile.TemporaryDirectory() as scratch:
+            # The flags of the kernels' own build (hopper.cmake): ptxas's allocation depends on them.
+            command = [args.nvcc, "-std=c++20", "-O3", "-DNDEBUG", "-DFLASHLAB_HAVE_CUDA=1", "-I", args.root,
+                       "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-cubin", "-o",
+                       f"{scratch}/out.cubin", source]
+            if args.depfile:
+                command += ["-MD", "-MF", f"{args.depfile}.{index}"]
+            result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.exit(f"check_registers: {' '.join(command)} failed:\n{result.stderr}")
+        # ptxas ignores setmaxnreg in a kernel without __launch_bounds__(threads, 1) (C7508): the split would
+        # silently not happen.
+        ignored = [line for line in result.stderr.splitlines() if "C7508" in line]
+        if ignored:
+            sys.exit("check_registers: ptxas ignored setmaxnreg:\n" + "\n".join(ignored))
+        kernels, counts = [], []
+        for line in result.stderr.splitlines():
+            entry = re.search(r"Compiling entry function '([^']+)'", line)
+            if entry:
+                kernels.append(entry.group(1))
+            used = re.search(r"Used (\d+) registers", line)
+            if used and len(counts) < len(kernels):
+                counts.append(int(used.group(1)))
+        for kernel, count in zip(demangle(kernels), counts):
+            if not uses_setmaxnreg(kernel):
+                continue
+            report.append(f"{count} registers  {kernel}")
+            if count != EXPECTED:
+                failures.append(f"{kernel}: {count} registers a thread, not {EXPECTED}")
+    if not report:
+        sys.exit("check_registers: no kernel that uses setmaxnreg was found")
+    if failures:
+        sys.exit("check_registers: the warp-specialized kernels need ptxas to give each of their "
+                 f"{THREADS} threads {EXPECTED} registers (the pool setmaxnreg shares out: 24 + 2 x 240 per "
+                 "thread of a warpgroup); otherwise setmaxnreg.inc waits forever on a GPU:\n  "
+                 + "\n  ".join(failures))
+    with open(args.output, "w") as out:
+        out.write(f"ptxas register counts of the kernels that use setmaxnreg (expected {EXPECTED}):\n")
+        out.write("\n".join(report) + "\n")
+    if args.depfile:  # one Makefile-style depfile for the output, from nvcc's per-source ones
+        deps = []
+        for index in range(len(args.sources)):
+            with open(f"{args.depfile}.{index}") as part:
+                text = part.read().replace("\\\n", " ")
+                deps += text.split(":", 1)[1].split()
+        with open(args.depfile, "w") as out:
+            out.write(f"{args.output}: " + " \\\n  ".join(sorted(set(deps))) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+// cuda_v3_hopper/ws's parameters and their checks, in plain C++ (compiled once): what both builds of the
+// launcher (ws_launch.cu) and the registration (ws.cpp) ask.
+#include <cstdint>
+
+#include "cuda_v3_hopper/ws.hpp"
+
+namespace flashlab::hopper {
+
+void set_packed_strides(HopperParams& p) {
+  p.q_stride_head = p.o_stride_head = p.head_dim;
+  p.q_stride_seq = p.o_stride_seq = static_cast<int64_t>(p.heads_q) * p.head_dim;
+  p.q_stride_batch = p.o_stride_batch = p.q_stride_seq * p.seqlen_q;
+  p.k_stride_head = p.v_stride_head = p.head_dim;
+  p.k_stride_seq = p.v_stride_seq = static_cast<int64_t>(p.heads_kv) * p.head_dim;
+  p.k_stride_batch = p.v_stride_batch = p.k_stride_seq * p.seqlen_k;
+}
+
+HopperParams ws_params(const Problem& problem) {
+  HopperParams params;
+  params.dtype = problem.dtype == DType::bf16 ? HopperDType::bf16 : HopperDType::f16;
+  params.batch = static_cast<int>(problem.batch);
+  params.heads_q = static_cast<int>(problem.heads_q);
+  params.heads_kv = static_cast<int>(problem.heads_kv);
+  params.seqlen_q = static_cast<int>(problem.seqlen_q);
+  params.seqlen_k = static_cast<int>(problem.seqlen_k);
+  params.head_dim = static_cast<int>(problem.head_dim);
+  set_packed_strides(params);
+  params.scale = static_cast<float>(problem.softmax_scale());
+  params.causal = problem.causal;
+  params.window_left = static_cast<int>(problem.window_left);
+  params.window_right = static_cast<int>(problem.window_right);
+  return params;
+}
+
+const char* hopper_ws_unsupported(const HopperParams& p) {
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return "head_dim must be 64, 128 or 256";
+  if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.seqlen_q < 1 || p.seqlen_k < 0)
+    return "batch, heads_q, heads_kv and seqlen_q must be >= 1, seqlen_k >= 0";
+  if (p.heads_q % p.heads_kv != 0) return "heads_q must be a multiple of heads_kv";
+  if (!(p.scale > 0.0f)) return "scale must be positive (the row maximum is taken on unscaled scores)";
+  if (p.window_left < -1 || p.window_right < -1) return "window_left and window_right must be >= -1";
+  // TMA: global addresses 16-byte aligned, strides multiples of 16 bytes.
+  for (const void* pointer : {p.q, p.k, p.v, static_cast<const void*>(p.o)})
+    if (pointer != nullptr && reinterpret_cast<uintptr_t>(pointer) % 16 != 0)
+      return "q, k, v and o must be 16-byte aligned";
+  for (int64_t stride :
+       {p.q_stride_batch, p.q_stride_seq, p.q_stride_head, p.o_stride_batch, p.o_stride_seq, p.o_stride_head})
+    if (stride <= 0 || stride % 8 != 0) return "strides must be positive multiples of 8 elements (16 bytes)";
+  if (p.seqlen_k > 0)  // with no keys K and V are never read
+    for (int64_t stride : {p.k_stride_batch, p.k_stride_seq, p.k_stride_head, p.v_stride_batch,
+                           p.v_stride_seq, p.v_stride_head})
+      if (stride <= 0 || stride % 8 != 0)
+        return "strides must be positive multiples of 8 elements (16 bytes)";
+  const HopperAblation& a = p.ablation;
+  if (a.ping_pong && !a.warp_specialization) return "ablation: ping_pong needs warp_specialization";
+  if (a.intra_warpgroup_overlap && !a.warp_specialization)
+    return "ablation: intra_warpgroup_overlap needs warp_specialization";
+  if (a.intra_warpgroup_overlap && !a.ping_pong)
+    return "ablation: the ladder adds ping-pong before intra-warpgroup overlap";
+  return "";
+}
+
+}  // namespace flashlab::hopper
