@@ -20,6 +20,7 @@
 #if FLASHLAB_HAVE_CUDA
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #endif
 
 namespace flashlab::testing {
@@ -140,6 +141,35 @@ TEST_CASE("encode and decode of f16 and bf16 match NVIDIA's cuda_fp16.h and cuda
   const float nan = NAN;  // NaN: any NaN pattern will do, as long as it stays NaN
   CHECK(std::isnan(decode_fp16(encode_fp16(nan))));
   CHECK(std::isnan(decode_bf16(encode_bf16(nan))));
+}
+
+// The e4m3 encoding that the emulated cvt.rn.satfinite.e4m3x2.f32 (common/cuda/ptx.cuh) and the FP8
+// emulation use, against NVIDIA's saturating host conversion (cuda_fp8.h): every bf16 value (the FP8 stages'
+// inputs) and floats around every e4m3 rounding boundary encode to the same byte, and every byte decodes to
+// the same float.
+TEST_CASE("encode and decode of e4m3 match NVIDIA's cuda_fp8.h (saturating, round to nearest even)") {
+  std::vector<float> values{0.0f, -0.0f, INFINITY, -INFINITY, 448.0f, 464.0f, 480.0f, 1e-30f, 0x1p-10f};
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) values.push_back(decode_bf16(static_cast<uint16_t>(bits)));
+  for (uint32_t code = 0; code < 0x100; ++code) {
+    const float x = decode_e4m3(static_cast<uint8_t>(code));
+    if (std::isfinite(x))
+      for (float nudge : {1.0f, 1.0f + 0x1p-5f, 1.0f - 0x1p-5f, 1.0f + 0x1p-4f, 1.0f - 0x1p-4f})
+        values.push_back(x * nudge);
+    __nv_fp8_e4m3 theirs;
+    theirs.__x = static_cast<__nv_fp8_storage_t>(code);
+    const float theirs_value = static_cast<float>(theirs);
+    INFO("code ", code);
+    if (std::isnan(theirs_value))
+      CHECK(std::isnan(x));
+    else
+      CHECK(std::memcmp(&theirs_value, &x, 4) == 0);
+  }
+  for (float x : values) {
+    INFO("value ", x);
+    if (std::isnan(x)) continue;
+    CHECK(encode_e4m3(x) == __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+  }
+  CHECK(std::isnan(decode_e4m3(encode_e4m3(NAN))));
 }
 #endif
 
