@@ -172,72 +172,86 @@ struct Producer {
                   work.m_block * Config::kBlockM, work.head, work.batch);
   }
 
-  // K_j and V_j of key block n_block into stage iteration % kStages, once both consumers have released it,
-  // by the 32 lanes of the loading warp: lane 0 issues. GQA/MQA: the kv head is a tensor-map coordinate, so
+  // V's rows from the batch's last key (rows_k) to the tensor's end (seqlen_k) are padding, which may hold
+  // anything, and TMA reads them like any row (it fills zeros only past the tensor). A masked key weighs 0 in
+  // P, but 0 x NaN is NaN: a NaN there would reach every row through P V. The one block that holds the
+  // batch's last key and padding after it (the CTA's "tail") therefore lands on v_tail instead of v_full;
+  // lanes of the loading warp zero its padding rows, and one of them then completes v_full. (Padding keys in
+  // K need nothing: their scores are masked to -inf.)
+  struct Tail {
+    int iteration = -1;  // the tail's iteration of the load loop; -1: the CTA loads no block with padding
+    int pad_begin = 0, pad_end = 0;  // its padding rows
+  };
+  __device__ static Tail tail_of(const BlockWork& work) {
+    Tail tail;
+    const int block = work.rows_k / Config::kBlockN;  // holds key rows_k, the first padding key
+    if (work.rows_k >= work.seqlen_k || block < work.n_begin || block >= work.n_end) return tail;
+    const int key = block * Config::kBlockN;
+    tail.iteration = block - work.n_begin;
+    tail.pad_begin = work.rows_k - key;
+    tail.pad_end = min(key + Config::kBlockN, work.seqlen_k) - key;
+    return tail;
+  }
+
+  // K_j and V_j of key block n_block into stage iteration % kStages, once both consumers have released it;
+  // V on v_tail when it is the tail. One thread issues. GQA/MQA: the kv head is a tensor-map coordinate, so
   // query heads of one group read the same K and V.
   __device__ static void load_kv(const SharedTiles<Config>& tiles, const CUtensorMap* k_map,
-                                 const CUtensorMap* v_map, const BlockWork& work, int iteration, int lane) {
+                                 const CUtensorMap* v_map, const BlockWork& work, int iteration, bool tail) {
     const int stage = iteration % Config::kStages;
     const uint32_t phase = (iteration / Config::kStages) & 1;
     const int key = (work.n_begin + iteration) * Config::kBlockN;
-    if (lane == 0) {
-      mbarrier_wait(tiles.k_empty(stage), phase ^ 1);
-      mbarrier_arrive_expect_tx(tiles.k_full(stage), Config::kKvTileBytes);
+    mbarrier_wait(tiles.k_empty(stage), phase ^ 1);
+    mbarrier_arrive_expect_tx(tiles.k_full(stage), Config::kKvTileBytes);
 #pragma unroll
-      for (int panel = 0; panel < Config::kPanels; ++panel)
-        tma_load_4d(tiles.k(stage) + panel * Config::kKvPanelBytes, k_map, tiles.k_full(stage), 64 * panel,
-                    key, work.kv_head, work.batch);
-      mbarrier_wait(tiles.v_empty(stage), phase ^ 1);
-    }
-    // V's rows from the batch's last key (rows_k) to the tensor's end (seqlen_k) are padding, which may hold
-    // anything, and TMA reads them like any row (it fills zeros only past the tensor). A masked key weighs 0
-    // in P, but 0 x NaN is NaN: a NaN there would reach every row through P V. So the block that holds the
-    // batch's last keys (at most one per CTA) lands on v_tail, the warp zeroes its padding rows, and lane 0
-    // then completes v_full itself; every other block completes v_full with its transaction bytes directly.
-    // (Padding keys in K need nothing: their scores are masked to -inf.)
-    const int pad_begin = max(work.rows_k, key) - key;
-    const int pad_end = min(key + Config::kBlockN, work.seqlen_k) - key;
-    if (pad_end <= pad_begin) {
-      if (lane == 0) {
-        mbarrier_arrive_expect_tx(tiles.v_full(stage), Config::kKvTileBytes);
+    for (int panel = 0; panel < Config::kPanels; ++panel)
+      tma_load_4d(tiles.k(stage) + panel * Config::kKvPanelBytes, k_map, tiles.k_full(stage), 64 * panel, key,
+                  work.kv_head, work.batch);
+    mbarrier_wait(tiles.v_empty(stage), phase ^ 1);
+    uint64_t* const landed = tail ? tiles.v_tail() : tiles.v_full(stage);
+    mbarrier_arrive_expect_tx(landed, Config::kKvTileBytes);
 #pragma unroll
-        for (int panel = 0; panel < Config::kPanels; ++panel)
-          tma_load_4d(tiles.v(stage) + panel * Config::kKvPanelBytes, v_map, tiles.v_full(stage), 64 * panel,
-                      key, work.kv_head, work.batch);
-      }
-      return;
-    }
-    if (lane == 0) {
-      mbarrier_arrive_expect_tx(tiles.v_tail(), Config::kKvTileBytes);
-#pragma unroll
-      for (int panel = 0; panel < Config::kPanels; ++panel)
-        tma_load_4d(tiles.v(stage) + panel * Config::kKvPanelBytes, v_map, tiles.v_tail(), 64 * panel, key,
-                    work.kv_head, work.batch);
-    }
-    mbarrier_wait(tiles.v_tail(), 0);  // its one phase: the CTA's only partial block
-    // Whole 128-byte rows of every column panel (the swizzle only permutes 16-byte chunks within a row).
-    const int chunks_per_panel = (pad_end - pad_begin) * static_cast<int>(kSwizzleRowBytes / 16);
-    for (int chunk = lane; chunk < chunks_per_panel * Config::kPanels; chunk += 32) {
-      const int panel = chunk / chunks_per_panel, within = chunk % chunks_per_panel;
-      uint8_t* row = tiles.v(stage) + panel * Config::kKvPanelBytes + pad_begin * kSwizzleRowBytes;
-      *reinterpret_cast<uint4*>(row + 16 * within) = make_uint4(0, 0, 0, 0);
-    }
-    fence_proxy_async_shared();  // the consumers' wgmma (async proxy) reads what these stores wrote
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(tiles.v_full(stage));
+    for (int panel = 0; panel < Config::kPanels; ++panel)
+      tma_load_4d(tiles.v(stage) + panel * Config::kKvPanelBytes, v_map, landed, 64 * panel, key,
+                  work.kv_head, work.batch);
   }
 
-  // The producer warpgroup's whole job (warp-specialized kernel): its warp 0 loads (lane 0 issues every copy,
-  // the warp zeroes padding), the other three warps retire at once.
+  // The tail's padding rows zeroed by lanes first_lane to 31 of the loading warp once its V has landed; then
+  // lane first_lane completes v_full. Whole 128-byte rows of every column panel (the swizzle only permutes
+  // 16-byte chunks within a row): in a panel they are contiguous.
+  __device__ static void zero_tail(const SharedTiles<Config>& tiles, const Tail& tail, int lane,
+                                   int first_lane) {
+    mbarrier_wait(tiles.v_tail(), 0);  // its one phase
+    uint8_t* const tile = tiles.v(tail.iteration % Config::kStages);
+    const int chunks = (tail.pad_end - tail.pad_begin) * static_cast<int>(kSwizzleRowBytes / 16);
+#pragma unroll
+    for (int panel = 0; panel < Config::kPanels; ++panel) {
+      uint4* const rows =
+          reinterpret_cast<uint4*>(tile + panel * Config::kKvPanelBytes + tail.pad_begin * kSwizzleRowBytes);
+      for (int chunk = lane - first_lane; chunk < chunks; chunk += 32 - first_lane)
+        rows[chunk] = make_uint4(0, 0, 0, 0);
+    }
+    fence_proxy_async_shared();  // the consumers' wgmma (async proxy) reads what these stores wrote
+    __syncwarp(0xffffffffu << first_lane);
+    if (lane == first_lane) mbarrier_arrive(tiles.v_full(tail.iteration % Config::kStages));
+  }
+
+  // The producer warpgroup's whole job (warp-specialized kernel): lane 0 of its warp 0 issues every load, the
+  // rest of that warp zeroes the tail's padding, the other three warps retire at once.
   __device__ static void run(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
                              const CUtensorMap* k_map, const CUtensorMap* v_map, const BlockWork& work) {
     if (threadIdx.x >= 32) return;
     const int lane = static_cast<int>(threadIdx.x);
     const int blocks = work.n_end - work.n_begin;
     if (blocks == 0) return;  // nothing visible: the consumers only write O = 0 and LSE = -inf
-    if (lane == 0) load_q(tiles, q_map, work);
-    for (int iteration = 0; iteration < blocks; ++iteration)
-      load_kv(tiles, k_map, v_map, work, iteration, lane);
+    const Tail tail = tail_of(work);
+    if (lane == 0) {
+      load_q(tiles, q_map, work);
+      for (int iteration = 0; iteration < blocks; ++iteration)
+        load_kv(tiles, k_map, v_map, work, iteration, iteration == tail.iteration);
+    } else if (tail.iteration >= 0) {
+      zero_tail(tiles, tail, lane, 1);
+    }
   }
 };
 
@@ -615,20 +629,25 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     // No producer warpgroup: warp 0 (lane 0 issuing) loads Q and the first kStages blocks up front, then at
     // the start of iteration j the block j + kStages - 1 (its stage freed by block j - 1), between its own
     // products.
+    using Loads = Producer<Config>;
     const int blocks = work.n_end - work.n_begin;
     const bool loading_warp = threadIdx.x < 32;
     const int lane = static_cast<int>(threadIdx.x % 32);
+    const typename Loads::Tail tail = Loads::tail_of(work);
+    // Block `it`: lane 0 issues it, and the warp zeroes its padding if it is the tail.
+    auto load = [&](int it) {
+      if (lane == 0) Loads::load_kv(tiles, &k_map, &v_map, work, it, it == tail.iteration);
+      if (it == tail.iteration) Loads::zero_tail(tiles, tail, lane, 0);
+    };
     if (loading_warp && blocks > 0) {
-      if (lane == 0) Producer<Config>::load_q(tiles, &q_map, work);
-      for (int it = 0; it < min(blocks, Config::kStages); ++it)
-        Producer<Config>::load_kv(tiles, &k_map, &v_map, work, it, lane);
+      if (lane == 0) Loads::load_q(tiles, &q_map, work);
+      for (int it = 0; it < min(blocks, Config::kStages); ++it) load(it);
     }
     __syncwarp();
     Consumer<Config> consumer(tiles, args, work, warpgroup);
     auto prefetch = [&](int it) {
       const int next = it + Config::kStages - 1;
-      if (loading_warp && it > 0 && next < blocks)
-        Producer<Config>::load_kv(tiles, &k_map, &v_map, work, next, lane);
+      if (loading_warp && it > 0 && next < blocks) load(next);
       __syncwarp();  // wgmma is warp-aligned: reconverge before the next product
     };
     consumer_mainloop(consumer, tiles, args, work, prefetch);
