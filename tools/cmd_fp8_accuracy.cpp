@@ -198,13 +198,14 @@ int fp8_accuracy_command(const std::vector<std::string>& argv) {
   double best_ours = INFINITY;
   for (const Row& row : rows)
     if (row.method->name.rfind("ours", 0) == 0) best_ours = std::min(best_ours, row.rmse_o);
-  // The goals, stated at head_dim 128.
+  // The goals, stated for FA3's Table 3 setup: the default seqlen 2048 at head_dim 128 (a smaller problem holds
+  // too few outlier rows for the ratios to mean anything).
   struct Goal {
     std::string text;
     bool met;
   };
   std::vector<Goal> goals;
-  if (p.head_dim == 128)
+  if (p.head_dim == 128 && p.seqlen_q == 2048)
     goals = {{"FA3 method RMSE <= 9.1e-3", fa3 <= 9.1e-3},
              {"per-tensor baseline >= 1.6x the FA3 method", baseline >= 1.6 * fa3},
              {"our best RMSE <= 8e-3", best_ours <= 8e-3}};
