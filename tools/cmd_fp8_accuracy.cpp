@@ -198,8 +198,8 @@ int fp8_accuracy_command(const std::vector<std::string>& argv) {
   double best_ours = INFINITY;
   for (const Row& row : rows)
     if (row.method->name.rfind("ours", 0) == 0) best_ours = std::min(best_ours, row.rmse_o);
-  // The goals, stated for FA3's Table 3 setup: the default seqlen 2048 at head_dim 128 (a smaller problem holds
-  // too few outlier rows for the ratios to mean anything).
+  // The goals, stated for FA3's Table 3 setup: the default seqlen 2048 at head_dim 128 (a smaller problem
+  // holds too few outlier rows for the ratios to mean anything).
   struct Goal {
     std::string text;
     bool met;
