@@ -367,43 +367,69 @@ void mbarrier_wait_parity(void* barrier, uint32_t parity, Where where) {
   t.block->mbarrier_wait(t, barrier, parity, where);
 }
 
+namespace {
+
+// A TMA copy's box and shared-memory side, checked: the map, its box, and the 128-byte aligned shared address
+// (`side` is "destination" or "source", for the message).
+struct TmaCopy {
+  tma::TensorMap map;
+  Box box;
+  uint32_t bytes = 0, shared = 0;
+  const char* operation = nullptr;
+};
+TmaCopy resolve(BlockRunner& block, const ThreadState& t, const void* tensor_map, const void* pointer,
+                int rank, const char* side, Where where) {
+  TmaCopy copy;
+  copy.operation = tma_load_name(rank);
+  copy.map = read_map(block, t, tensor_map, rank, copy.operation, where);
+  copy.box = box_of(copy.map);
+  copy.bytes = copy.box.elements * copy.map.element_bytes;
+  copy.shared = block.shared_offset(t, pointer, copy.bytes, copy.operation, where);
+  if (copy.shared % 128 != 0)
+    block.fail(t, copy.operation, " (", where, "): the ", side, " ", Hex{copy.shared},
+               " must be 128-byte aligned (CUDA Programming Guide, \"Tensor Memory Access\")");
+  return copy;
+}
+
+// Every element of the box inside the tensor must be device memory.
+void check_tensor_memory(BlockRunner& block, const ThreadState& t, const TmaCopy& copy,
+                         const int32_t* coordinates, bool write, Where where) {
+  for_each_run(copy.map, copy.box, coordinates, [&](uint32_t, uint64_t address, uint32_t count) {
+    const uint32_t run_bytes = count * copy.map.element_bytes;
+    if (address != 0 && !is_device_range(reinterpret_cast<const void*>(address), run_bytes)) {
+      std::string problem =
+          compose(copy.operation, " (", where, ") ", write ? "writes " : "reads ", run_bytes,
+                  " bytes of the tensor at ", Hex{address}, ", which is not device memory: ") +
+          describe_device_address(address);
+      block.fail_with(t, std::move(problem));
+    }
+  });
+}
+
+}  // namespace
+
 void tma_load(void* destination, const void* tensor_map, void* barrier, const int32_t* coordinates, int rank,
               Where where) {
   const Entered entered("cp.async.bulk.tensor");
   ThreadState& t = entered;
   BlockRunner& block = *t.block;
-  const char* operation = tma_load_name(rank);
-  const tma::TensorMap map = read_map(block, t, tensor_map, rank, operation, where);
-  const Box box = box_of(map);
-  const uint32_t bytes = box.elements * map.element_bytes;
-  const uint32_t shared = block.shared_offset(t, destination, bytes, operation, where);
-  if (shared % 128 != 0)
-    block.fail(t, operation, " (", where, "): the destination ", Hex{shared},
-               " must be 128-byte aligned (CUDA Programming Guide, \"Tensor Memory Access\")");
-  const uint32_t barrier_address = block.mbarrier(t, barrier, operation, where).address;
+  const TmaCopy copy = resolve(block, t, tensor_map, destination, rank, "destination", where);
+  const uint32_t barrier_address = block.mbarrier(t, barrier, copy.operation, where).address;
   // Every check that can fail comes before anything is allocated (a failing fiber's stack is abandoned).
-  for_each_run(map, box, coordinates, [&](uint32_t, uint64_t address, uint32_t count) {
-    const uint32_t run_bytes = count * map.element_bytes;
-    if (address != 0 && !is_device_range(reinterpret_cast<const void*>(address), run_bytes)) {
-      std::string problem = compose(operation, " (", where, ") reads ", run_bytes, " bytes of the tensor at ",
-                                    Hex{address}, ", which is not device memory: ") +
-                            describe_device_address(address);
-      block.fail_with(t, std::move(problem));
-    }
-  });
-  block.begin_bulk_load(t, shared, bytes, operation);
+  check_tensor_memory(block, t, copy, coordinates, false, where);
+  block.begin_bulk_load(t, copy.shared, copy.bytes, copy.operation);
   BulkLoad load;
-  load.destination = shared;
+  load.destination = copy.shared;
   load.barrier = barrier_address;
   load.where = where;
-  load.data.resize(bytes);
-  const uint8_t fill = map.nan_fill != 0 ? 0xff : 0;  // 0xff bytes: a NaN of every floating-point format
-  for_each_run(map, box, coordinates, [&](uint32_t first, uint64_t address, uint32_t count) {
+  load.data.resize(copy.bytes);
+  const uint8_t fill = copy.map.nan_fill != 0 ? 0xff : 0;  // 0xff bytes: a NaN of every floating-point format
+  const uint32_t element_bytes = copy.map.element_bytes;
+  for_each_run(copy.map, copy.box, coordinates, [&](uint32_t first, uint64_t address, uint32_t count) {
     const auto* values = reinterpret_cast<const uint8_t*>(address);
-    for (uint32_t byte = 0; byte < count * map.element_bytes; ++byte) {
-      const uint32_t offset = first * map.element_bytes + byte;
-      load.data[tma::shared_address(map.swizzle, shared, offset) - shared] =
-          address != 0 ? values[byte] : fill;
+    for (uint32_t byte = 0; byte < count * element_bytes; ++byte) {
+      const uint32_t at = tma::shared_address(copy.map.swizzle, copy.shared, first * element_bytes + byte);
+      load.data[at - copy.shared] = address != 0 ? values[byte] : fill;
     }
   });
   block.add_bulk_load(t, std::move(load));
@@ -414,33 +440,18 @@ void tma_store(const void* tensor_map, const void* source, const int32_t* coordi
   const Entered entered("cp.async.bulk.tensor");
   ThreadState& t = entered;
   BlockRunner& block = *t.block;
-  const char* operation = tma_load_name(rank);
-  const tma::TensorMap map = read_map(block, t, tensor_map, rank, operation, where);
-  const Box box = box_of(map);
-  const uint32_t bytes = box.elements * map.element_bytes;
-  const uint32_t shared = block.shared_offset(t, source, bytes, operation, where);
-  if (shared % 128 != 0)
-    block.fail(t, operation, " (", where, "): the source ", Hex{shared},
-               " must be 128-byte aligned (CUDA Programming Guide, \"Tensor Memory Access\")");
-  block.check_async_read(t, block.clock(t.tid), shared, bytes, operation, where);
-  for_each_run(map, box, coordinates, [&](uint32_t, uint64_t address, uint32_t count) {
-    const uint32_t run_bytes = count * map.element_bytes;
-    if (address != 0 && !is_device_range(reinterpret_cast<const void*>(address), run_bytes)) {
-      std::string problem =
-          compose(operation, " (", where, ") writes ", run_bytes, " bytes of the tensor at ", Hex{address},
-                  ", which is not device memory: ") +
-          describe_device_address(address);
-      block.fail_with(t, std::move(problem));
-    }
-  });
+  const TmaCopy copy = resolve(block, t, tensor_map, source, rank, "source", where);
+  block.check_async_read(t, block.clock(t.tid), copy.shared, copy.bytes, copy.operation, where);
+  check_tensor_memory(block, t, copy, coordinates, true, where);
   // Elements out of the tensor's bounds are dropped.
-  for_each_run(map, box, coordinates, [&](uint32_t first, uint64_t address, uint32_t count) {
+  const uint32_t element_bytes = copy.map.element_bytes;
+  for_each_run(copy.map, copy.box, coordinates, [&](uint32_t first, uint64_t address, uint32_t count) {
     auto* out = reinterpret_cast<uint8_t*>(address);
-    for (uint32_t byte = 0; address != 0 && byte < count * map.element_bytes; ++byte)
-      out[byte] = static_cast<uint8_t>(
-          block.shared_base()[tma::shared_address(map.swizzle, shared, first * map.element_bytes + byte)]);
+    for (uint32_t byte = 0; address != 0 && byte < count * element_bytes; ++byte)
+      out[byte] = static_cast<uint8_t>(block.shared_base()[tma::shared_address(
+          copy.map.swizzle, copy.shared, first * element_bytes + byte)]);
   });
-  block.lock_bulk_read(t, {shared, bytes});
+  block.lock_bulk_read(t, {copy.shared, copy.bytes});
 }
 
 void bulk_commit_group(Where) {
