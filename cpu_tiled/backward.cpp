@@ -153,7 +153,9 @@ void kv_tile_backward(const Problem& p, const Visibility& visibility, const Atte
                       int64_t b, int64_t hk, int64_t j0, int64_t j1, float* dq_partial, Workspace& ws,
                       AttentionGradients& grad) {
   const Shapes shapes{p};
-  const int64_t d = p.head_dim, cols = j1 - j0;
+  // The tile's real keys only: padding past rows_k(b) may hold anything (a zero weight times a NaN there is
+  // NaN), and its gradients are zero.
+  const int64_t d = p.head_dim, cols = std::max<int64_t>(std::min(j1, p.rows_k(b)) - j0, 0);
   const ConstView K(in.k_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
   const ConstView V(in.v_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
   Tile dK(ws.dk.data(), cols, d), dV(ws.dv.data(), cols, d);
@@ -162,10 +164,10 @@ void kv_tile_backward(const Problem& p, const Visibility& visibility, const Atte
   dK.setZero();
   dV.setZero();
 
-  for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h) {
-    for (int64_t i0 = 0; i0 < p.seqlen_q; i0 += kBr) {
-      const int64_t i1 = std::min(i0 + kBr, p.seqlen_q), rows = i1 - i0;
-      const TileCover cover = visibility.tile(b, i0, i1, j0, j1);
+  for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size() && cols > 0; ++h) {
+    for (int64_t i0 = 0; i0 < p.rows_q(b); i0 += kBr) {  // the real rows only, likewise
+      const int64_t i1 = std::min(i0 + kBr, p.rows_q(b)), rows = i1 - i0;
+      const TileCover cover = visibility.tile(b, i0, i1, j0, j0 + cols);
       if (cover == TileCover::hidden) continue;  // no row sees any of these keys: P = 0, nothing to add
       const int64_t q_offset = bshd_offset(b, i0, h, p.seqlen_q, p.heads_q, d);
       const TilePair pair{p,
@@ -190,11 +192,15 @@ void kv_tile_backward(const Problem& p, const Visibility& visibility, const Atte
       dK.noalias() += dS.transpose() * pair.Q;  // dK_j += dS^T Q_i (line 15)
     }
   }
-  // Line 16: write dK_j, dV_j once. Tiles no row sees (padding, windows) write their zeros here.
-  View(grad.dk.ptr() + bshd_offset(b, j0, hk, p.seqlen_k, p.heads_kv, d), cols, d,
-       Eigen::OuterStride<>(shapes.kv_stride())) = dK;
-  View(grad.dv.ptr() + bshd_offset(b, j0, hk, p.seqlen_k, p.heads_kv, d), cols, d,
-       Eigen::OuterStride<>(shapes.kv_stride())) = dV;
+  // Line 16: write dK_j, dV_j once. Tiles no row sees (windows) write their zeros here, padding keys zeros.
+  auto write = [&](float* gradient, const Tile& tile) {
+    View all(gradient + bshd_offset(b, j0, hk, p.seqlen_k, p.heads_kv, d), j1 - j0, d,
+             Eigen::OuterStride<>(shapes.kv_stride()));
+    all.topRows(cols) = tile;
+    all.bottomRows(j1 - j0 - cols).setZero();
+  };
+  write(grad.dk.ptr(), dK);
+  write(grad.dv.ptr(), dV);
 }
 
 // DqSchedule::separate: the rows [i0, i1) of query head h own their dQ rows, so no two tasks write the same
@@ -203,13 +209,15 @@ void q_tile_dq(const Problem& p, const Visibility& visibility, const AttentionIn
                const AttentionOutputs& fwd, const HostTensor& d_out, const std::vector<double>& D, int64_t b,
                int64_t h, int64_t i0, int64_t i1, Workspace& ws, AttentionGradients& grad) {
   const Shapes shapes{p};
-  const int64_t d = p.head_dim, rows = i1 - i0, hk = p.kv_head(h);
+  const int64_t d = p.head_dim, hk = p.kv_head(h);
   const int64_t q_offset = bshd_offset(b, i0, h, p.seqlen_q, p.heads_q, d);
-  View dQ(grad.dq.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride()));
-  dQ.setZero();
-  for (int64_t j0 = 0; j0 < p.seqlen_k; j0 += kBc) {
-    const int64_t j1 = std::min(j0 + kBc, p.seqlen_k), cols = j1 - j0;
-    const TileCover cover = visibility.tile(b, i0, i1, j0, j1);
+  View dQ_all(grad.dq.ptr() + q_offset, i1 - i0, d, Eigen::OuterStride<>(shapes.q_stride()));
+  dQ_all.setZero();  // padding rows past rows_q(b) keep these zeros
+  const int64_t real_end = std::min(i1, p.rows_q(b)), rows = std::max<int64_t>(real_end - i0, 0);
+  auto dQ = dQ_all.topRows(rows);
+  for (int64_t j0 = 0; j0 < p.rows_k(b) && rows > 0; j0 += kBc) {  // real keys only (see kv_tile_backward)
+    const int64_t j1 = std::min(j0 + kBc, p.rows_k(b)), cols = j1 - j0;
+    const TileCover cover = visibility.tile(b, i0, real_end, j0, j1);
     if (cover == TileCover::hidden) continue;
     const ConstView K(in.k_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
     TileD V_wide(ws.v_wide.data(), cols, d);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <regex>
 
 #include "common/paged_kv.hpp"
@@ -33,9 +34,25 @@ PreparedCase prepare(const Case& test_case, DType dtype) {
   prepared.problem = test_case.problem;
   prepared.problem.dtype = dtype;
   prepared.inputs = random_inputs(prepared.problem, test_case.distribution, test_case.seed);
+  poison_padding(prepared.problem, prepared.inputs);
   attach_paged_kv(prepared.problem, prepared.inputs, test_case.seed);
   prepared.reference = reference_attention(prepared.problem, prepared.inputs);
   return prepared;
+}
+
+void poison_padding(const Problem& p, AttentionInputs& inputs) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t i = p.rows_q(b); i < p.seqlen_q; ++i)
+      for (int64_t x = 0; x < p.heads_q * p.head_dim; ++x)
+        inputs.q.data[(b * p.seqlen_q + i) * p.heads_q * p.head_dim + x] = x % 2 ? nan : inf;
+    for (int64_t j = p.rows_k(b); j < p.seqlen_k; ++j)
+      for (int64_t x = 0; x < p.heads_kv * p.head_dim; ++x) {
+        const int64_t at = (b * p.seqlen_k + j) * p.heads_kv * p.head_dim + x;
+        inputs.k.data[at] = x % 3 ? nan : -inf;
+        inputs.v.data[at] = x % 3 ? nan : inf;
+      }
+  }
 }
 
 void report_case(bool passed, const std::string& impl, DType dtype, const char* pass, const Case& test_case,

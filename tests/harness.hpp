@@ -26,7 +26,13 @@ struct PreparedCase {
  private:
   std::map<bool, Tolerance> tolerances_;
 };
+// Every padded case of the matrix holds its padding poisoned: what lies past a batch's real lengths (rows of
+// Q past seqlens_q, keys of K and V past seqlens_k) is memory the caller may leave holding anything, so it
+// holds NaN and Inf here, and no visible row may change (SPEC: padding is never read).
 PreparedCase prepare(const Case& test_case, DType dtype);
+
+// Fills the padding of `inputs` (unpaged; attach the paged copy after) with NaN and +-Inf.
+void poison_padding(const Problem& p, AttentionInputs& inputs);
 
 // With FLASHLAB_VERBOSE set, prints one line per checked case, "  PASS|FAIL <impl> [<dtype>] <pass> on
 // '<case>'

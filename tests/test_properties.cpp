@@ -194,18 +194,7 @@ TEST_CASE("NaN and Inf in the padding past the real lengths reach no visible row
       continue;
     }
     PreparedCase c = grid_case(p, p.dtype, 27);
-    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-    for (int64_t b = 0; b < p.batch; ++b) {
-      for (int64_t i = p.rows_q(b); i < p.seqlen_q; ++i)
-        for (int64_t x = 0; x < p.heads_q * p.head_dim; ++x)
-          c.inputs.q.data[(b * p.seqlen_q + i) * p.heads_q * p.head_dim + x] = x % 2 ? nan : inf;
-      for (int64_t j = p.seqlens_k[b]; j < p.seqlen_k; ++j)
-        for (int64_t x = 0; x < p.heads_kv * p.head_dim; ++x) {
-          const int64_t at = (b * p.seqlen_k + j) * p.heads_kv * p.head_dim + x;
-          c.inputs.k.data[at] = x % 3 ? nan : -inf;
-          c.inputs.v.data[at] = x % 3 ? nan : inf;
-        }
-    }
+    poison_padding(c.problem, c.inputs);
     c.reference = reference_attention(c.problem, c.inputs);  // reads no padding: the same as without it
     const AttentionOutputs out = run_forward(*impl, c.problem, c.inputs);
     const Verdict verdict = judge(c.problem, out, c.reference, c.tolerance(impl->rounds_p));
