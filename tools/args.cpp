@@ -103,7 +103,7 @@ void load_tensor(const NpyArray& array, const std::string& flag, const std::stri
   for (size_t i = 0; i < array.values.size(); ++i) tensor.data[i] = static_cast<float>(array.values[i]);
 }
 
-ProblemSetup problem_from_args(const Args& args) {
+ProblemSetup problem_from_args(const Args& args, bool with_inputs) {
   ProblemSetup setup;
   Problem& p = setup.problem;
   const int files = args.has("--q") + args.has("--k") + args.has("--v");
@@ -166,6 +166,7 @@ ProblemSetup problem_from_args(const Args& args) {
   if (bytes > 0.8 * physical)
     fail("the problem's inputs and outputs need ", bytes / (1 << 30), " GiB but this machine has ",
          physical / (1 << 30), " GiB (reduce --batch, --heads, --seqlen-q, --seqlen-k or --head-dim)");
+  if (!with_inputs) return setup;
   if (files == 3) {
     setup.inputs = empty_inputs(p);
     load_tensor(*q, "--q", *args.get("--q"), setup.inputs.q, "[batch, seqlen_q, heads, head_dim]");

@@ -50,8 +50,9 @@ struct ProblemSetup {
 };
 
 // Builds and validates the problem; reads --q/--k/--v when given (their shapes then define the problem, and
-// any size flag given as well must agree), else draws seeded random inputs.
-ProblemSetup problem_from_args(const Args& args);
+// any size flag given as well must agree), else draws seeded random inputs. Without `with_inputs`, the
+// problem alone (checked the same way; no inputs read or drawn).
+ProblemSetup problem_from_args(const Args& args, bool with_inputs = true);
 
 // The one implementation a command names (`command` is the command's name, for the message).
 const Implementation& implementation_from_args(const Args& args, const char* command);

@@ -1,6 +1,8 @@
 // flashlab roofline [IMPL...] [problem flags] [--repeat N] [--svg FILE]: the machine's roofline (compute roof
 // and bandwidth slope, measured by `machine`) with every available implementation placed at its arithmetic
-// intensity (FLOPs / its traffic model's bytes) and its achieved rate, as a text table and an SVG.
+// intensity (FLOPs / its traffic model's bytes) and its achieved rate, as a text table and an SVG. With no
+// implementation and no problem flag, every stage at the problem it is made for (tools/ladder.hpp): decode
+// then sits under the bandwidth slope and prefill under the compute roof.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include "common/roofline.hpp"
 #include "tools/args.hpp"
 #include "tools/command.hpp"
+#include "tools/ladder.hpp"
 #include "tools/svg.hpp"
 
 namespace flashlab::cli {
@@ -26,6 +29,7 @@ struct Roof {
 
 struct Placed {
   const Implementation* impl;
+  std::string problem;  // the ladder's tag of its problem ("decode f32"); "" for one problem
   Traffic traffic;
   double intensity = 0;  // FLOP/byte
   double rate = 0;       // GFLOP/s achieved
@@ -46,10 +50,7 @@ int roofline_command(const std::vector<std::string>& argv) {
   auto valued = problem_flags();
   valued.insert({"--repeat", "--svg"});
   const Args args(argv, valued, problem_switches());
-  const std::vector<const Implementation*> chosen = implementations_from_args(args);
   const int64_t repeats = repeats_from_args(args, 3);
-  const ProblemSetup setup = problem_from_args(args);
-  const Problem& p = setup.problem;
 
   progress("measuring the machine's ceilings ...");
   const MachineCeilings& m = machine_ceilings();
@@ -59,47 +60,90 @@ int roofline_command(const std::vector<std::string>& argv) {
   for (const GpuCeilings& gpu : gpus.devices)
     roofs.push_back({"GPU: " + gpu.name + " (bf16 GEMM)", 1e3 * gpu.bf16_gemm_tflops, gpu.copy_gbps});
 
-  const double flops = forward_flops(p);
   std::vector<Placed> placed;
   std::vector<std::pair<std::string, std::string>> skipped;
-  for (size_t n = 0; n < chosen.size(); ++n) {
-    const Implementation& impl = *chosen[n];
-    std::string reason = why_cannot_run(impl, p);
-    if (reason.empty() && !emulation_reason(impl).empty())
-      reason = "runs in the CPU emulator here (" + emulation_reason(impl) +
-               "): an emulated time is not a measurement";
-    if (reason.empty() && impl.device == Device::cuda && roofs.size() < 2)
-      reason = "no GPU ceilings measured";
-    if (!reason.empty()) {
-      skipped.emplace_back(impl.name, reason);
-      continue;
+  // Measures `chosen` on one problem and places each point; `tag` names the problem in the labels.
+  auto place = [&](const std::vector<const Implementation*>& chosen, const ProblemSetup& setup,
+                   const std::string& tag) {
+    const Problem& p = setup.problem;
+    const double flops = forward_flops(p);
+    for (size_t n = 0; n < chosen.size(); ++n) {
+      const Implementation& impl = *chosen[n];
+      std::string reason = why_cannot_run(impl, p);
+      if (reason.empty() && !emulation_reason(impl).empty())
+        reason = "runs in the CPU emulator here (" + emulation_reason(impl) +
+                 "): an emulated time is not a measurement";
+      if (reason.empty() && impl.device == Device::cuda && roofs.size() < 2)
+        reason = "no GPU ceilings measured";
+      if (!reason.empty()) {
+        skipped.emplace_back(impl.name, reason);
+        continue;
+      }
+      progress("[" + std::to_string(n + 1) + "/" + std::to_string(chosen.size()) + "] " + impl.name + " ...");
+      const Measurement measured = measure(impl, p, setup.inputs, static_cast<int>(repeats));
+      Placed row{&impl,
+                 tag,
+                 forward_traffic(impl, p),
+                 0,
+                 flops / (measured.median_ms * 1e-3) / 1e9,
+                 0,
+                 &roofs[impl.device == Device::cuda ? 1 : 0]};
+      row.intensity = arithmetic_intensity(flops, row.traffic.bytes);
+      row.roof = attainable_rate(row.intensity, row.device_roof->peak, row.device_roof->bandwidth);
+      placed.push_back(row);
     }
-    progress("[" + std::to_string(n + 1) + "/" + std::to_string(chosen.size()) + "] " + impl.name + " ...");
-    const Measurement measured = measure(impl, p, setup.inputs, static_cast<int>(repeats));
-    Placed row{&impl, forward_traffic(impl, p),
-               0,     flops / (measured.median_ms * 1e-3) / 1e9,
-               0,     &roofs[impl.device == Device::cuda ? 1 : 0]};
-    row.intensity = arithmetic_intensity(flops, row.traffic.bytes);
-    row.roof = attainable_rate(row.intensity, row.device_roof->peak, row.device_roof->bandwidth);
-    placed.push_back(row);
+  };
+  std::string title;
+  if (wants_ladder(args)) {
+    title = "every stage at the problem it is made for";
+    const Ladder ladder = place_on_ladder(args.has("--emulate"));
+    for (const LadderSection& section : ladder.sections) {
+      if (section.emulated) {  // an emulated time is not a measurement: no point, the reason once each
+        for (const Implementation* impl : section.stages)
+          skipped.emplace_back(impl->name, "runs in the CPU emulator here (" + emulation_reason(*impl) +
+                                               "): an emulated time is not a measurement");
+        continue;
+      }
+      const ProblemSetup setup = problem_from_args(Args(section.flags, problem_flags(), problem_switches()));
+      std::printf("%-13s %s, %.3f GFLOP\n", (section.tag + ":").c_str(), setup.problem.describe().c_str(),
+                  forward_flops(setup.problem) / 1e9);
+      place(section.stages, setup, section.tag);
+      place(section.contrast, setup, section.tag);
+    }
+    for (const auto& [impl, reason] : ladder.unplaced) skipped.emplace_back(impl->name, reason);
+  } else {
+    const ProblemSetup setup = problem_from_args(args);
+    title = setup.problem.describe();
+    std::printf("%s, %.3f GFLOP\n", title.c_str(), forward_flops(setup.problem) / 1e9);
+    place(implementations_from_args(args), setup, "");
   }
   progress("");
 
-  std::printf("%s, %.3f GFLOP\n", p.describe().c_str(), flops / 1e9);
   for (const Roof& roof : roofs)
     std::printf("%s: peak %.1f GFLOP/s, bandwidth %.1f GB/s, ridge %.2f FLOP/byte\n", roof.name.c_str(),
                 roof.peak, roof.bandwidth, ridge_point(roof.peak, roof.bandwidth));
-  std::printf("\n%-26s %12s %11s %10s %10s %8s  %s\n", "implementation", "MB moved", "FLOP/byte", "GFLOP/s",
-              "roof", "% roof", "side of the ridge");
+  std::printf("\n%-29s %-12s %12s %11s %10s %10s %8s  %s\n", "implementation", "problem", "MB moved",
+              "FLOP/byte", "GFLOP/s", "roof", "% roof", "side of the ridge");
   bool any_minimum = false;
   for (const Placed& row : placed) {
     any_minimum |= !row.traffic.modeled;
-    std::printf("%-26s %11.1f%s %11.2f %10.1f %10.1f %7.1f%%  %s\n", row.impl->name.c_str(),
-                row.traffic.bytes / 1e6, row.traffic.modeled ? " " : "*", row.intensity, row.rate, row.roof,
-                100 * row.rate / row.roof,
+    std::printf("%-29s %-12s %11.1f%s %11.2f %10.1f %10.1f %7.1f%%  %s\n", row.impl->name.c_str(),
+                row.problem.c_str(), row.traffic.bytes / 1e6, row.traffic.modeled ? " " : "*", row.intensity,
+                row.rate, row.roof, 100 * row.rate / row.roof,
                 bound_side(row.intensity, row.device_roof->peak, row.device_roof->bandwidth).c_str());
   }
-  for (const auto& [name, reason] : skipped) std::printf("%-26s skipped: %s\n", name.c_str(), reason.c_str());
+  // Not placed, by reason (in the ladder's view most share one: they run in the emulator here).
+  std::vector<std::pair<std::string, std::string>> by_reason;  // reason, names
+  for (const auto& [name, reason] : skipped) {
+    auto same =
+        std::find_if(by_reason.begin(), by_reason.end(), [&](const auto& r) { return r.first == reason; });
+    if (same == by_reason.end())
+      by_reason.emplace_back(reason, name);
+    else
+      same->second += ", " + name;
+  }
+  for (const auto& [reason, names] : by_reason)
+    std::printf("not placed: %s\n  (%s)\n", names.c_str(), reason.c_str());
   std::printf("\nMB moved: the implementation's memory-traffic model (Implementation::bytes_moved).\n");
   if (any_minimum)
     std::printf(
@@ -125,7 +169,7 @@ int roofline_command(const std::vector<std::string>& argv) {
     for (const Roof& roof : roofs) bottom = std::min(bottom, lo * roof.bandwidth);
     bottom = std::pow(10.0, std::floor(std::log10(std::min(bottom, low_rate))));
     top = std::pow(10.0, std::ceil(std::log10(top * 1.5)));
-    Chart chart("Roofline: " + p.describe(), Axis{"arithmetic intensity (FLOP/byte)", true, lo, hi, {}},
+    Chart chart("Roofline: " + title, Axis{"arithmetic intensity (FLOP/byte)", true, lo, hi, {}},
                 Axis{"GFLOP/s", true, bottom, top, {}});
     for (Roof roof : roofs) {
       char ridge[48];
@@ -135,7 +179,8 @@ int roofline_command(const std::vector<std::string>& argv) {
     }
     chart.add(roof_series(one_core, lo, hi, true));
     for (const Placed& row : placed) {
-      const std::string label = row.impl->name + (row.traffic.modeled ? "" : " *");
+      const std::string label = row.impl->name + (row.problem.empty() ? "" : " (" + row.problem + ")") +
+                                (row.traffic.modeled ? "" : " *");
       chart.add(Series{label, {{row.intensity, row.rate}}, false, true, false, label});
     }
     chart.note("Roofs measured by flashlab machine on " + m.cpu + ": FMA peak " +

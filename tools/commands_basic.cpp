@@ -14,6 +14,7 @@
 #include "tools/args.hpp"
 #include "tools/command.hpp"
 #include "tools/json.hpp"
+#include "tools/ladder.hpp"
 
 namespace flashlab::cli {
 
@@ -48,18 +49,18 @@ int list_command(const std::vector<std::string>& argv) {
     std::cout << json.str();
     return 0;
   }
-  std::printf("%-26s %-6s %-14s %-11s %s\n", "implementation", "device", "dtypes", "available",
+  std::printf("%-29s %-6s %-14s %-11s %s\n", "implementation", "device", "dtypes", "available",
               "idea / constraints");
   for (const Implementation& impl : implementations()) {
     const std::string reason = availability(impl), emulation = emulation_reason(impl);
     const char* available = !reason.empty() ? "no" : !emulation.empty() ? "emulated" : "yes";
-    std::printf("%-26s %-6s %-14s %-11s %s\n", impl.name.c_str(), std::string(to_string(impl.device)).c_str(),
+    std::printf("%-29s %-6s %-14s %-11s %s\n", impl.name.c_str(), std::string(to_string(impl.device)).c_str(),
                 dtypes(impl).c_str(), available, impl.summary.c_str());
-    std::printf("%-60s %s\n", "", impl.constraints.c_str());
+    std::printf("%-63s %s\n", "", impl.constraints.c_str());
     if (!reason.empty())
-      std::printf("%-60s unavailable: %s\n", "", reason.c_str());
+      std::printf("%-63s unavailable: %s\n", "", reason.c_str());
     else if (!emulation.empty())
-      std::printf("%-60s runs in the CPU emulator of the CUDA execution model: %s\n", "", emulation.c_str());
+      std::printf("%-63s runs in the CPU emulator of the CUDA execution model: %s\n", "", emulation.c_str());
   }
   return 0;
 }
@@ -129,20 +130,25 @@ int run_command(const std::vector<std::string>& argv) {
 
 // ---- compare
 // -----------------------------------------------------------------------------------------------------
-int compare_command(const std::vector<std::string>& argv) {
-  auto valued = problem_flags();
-  valued.insert("--repeat");
-  auto switches = problem_switches();
-  switches.insert({"--json", "--backward"});
-  const Args args(argv, valued, switches);
-  if (args.has("--backward")) return compare_backward(args);
-  const std::vector<const Implementation*> chosen = implementations_from_args(args);
-  const int64_t repeats = repeats_from_args(args, 5);
-  const ProblemSetup setup = problem_from_args(args);
-  const Problem& p = setup.problem;
+struct CompareRow {
+  const Implementation* impl;
+  std::string reason;  // why it did not run; "" when it ran
+  Measurement m;
+  std::optional<Verdict> verdict;
+  double rate = 0;        // GFLOP/s (not for an emulated run)
+  std::string emulation;  // why it runs in the CPU emulator; "" when natively
+  std::string failure;    // what went wrong while it ran (an ExecutionError)
+};
 
-  progress("measuring the machine's FMA peak ...");
-  const MachineCeilings& machine = machine_ceilings();
+// The CPU emulator runs a GPU stage some thousand times slower than a GPU: unless asked for (named, or
+// --emulate), emulated rows are left out of problems above this many FLOPs, with the reason.
+constexpr double kEmulatedFlopLimit = 0.25e9;
+
+// Runs `chosen` on one problem, each checked against the fp64 reference (computed once) under the
+// same-precision tolerance.
+std::vector<CompareRow> compare_on(const std::vector<const Implementation*>& chosen,
+                                   const ProblemSetup& setup, int64_t repeats, bool emulation_asked) {
+  const Problem& p = setup.problem;
   std::optional<ReferenceResult> ref;  // computed once, when the first implementation has run
   auto reference = [&]() -> const ReferenceResult& {
     if (!ref) {
@@ -159,25 +165,10 @@ int compare_command(const std::vector<std::string>& argv) {
     }
     return tolerances[rounds_p];
   };
-
-  struct Row {
-    const Implementation* impl;
-    std::string reason;
-    Measurement m;
-    std::optional<Verdict> verdict;
-    double rate = 0;        // GFLOP/s (not for an emulated run)
-    std::string emulation;  // why it runs in the CPU emulator; "" when natively
-    std::string failure;    // what went wrong while it ran (an ExecutionError)
-  };
-  std::vector<Row> rows;
-  bool all_passed = true;
+  std::vector<CompareRow> rows;
   const double flops = forward_flops(p);
-  // The CPU emulator runs a GPU stage some thousand times slower than a GPU: unless asked for (named, or
-  // --emulate), emulated rows are left out of problems above this many FLOPs, with the reason.
-  constexpr double kEmulatedFlopLimit = 0.25e9;
-  const bool emulation_asked = !args.positional().empty() || args.has("--emulate");
   for (size_t n = 0; n < chosen.size(); ++n) {
-    Row row{chosen[n], why_cannot_run(*chosen[n], p), {}, {}, 0, emulation_reason(*chosen[n]), {}};
+    CompareRow row{chosen[n], why_cannot_run(*chosen[n], p), {}, {}, 0, emulation_reason(*chosen[n]), {}};
     if (row.reason.empty() && !row.emulation.empty() && !emulation_asked && flops > kEmulatedFlopLimit) {
       char text[160];
       std::snprintf(text, sizeof text,
@@ -193,18 +184,135 @@ int compare_command(const std::vector<std::string>& argv) {
         row.m = measure(*row.impl, p, setup.inputs, static_cast<int>(repeats));
       } catch (const ExecutionError& error) {  // e.g. what the emulator found wrong in a kernel
         row.failure = error.what();
-        all_passed = false;
         rows.push_back(std::move(row));
         continue;
       }
       row.verdict = judge(p, row.m.outputs, reference(), tolerance(row.impl->rounds_p));
       if (row.emulation.empty()) row.rate = flops / (row.m.median_ms * 1e-3) / 1e9;
-      all_passed &= row.verdict->passed();
       row.m.outputs = {};  // release the outputs before the next implementation
     }
     rows.push_back(std::move(row));
   }
   progress("");
+  return rows;
+}
+
+bool all_passed(const std::vector<CompareRow>& rows) {
+  for (const CompareRow& row : rows)
+    if (!row.failure.empty() || (row.verdict && !row.verdict->passed())) return false;
+  return true;
+}
+
+void print_problem(const ProblemSetup& setup) {
+  std::printf("%s, %.2f GFLOP, inputs %s\n", setup.problem.describe().c_str(),
+              forward_flops(setup.problem) / 1e9, setup.input_source.c_str());
+}
+
+void print_machine(const MachineCeilings& machine) {
+  std::printf("machine: %s, %d threads, FP32 FMA peak %.0f GFLOP/s (measured), copy %.1f GB/s\n",
+              machine.cpu.c_str(), machine.threads, machine.fma_gflops_all, machine.copy_gbps);
+}
+
+void print_header() {
+  std::printf("%-29s %-5s %10s %10s %5s %11s %9s %7s %11s\n", "implementation", "dev", "err O", "err LSE",
+              "ok", "time ms", "GFLOP/s", "% peak", "extra MiB");
+}
+
+// Prints the rows; returns whether any ran in the emulator.
+bool print_rows(const std::vector<CompareRow>& rows, const MachineCeilings& machine) {
+  bool any_emulated = false;
+  for (const CompareRow& row : rows) {
+    // Emulated rows show "emu" as their device: their time is the CPU emulator's, not a GPU's.
+    const std::string device = row.emulation.empty() ? std::string(to_string(row.impl->device)) : "emu";
+    if (!row.failure.empty()) {
+      std::printf("%-29s %-5s   FAILED: %s\n", row.impl->name.c_str(), device.c_str(), row.failure.c_str());
+      continue;
+    }
+    if (!row.verdict) {
+      std::printf("%-29s %-5s   skipped: %s\n", row.impl->name.c_str(), device.c_str(), row.reason.c_str());
+      continue;
+    }
+    char extra[32] = "n/a";
+    if (row.m.extra_bytes >= 0) std::snprintf(extra, sizeof extra, "%.1f", row.m.extra_bytes / 1048576.0);
+    std::printf("%-29s %-5s %10.2e %10.2e %5s ", row.impl->name.c_str(), device.c_str(),
+                row.verdict->deviation.max_err_o, row.verdict->deviation.max_err_lse,
+                row.verdict->passed() ? "yes" : "NO");
+    if (!row.emulation.empty()) {
+      any_emulated = true;
+      std::printf("%10.1f* %9s %7s %11s\n", row.m.median_ms, "-", "-", extra);
+      continue;
+    }
+    std::printf("%11.3f %9.1f %6.1f%% %11s\n", row.m.median_ms, row.rate,
+                row.impl->device == Device::cpu ? 100.0 * row.rate / machine.fma_gflops_all : 0.0, extra);
+  }
+  return any_emulated;
+}
+
+void print_legend(int64_t repeats, bool any_emulated) {
+  std::printf(
+      "\nerrors: max |out - ref64| / max(1, |ref64|); ok: within 2x the same-precision baseline's error + "
+      "floor.\ntime: median of %lld runs after a warm-up; extra: peak heap above inputs and outputs.\n",
+      static_cast<long long>(repeats));
+  if (any_emulated)
+    std::printf(
+        "emu: a GPU stage run in the CPU emulator of the CUDA execution model (no GPU here, or --emulate): "
+        "its errors are the kernel's own,\n     * its time is the emulator's on this CPU (one run): not a "
+        "GPU "
+        "time, and not comparable with any speed above.\n");
+}
+
+// compare with no implementation and no problem flag: every stage of the ladder, each on the problem it is
+// made for, a heading and a table per problem (tools/ladder.hpp).
+int compare_ladder(const Args& args, int64_t repeats) {
+  const Ladder ladder = place_on_ladder(args.has("--emulate"));
+  progress("measuring the machine's FMA peak ...");
+  const MachineCeilings& machine = machine_ceilings();
+  print_machine(machine);
+  std::printf(
+      "every stage on the problem it is made for (name stages or give problem flags for one table)\n");
+  bool passed = true, any_emulated = false;
+  for (const LadderSection& section : ladder.sections) {
+    const ProblemSetup setup = problem_from_args(Args(section.flags, problem_flags(), problem_switches()));
+    std::printf("\n== %s\n", section.title.c_str());
+    print_problem(setup);
+    print_header();
+    std::vector<CompareRow> rows = compare_on(section.stages, setup, repeats, true);
+    any_emulated |= print_rows(rows, machine);
+    passed &= all_passed(rows);
+    if (!section.contrast.empty()) {
+      std::printf("  for contrast, placed on another problem:\n");
+      rows = compare_on(section.contrast, setup, repeats, true);
+      print_rows(rows, machine);
+      passed &= all_passed(rows);
+    }
+  }
+  if (!ladder.unplaced.empty()) {
+    std::printf("\n== refused every problem of the ladder\n");
+    for (const auto& [impl, reason] : ladder.unplaced)
+      std::printf("%-29s %s\n", impl->name.c_str(), reason.c_str());
+  }
+  print_legend(repeats, any_emulated);
+  return passed ? 0 : 1;
+}
+
+int compare_command(const std::vector<std::string>& argv) {
+  auto valued = problem_flags();
+  valued.insert("--repeat");
+  auto switches = problem_switches();
+  switches.insert({"--json", "--backward"});
+  const Args args(argv, valued, switches);
+  if (args.has("--backward")) return compare_backward(args);
+  const int64_t repeats = repeats_from_args(args, 5);
+  // The JSON form keeps one problem (the default one without flags): scripts read one "results" array.
+  if (!args.has("--json") && wants_ladder(args)) return compare_ladder(args, repeats);
+  const std::vector<const Implementation*> chosen = implementations_from_args(args);
+  const ProblemSetup setup = problem_from_args(args);
+  const Problem& p = setup.problem;
+
+  progress("measuring the machine's FMA peak ...");
+  const MachineCeilings& machine = machine_ceilings();
+  const bool emulation_asked = !args.positional().empty() || args.has("--emulate");
+  const std::vector<CompareRow> rows = compare_on(chosen, setup, repeats, emulation_asked);
 
   if (args.has("--json")) {
     Json json;
@@ -212,7 +320,7 @@ int compare_command(const std::vector<std::string>& argv) {
     problem_json(json, p, setup.input_source);
     machine_json(json, machine);
     json.key("results").begin_array();
-    for (const Row& row : rows) {
+    for (const CompareRow& row : rows) {
       json.begin_object().field("impl", row.impl->name).field("device", to_string(row.impl->device));
       json.field("available", row.reason.empty()).field("reason", row.reason);
       json.field("emulated", !row.emulation.empty());
@@ -237,50 +345,15 @@ int compare_command(const std::vector<std::string>& argv) {
       json.end_object();
     }
     std::cout << json.end_array().end_object().str();
-    return all_passed ? 0 : 1;
+    return all_passed(rows) ? 0 : 1;
   }
 
-  std::printf("%s, %.2f GFLOP, inputs %s\n", p.describe().c_str(), flops / 1e9, setup.input_source.c_str());
-  std::printf("machine: %s, %d threads, FP32 FMA peak %.0f GFLOP/s (measured), copy %.1f GB/s\n\n",
-              machine.cpu.c_str(), machine.threads, machine.fma_gflops_all, machine.copy_gbps);
-  std::printf("%-26s %-5s %10s %10s %5s %11s %9s %7s %11s\n", "implementation", "dev", "err O", "err LSE",
-              "ok", "time ms", "GFLOP/s", "% peak", "extra MiB");
-  bool any_emulated = false;
-  for (const Row& row : rows) {
-    // Emulated rows show "emu" as their device: their time is the CPU emulator's, not a GPU's.
-    const std::string device = row.emulation.empty() ? std::string(to_string(row.impl->device)) : "emu";
-    if (!row.failure.empty()) {
-      std::printf("%-26s %-5s   FAILED: %s\n", row.impl->name.c_str(), device.c_str(), row.failure.c_str());
-      continue;
-    }
-    if (!row.verdict) {
-      std::printf("%-26s %-5s   skipped: %s\n", row.impl->name.c_str(), device.c_str(), row.reason.c_str());
-      continue;
-    }
-    char extra[32] = "n/a";
-    if (row.m.extra_bytes >= 0) std::snprintf(extra, sizeof extra, "%.1f", row.m.extra_bytes / 1048576.0);
-    std::printf("%-26s %-5s %10.2e %10.2e %5s ", row.impl->name.c_str(), device.c_str(),
-                row.verdict->deviation.max_err_o, row.verdict->deviation.max_err_lse,
-                row.verdict->passed() ? "yes" : "NO");
-    if (!row.emulation.empty()) {
-      any_emulated = true;
-      std::printf("%10.1f* %9s %7s %11s\n", row.m.median_ms, "-", "-", extra);
-      continue;
-    }
-    std::printf("%11.3f %9.1f %6.1f%% %11s\n", row.m.median_ms, row.rate,
-                row.impl->device == Device::cpu ? 100.0 * row.rate / machine.fma_gflops_all : 0.0, extra);
-  }
-  std::printf(
-      "\nerrors: max |out - ref64| / max(1, |ref64|); ok: within 2x the same-precision baseline's error + "
-      "floor.\ntime: median of %lld runs after a warm-up; extra: peak heap above inputs and outputs.\n",
-      static_cast<long long>(repeats));
-  if (any_emulated)
-    std::printf(
-        "emu: a GPU stage run in the CPU emulator of the CUDA execution model (no GPU here, or --emulate): "
-        "its "
-        "errors are the kernel's own,\n     * its time is the emulator's on this CPU (one run): not a GPU "
-        "time, and not comparable with any speed above.\n");
-  return all_passed ? 0 : 1;
+  print_problem(setup);
+  print_machine(machine);
+  std::printf("\n");
+  print_header();
+  print_legend(repeats, print_rows(rows, machine));
+  return all_passed(rows) ? 0 : 1;
 }
 
 const CommandRegistration list{{"list", "flashlab list [--json]", list_command}};

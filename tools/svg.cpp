@@ -132,18 +132,29 @@ std::string Chart::render() const {
   }
   std::stable_sort(labelled.begin(), labelled.end(),
                    [&](size_t a, size_t b) { return label_at[a].y < label_at[b].y; });
+  // A label's width, estimated at 6.2 px a character of the 11 px font: two labels collide when their spans
+  // overlap; a label moved down is checked again against every label above it.
+  auto label_width = [&](size_t n) { return 6.2 * static_cast<double>(series_[n].point_label.size()); };
   for (size_t k = 0; k < labelled.size(); ++k) {
     Point& at = label_at[labelled[k]];
-    for (size_t above = 0; above < k; ++above) {
-      const Point& other = label_at[labelled[above]];
-      if (std::fabs(other.x - at.x) < 110 && other.y + 13 > at.y) at.y = other.y + 13;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (size_t above = 0; above < k; ++above) {
+        const Point& other = label_at[labelled[above]];
+        const bool overlap =
+            other.x < at.x + label_width(labelled[k]) && at.x < other.x + label_width(labelled[above]);
+        if (overlap && other.y + 13 > at.y && other.y - 13 < at.y) at.y = other.y + 13, moved = true;
+      }
     }
   }
+  // The legend is as wide as its longest name (7 px a character of the 12 px font), at least kRight.
+  size_t longest = 0;
+  for (const Series& s : series_) longest = std::max(longest, s.name.size());
+  const double width = kLeft + plot_w + std::max(kRight, 46 + 7.0 * static_cast<double>(longest));
 
   std::ostringstream svg;
-  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\"" << height
-      << "\" viewBox=\"0 0 " << kWidth << " " << height
-      << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+      << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   svg << "<text x=\"" << kLeft << "\" y=\"28\" font-size=\"16\" font-weight=\"bold\">" << xml_escape(title_)
       << "</text>\n";

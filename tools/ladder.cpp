@@ -1,0 +1,123 @@
+#include "tools/ladder.hpp"
+
+#include "common/cuda/device.hpp"
+#include "tools/args.hpp"
+#include "tools/command.hpp"
+
+namespace flashlab::cli {
+
+namespace {
+
+struct LadderProblem {
+  const char* title;
+  const char* tag;
+  std::vector<std::string> flags;           // the problem the stages are made for
+  std::vector<std::string> emulated_flags;  // its smaller twin for the CPU emulator (about 0.03-0.07 GFLOP)
+  std::vector<const char*> contrast;        // shown beside the stages placed here, when they run natively
+};
+
+// Sizes: each native problem takes seconds with its fp64 reference and same-precision baseline on a laptop's
+// CPU; the CPU stages' ones are the sizes their chapters discuss at a smaller scale.
+const std::vector<LadderProblem>& ladder_problems() {
+  static const std::vector<LadderProblem> problems{
+      {"prefill, fp32: the CPU stages and FlashAttention-1/-2 on CUDA cores",
+       "prefill f32",
+       {"--heads", "8", "--seqlen-q", "1024", "--head-dim", "64"},
+       {"--heads", "2", "--seqlen-q", "256", "--head-dim", "64"},
+       {}},
+      {"prefill, bf16: FlashAttention-2 and -3 on tensor cores",
+       "prefill bf16",
+       {"--heads", "8", "--seqlen-q", "1024", "--head-dim", "128", "--dtype", "bf16"},
+       {"--heads", "2", "--seqlen-q", "256", "--head-dim", "128", "--dtype", "bf16"},
+       {}},
+      {"decode, fp32: one query row per head over a long KV cache (GQA 32/8)",
+       "decode f32",
+       {"--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "16384", "--head-dim", "128"},
+       {"--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "2048", "--head-dim", "128"},
+       {"cpu_tiled/forward"}},
+      {"decode, bf16: one query row per head over a long KV cache (GQA 32/8)",
+       "decode bf16",
+       {"--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "16384", "--head-dim", "128",
+        "--dtype", "bf16"},
+       {"--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "2048", "--head-dim", "128",
+        "--dtype", "bf16"},
+       {"cuda_v2/split_q"}},
+      {"prefill, FP8 (e4m3): FlashAttention-3's FP8 pass",
+       "fp8",
+       {"--heads", "8", "--seqlen-q", "1024", "--head-dim", "128", "--dtype", "e4m3"},
+       {"--heads", "2", "--seqlen-q", "256", "--head-dim", "128", "--dtype", "e4m3"},
+       {}},
+  };
+  return problems;
+}
+
+Problem problem_of(const std::vector<std::string>& flags) {
+  return problem_from_args(Args(flags, problem_flags(), problem_switches()), false).problem;
+}
+
+}  // namespace
+
+bool wants_ladder(const Args& args) {
+  if (!args.positional().empty()) return false;
+  for (const std::string& flag : problem_flags())
+    if (args.has(flag)) return false;
+  for (const std::string& flag : problem_switches())
+    if (flag != "--emulate" && args.has(flag)) return false;
+  return true;
+}
+
+Ladder place_on_ladder(bool emulate) {
+  if (emulate) cuda::force_emulation(true);
+  Ladder ladder;
+  std::vector<LadderSection> native, emulated;
+  std::vector<Problem> native_problems, emulated_problems;
+  for (const LadderProblem& problem : ladder_problems()) {
+    auto section = [&](bool in_emulator) {
+      LadderSection s{problem.title,
+                      problem.tag,
+                      in_emulator,
+                      in_emulator ? problem.emulated_flags : problem.flags,
+                      {},
+                      {}};
+      if (in_emulator) s.title += ", in the CPU emulator on a smaller problem";
+      if (emulate) s.flags.push_back("--emulate");
+      return s;
+    };
+    native.push_back(section(false));
+    emulated.push_back(section(true));
+    native_problems.push_back(problem_of(problem.flags));
+    emulated_problems.push_back(problem_of(problem.emulated_flags));
+  }
+  for (const Implementation& impl : implementations()) {
+    if (impl.availability && !impl.availability().empty()) continue;  // list says why
+    const bool in_emulator = !emulation_reason(impl).empty();
+    const std::vector<Problem>& problems = in_emulator ? emulated_problems : native_problems;
+    std::string first_refusal;
+    size_t placed = problems.size();
+    for (size_t n = 0; n < problems.size() && placed == problems.size(); ++n) {
+      const std::string reason = why_cannot_run(impl, problems[n]);
+      if (reason.empty())
+        placed = n;
+      else if (first_refusal.empty())
+        first_refusal = reason;
+    }
+    if (placed == problems.size())
+      ladder.unplaced.emplace_back(&impl, first_refusal);
+    else
+      (in_emulator ? emulated : native)[placed].stages.push_back(&impl);
+  }
+  for (size_t n = 0; n < native.size(); ++n) {
+    if (!native[n].stages.empty())
+      for (const char* name : ladder_problems()[n].contrast) {
+        const Implementation* impl = find_implementation(name);
+        if (impl != nullptr && emulation_reason(*impl).empty() &&
+            why_cannot_run(*impl, native_problems[n]).empty())
+          native[n].contrast.push_back(impl);
+      }
+    if (!native[n].stages.empty()) ladder.sections.push_back(std::move(native[n]));
+    if (!emulated[n].stages.empty()) ladder.sections.push_back(std::move(emulated[n]));
+  }
+  return ladder;
+}
+
+}  // namespace flashlab::cli
