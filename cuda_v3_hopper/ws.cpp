@@ -32,7 +32,7 @@ std::string supports(const Problem& p) {
   return "";
 }
 
-// One entry per rung of FA3's ablation ladder (ws.hpp, HopperAblation): the harness checks each, and the
+// One entry per rung of the ablation ladder (ws.hpp, HopperAblation): the harness checks each, and the
 // tools compare and time them side by side.
 Implementation rung(const char* name, const char* summary, DeviceBuilds builds) {
   return gpu_implementation(

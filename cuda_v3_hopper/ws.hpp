@@ -5,8 +5,8 @@
 // One producer warpgroup loads Q once and K_j, V_j into a circular shared-memory buffer with TMA; two
 // consumer warpgroups compute S = Q K_j^T and O += P V_j with wgmma, the online softmax in registers between
 // them. Ping-pong scheduling and intra-warpgroup overlap (FA3 section 3.1 and Algorithm 2) hide the softmax
-// under the matrix products. HopperAblation switches each ingredient off, so the ladder of the paper's Table
-// 2 can be measured.
+// under the matrix products. HopperAblation switches the ingredients off one at a time, a ladder of rungs
+// (docs/05 sets them beside FA3's Table 2, which is an ablation of the full kernel, not a ladder).
 #pragma once
 
 #include <cstdint>
@@ -21,10 +21,11 @@ namespace flashlab::hopper {
 
 enum class HopperDType { bf16, f16 };
 
-// The ingredients of FA3's Table 2 ablation. The ladder: all off (plain TMA + wgmma, every warpgroup computes
-// and one thread also issues the copies) -> + warp specialization -> + ping-pong -> + intra-warpgroup
-// overlap. Ping-pong needs warp specialization (the producer must never wait behind a consumer's turn). Each
-// rung is also a registry entry (ws.cpp), so the harness checks it and the tools time it.
+// The ingredients FA3 ablates (its Table 2 and section 3.1). Our ladder: all off (plain TMA + wgmma, every
+// warpgroup computes and one thread also issues the copies) -> + warp specialization -> + ping-pong ->
+// + intra-warpgroup overlap. Ping-pong needs warp specialization (the producer must never wait behind a
+// consumer's turn). Each rung is also a registry entry (ws.cpp), so the harness checks it and the tools time
+// it.
 struct HopperAblation {
   bool warp_specialization = true;
   bool ping_pong = true;
