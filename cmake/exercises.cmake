@@ -7,9 +7,30 @@ set(FLASHLAB_EXERCISE_DIRS "" CACHE STRING "Exercise workspaces to build (mainta
 # each REUSE file (stage-relative, e.g. naive/attention.cpp) is linked as the object its stage already built, which
 # tools/exercise.py allows only for files that neither hold nor include the exercise's lines. A REUSE file that no
 # stage builds is compiled from the workspace like the others.
+#
+# CUDA FILES...: kernels (e.g. cuda_v2/split_q.cu) that hold or include the exercise's lines. Every emulated library
+# of a stage that holds one is replaced: all its kernels are compiled from the workspace for the emulator (an object
+# library, so that its definitions are the ones linked), and every REUSE file whose stage links that library is
+# compiled from the workspace too (a registration must call the student's launcher, not the stage's). The program is
+# built for the emulator only (FLASHLAB_EMULATOR_ONLY): graded there even where a GPU could run the stage.
 function(flashlab_add_exercise target id dir)
-  cmake_parse_arguments(PARSE_ARGV 3 arg "" "" "REUSE")
+  cmake_parse_arguments(PARSE_ARGV 3 arg "" "" "REUSE;CUDA")
   set(files ${arg_UNPARSED_ARGUMENTS})
+  # The emulated libraries the exercise replaces, and all their kernels.
+  set(replaced)
+  set(kernels)
+  get_property(libraries GLOBAL PROPERTY FLASHLAB_EMULATED_LIBRARIES)
+  foreach(library ${libraries})
+    get_target_property(library_files ${library} FLASHLAB_CUDA_FILES)
+    foreach(file ${arg_CUDA})
+      if(file IN_LIST library_files)
+        list(APPEND replaced ${library})
+        list(APPEND kernels ${library_files})
+        break()
+      endif()
+    endforeach()
+  endforeach()
+  list(REMOVE_DUPLICATES kernels)
   set(reused_objects)
   set(reused_stages)
   get_property(stages GLOBAL PROPERTY FLASHLAB_STAGES)
@@ -22,6 +43,16 @@ function(flashlab_add_exercise target id dir)
       get_filename_component(name ${file} NAME)
       if(folder STREQUAL "" OR NOT file STREQUAL "${folder}/${name}" OR NOT name IN_LIST stage_sources)
         continue()
+      endif()
+      get_target_property(stage_libraries ${stage} INTERFACE_LINK_LIBRARIES)
+      set(calls_replaced FALSE)
+      foreach(library ${replaced})
+        if(library IN_LIST stage_libraries)
+          set(calls_replaced TRUE)
+        endif()
+      endforeach()
+      if(calls_replaced)  # its registration calls a replaced launcher: compiled from the workspace
+        break()
       endif()
       # The object's path, e.g. build/naive/CMakeFiles/flashlab_naive.dir/./attention.cpp.o (Ninja adds the "./").
       string(REPLACE "." "\\." name_pattern ${name})
@@ -57,6 +88,17 @@ function(flashlab_add_exercise target id dir)
   # The workspace comes first on the include path, so the student's copies of the stage's headers are used.
   target_include_directories(${target} BEFORE PRIVATE ${dir})
   target_link_libraries(${target} PRIVATE flashlab_harness flashlab_common doctest::doctest)
+  if(kernels)
+    list(TRANSFORM kernels PREPEND ${dir}/ OUTPUT_VARIABLE kernel_copies)
+    flashlab_emulated_target(${target}_kernels OBJECT WRAPPERS ${PROJECT_BINARY_DIR}/exercises/${target}_kernels
+                             ${kernel_copies})
+    set_target_properties(${target}_kernels PROPERTIES EXCLUDE_FROM_ALL TRUE)
+    target_include_directories(${target}_kernels BEFORE PRIVATE ${dir})
+    target_compile_options(${target}_kernels PRIVATE -Wall -Wextra -Wno-missing-field-initializers
+                                                     -Wno-maybe-uninitialized)
+    target_link_libraries(${target} PRIVATE ${target}_kernels flashlab_gpu_stage)
+    target_compile_definitions(${target} PRIVATE FLASHLAB_EMULATOR_ONLY=1)
+  endif()
   # Warnings, but never -Werror: a half-written exercise must still build and be checked.
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-missing-field-initializers -Wno-maybe-uninitialized)
   set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/exercises)

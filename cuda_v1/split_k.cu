@@ -244,21 +244,33 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
       // ...
       const int r = threadIdx.x / kThreadsPerRow, lane_in_row = threadIdx.x % kThreadsPerRow;
       const int64_t i = i0 + r;
-      float m_tilde = neg_inf;  // line 10: m~_ij = rowmax(S_ij) over all the block's columns
+      float m_tilde = neg_inf;     // line 10: m~_ij = rowmax(S_ij) over all the block's columns
+      float l_tilde = 0.0f;        // line 10: l~_ij = rowsum(P~_ij)
+      float rescale[kWarps] = {};  // e^(m_w - m~_ij): 0 for a warp that saw no key of the row
+                                   // EXERCISE BEGIN split-k-combine
+      // teaches: FA1's split-K reduction: four warps each hold a partial row max m_w, sum l_w and P~ V over
+      //   their 32 keys of the block; merged by rescaling each from its own max to the common one
+      // difficulty: 2
+      // docs: docs/03-cuda-v1.md#Algorithm 1 on blocks, warps and shared memory
+      // hint: warp w's partials for row r are t.m_part[w][r] and t.l_part[w][r]. m_tilde is the max of the
+      //   m_w (let a NaN through: (m_w > m_tilde || m_w != m_w)); then, unless m_tilde is still -inf (no
+      //   warp saw a key), rescale[w] = e^(m_w - m_tilde) and l_tilde = sum_w rescale[w] l_w. The lines
+      //   below use rescale[w] to merge the warps' P~ V the same way.
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
         const float m_w = t.m_part[w][r];
         m_tilde = (m_w > m_tilde || m_w != m_w) ? m_w : m_tilde;  // NaN-propagating, as in warp_max
       }
-      // A row past the last query, or one with no score above -inf in K_j, keeps its O_i, l_i and m_i.
-      if (i < rows_q && m_tilde != neg_inf) {
-        float rescale[kWarps];  // e^(m_w - m~_ij): 0 for a warp that saw no key of the row
-        float l_tilde = 0.0f;   // line 10: l~_ij = rowsum(P~_ij)
+      if (m_tilde != neg_inf) {
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) {
           rescale[w] = expf(t.m_part[w][r] - m_tilde);
           l_tilde += rescale[w] * t.l_part[w][r];
         }
+      }
+      // EXERCISE END split-k-combine
+      // A row past the last query, or one with no score above -inf in K_j, keeps its O_i, l_i and m_i.
+      if (i < rows_q && m_tilde != neg_inf) {
         // Line 11: m_new = max(m_i, m~_ij), l_new = e^(m_i - m_new) l_i + e^(m~_ij - m_new) l~_ij.
         const float m_old = t.m_old[r], l_old = t.l_old[r];
         const float m_new = m_old > m_tilde ? m_old : m_tilde;  // m~_ij is finite or NaN here, never -inf

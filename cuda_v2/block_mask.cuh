@@ -32,11 +32,22 @@ struct BlockMask {
     // Band ranges grow monotonically with the row (begin and end both move right by one per row), so the
     // first row bounds the block's keys from the left and the last valid row from the right.
     const KeyRange first = band(p, m, row_begin), last = band(p, m, last_row);
+    // EXERCISE BEGIN cuda-block-skip
+    // teaches: FA2's block skipping on the GPU: the key tiles a Q block visits under causal, window and
+    //   padding are those that hold a key any of its valid rows sees; the kernel loads no other tile
+    // difficulty: 2
+    // docs: docs/04-cuda-v2.md#4.4 Causal (and window, and padding) block skipping
+    // hint: first and last are the visible key ranges [begin, end) of the block's first row and of its last
+    //   valid row (first.begin may be negative: clamp it at 0). Every row's range lies between them. Set
+    //   m.tile_begin and m.tile_end (key tiles of kBlockN keys, [tile_begin, tile_end)); leave both 0 when
+    //   no key is visible. Visiting a tile no row sees still passes (the element mask hides it), but loads
+    //   it for nothing.
     const int key_begin = first.begin > 0 ? static_cast<int>(first.begin) : 0;
     const int key_end = static_cast<int>(last.end);
     if (key_end <= key_begin) return m;
     m.tile_begin = key_begin / kBlockN;
     m.tile_end = (key_end + kBlockN - 1) / kBlockN;
+    // EXERCISE END cuda-block-skip
     // Seen by all rows: from the last valid row's begin to the first row's end. Padded rows (row >= rows_q)
     // do not count: the epilogue writes them as fully masked whatever they accumulated. An explicit mask can
     // hide any element, so with one every tile is partial.

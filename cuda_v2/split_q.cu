@@ -78,12 +78,27 @@ __device__ inline float fast_exp2(float x) {
 
 // Max and sum across the four threads of a quad (lanes 4g..4g+3), which together hold one accumulator row.
 __device__ inline float quad_max(float x) {
+  // EXERCISE BEGIN quad-reduce
+  // teaches: the four lanes of a quad (4g .. 4g+3) hold one row of an mma.sync accumulator between them:
+  //   its max and sum are reduced across the quad with two butterfly shuffles, every lane ending with the
+  //   row's value
+  // difficulty: 2
+  // grades: cuda_v2/split_q$
+  // docs: docs/04-cuda-v2.md#Fragment layouts and where the statistics live
+  // hint: __shfl_xor_sync(0xffffffffu, x, d) gives lane ^ d's x (every lane of the warp must take part, with
+  //   the full mask). Lane distance 1, then 2, stays inside the quad; combine with fmaxf for the max, + for
+  //   the sum.
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  // EXERCISE END quad-reduce
+  return x;
 }
 __device__ inline float quad_sum(float x) {
+  // EXERCISE BEGIN quad-reduce
   x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  // EXERCISE END quad-reduce
+  return x;
 }
 
 // Copies rows [row0, row0 + kRows) of a (row_stride-strided) tile into swizzled shared memory with cp.async.

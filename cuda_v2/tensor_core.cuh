@@ -33,11 +33,30 @@ struct LdmatrixRow {
 __host__ __device__ constexpr LdmatrixRow a_operand_row(int lane) {
   return {lane % 16, (lane / 16) * 8};
 }
-__host__ __device__ constexpr LdmatrixRow b_operand_row_nk(int lane) {
-  return {lane % 8 + (lane / 16) * 8, ((lane / 8) % 2) * 8};
+// (`lane` is [[maybe_unused]] for the exercise's skeleton, which leaves it unread.)
+__host__ __device__ constexpr LdmatrixRow b_operand_row_nk([[maybe_unused]] int lane) {
+  LdmatrixRow row{0, 0};
+  // EXERCISE BEGIN ldmatrix-rows
+  // teaches: ldmatrix.x4: each lane hands one 16-byte row address, lanes 8m .. 8m+7 the 8 rows of matrix m,
+  //   and matrix m comes back in register m in the mma's fragment order. Which tile row (and which 8 columns)
+  //   lane l names for the B operand: from K ([n][k], no transpose) and from V ([k][n], with .trans)
+  // difficulty: 3
+  // grades: cuda_v2/split_q$
+  // docs: docs/04-cuda-v2.md#ldmatrix and the swizzle
+  // hint: the four matrices must arrive as b0, b1 of n-tile 0, then b0, b1 of n-tile 1 (the order the two
+  //   mma calls take them; a_operand_row above does the same for A). For K, b0 = k columns 0-7, b1 = k
+  //   columns 8-15 of the n-tile's 8 rows; for V with .trans, tile rows are k and columns n. Lane l is in
+  //   matrix l / 8, row l % 8 of it.
+  row = {lane % 8 + (lane / 16) * 8, ((lane / 8) % 2) * 8};
+  // EXERCISE END ldmatrix-rows
+  return row;
 }
-__host__ __device__ constexpr LdmatrixRow b_operand_row_kn(int lane) {
-  return {lane % 8 + ((lane / 8) % 2) * 8, (lane / 16) * 8};
+__host__ __device__ constexpr LdmatrixRow b_operand_row_kn([[maybe_unused]] int lane) {
+  LdmatrixRow row{0, 0};
+  // EXERCISE BEGIN ldmatrix-rows
+  row = {lane % 8 + ((lane / 8) % 2) * 8, (lane / 16) * 8};
+  // EXERCISE END ldmatrix-rows
+  return row;
 }
 
 // ---- mma.sync m16n8k16 ----

@@ -90,7 +90,7 @@ void fp8_cuda_attention(const Problem& problem, const AttentionInputs& inputs, A
     });
     return;
   }
-#if FLASHLAB_HAVE_CUDA
+#if FLASHLAB_LINKS_GPU_BUILDS
   cuda::gpu::run_on_device(problem, inputs, outputs, bytes, [&](const DeviceTensors& tensors) {
     gpu::launch_fp8_config(problem, tensors, config);
   });

@@ -118,16 +118,16 @@ struct Fp8Producer {
       tma_load_4d(tiles.q() + panel * Config::kQPanelBytes, q_map, tiles.q_full(), 128 * panel,
                   work.m_block * Config::kBlockM, work.head, work.batch);
     for (int it = 0; it < blocks; ++it) {
-      const int stage = it % Config::kStages;
-      const uint32_t phase = (it / Config::kStages) & 1;
+      using Stages = Ring<Config::kStages>;
+      const int stage = Stages::stage(it);
       const int n_block = work.n_begin + it;  // = the K/V quantization tile
-      mbarrier_wait(tiles.k_empty(stage), phase ^ 1);
+      mbarrier_wait(tiles.k_empty(stage), Stages::empty_parity(it));
       mbarrier_arrive_expect_tx(tiles.k_full(stage), Config::kKBytes);
 #pragma unroll
       for (int panel = 0; panel < Config::kQkPanels; ++panel)
         tma_load_4d(tiles.k(stage) + panel * Config::kKPanelBytes, k_map, tiles.k_full(stage), 128 * panel,
                     n_block * Config::kBlockN, work.kv_head, work.batch);
-      mbarrier_wait(tiles.v_empty(stage), phase ^ 1);
+      mbarrier_wait(tiles.v_empty(stage), Stages::empty_parity(it));
       mbarrier_arrive_expect_tx(tiles.v_full(stage), Config::kVBytes);
       const int tile_index = (work.batch * heads_kv + work.kv_head) * tiles_k + n_block;
 #pragma unroll
@@ -313,8 +313,8 @@ __device__ inline void fp8_mainloop(Fp8Consumer<Config>& c, const SharedTiles<Co
   using Schedule = PingPong<Config>;
   const int blocks = work.n_end - work.n_begin;
   if (blocks == 0) return;
-  auto stage = [](int it) { return it % Config::kStages; };
-  auto phase = [](int it) { return static_cast<uint32_t>((it / Config::kStages) & 1); };
+  auto stage = [](int it) { return Ring<Config::kStages>::stage(it); };
+  auto phase = [](int it) { return Ring<Config::kStages>::full_parity(it); };
   const int64_t kv_tiles = (static_cast<int64_t>(work.batch) * args.heads_kv + work.kv_head) * fp8.tiles_k;
   auto k_descale = [&](int it) { return fp8.k_descale[kv_tiles + work.n_begin + it]; };
   auto v_descale = [&](int it) { return fp8.v_descale[kv_tiles + work.n_begin + it]; };

@@ -79,6 +79,44 @@ __device__ inline void mbarrier_wait(uint64_t* barrier, uint32_t parity) {
 #endif
 }
 
+// The ring of kStages shared-memory stages the producer fills and the consumers drain. Iteration i (the i-th
+// key block of the CTA) uses stage i % kStages, for the (i / kStages + 1)-th time. Each stage has a "full"
+// barrier (completed by TMA when the block has landed) and an "empty" one (completed by the consumers when
+// they are done with it); every use of a stage completes one phase of each.
+template <int kStages>
+struct Ring {
+  __device__ static int stage(int iteration) { return iteration % kStages; }
+
+  // The parity a consumer waits for on stage(iteration)'s full barrier: the phase this use completes.
+  // (`iteration` is [[maybe_unused]] for the exercise's skeleton, which leaves it unread.)
+  __device__ static uint32_t full_parity([[maybe_unused]] int iteration) {
+    uint32_t parity = 0;
+    // EXERCISE BEGIN mbarrier-phase
+    // teaches: mbarrier phases around a ring of stages: iteration i's use of stage i % kStages completes
+    //   phase i / kStages of its barriers, and a wait names the parity of the phase it waits for; the
+    //   producer's first pass finds every stage free
+    // difficulty: 3
+    // docs: docs/05-cuda-v3-hopper.md#The schedule, in words
+    // hint: phases count 0, 1, 2, ... and a wait names only the low bit (mbarrier_wait above: a fresh barrier
+    //   is in phase 0, so a wait for parity 1 returns at once). A consumer waits for the phase that the
+    //   loads of this use complete. The producer, before it refills a stage, waits for the consumers'
+    //   release of the previous use; on the first pass there was none.
+    parity = (iteration / kStages) & 1;
+    // EXERCISE END mbarrier-phase
+    return parity;
+  }
+
+  // The parity the producer waits for on stage(iteration)'s empty barrier before refilling it: the release
+  // of the stage's previous use.
+  __device__ static uint32_t empty_parity([[maybe_unused]] int iteration) {
+    uint32_t parity = 0;
+    // EXERCISE BEGIN mbarrier-phase
+    parity = full_parity(iteration) ^ 1;
+    // EXERCISE END mbarrier-phase
+    return parity;
+  }
+};
+
 // --- Register reallocation between warpgroups ---
 // The producer warpgroup gives registers back (it only issues copies) and the consumer warpgroups take them
 // (their accumulators live in registers), through the block's register pool. Needs __launch_bounds__(threads,

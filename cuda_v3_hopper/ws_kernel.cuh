@@ -198,16 +198,16 @@ struct Producer {
   // query heads of one group read the same K and V.
   __device__ static void load_kv(const SharedTiles<Config>& tiles, const CUtensorMap* k_map,
                                  const CUtensorMap* v_map, const BlockWork& work, int iteration, bool tail) {
-    const int stage = iteration % Config::kStages;
-    const uint32_t phase = (iteration / Config::kStages) & 1;
+    using Stages = Ring<Config::kStages>;
+    const int stage = Stages::stage(iteration);
     const int key = (work.n_begin + iteration) * Config::kBlockN;
-    mbarrier_wait(tiles.k_empty(stage), phase ^ 1);
+    mbarrier_wait(tiles.k_empty(stage), Stages::empty_parity(iteration));
     mbarrier_arrive_expect_tx(tiles.k_full(stage), Config::kKvTileBytes);
 #pragma unroll
     for (int panel = 0; panel < Config::kPanels; ++panel)
       tma_load_4d(tiles.k(stage) + panel * Config::kKvPanelBytes, k_map, tiles.k_full(stage), 64 * panel, key,
                   work.kv_head, work.batch);
-    mbarrier_wait(tiles.v_empty(stage), phase ^ 1);
+    mbarrier_wait(tiles.v_empty(stage), Stages::empty_parity(iteration));
     uint64_t* const landed = tail ? tiles.v_tail() : tiles.v_full(stage);
     mbarrier_arrive_expect_tx(landed, Config::kKvTileBytes);
 #pragma unroll
@@ -458,8 +458,8 @@ __device__ inline void consumer_mainloop(Consumer<Config>& c, const SharedTiles<
                                          const WsArgs& args, const BlockWork& work, Prefetch&& prefetch) {
   using Schedule = PingPong<Config>;
   const int blocks = work.n_end - work.n_begin;
-  auto stage = [](int iteration) { return iteration % Config::kStages; };
-  auto phase = [](int iteration) { return static_cast<uint32_t>((iteration / Config::kStages) & 1); };
+  auto stage = [](int it) { return Ring<Config::kStages>::stage(it); };
+  auto phase = [](int it) { return Ring<Config::kStages>::full_parity(it); };
   float correction[2];
   if (blocks == 0) return;
   mbarrier_wait(tiles.q_full(), 0);

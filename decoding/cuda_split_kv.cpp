@@ -39,7 +39,7 @@ std::string supports(const Problem& p) {
 // The split count is the device's (its SM count and the kernel's occupancy): the GPU's where one runs the
 // stage, the emulated device's (an H100's limits) otherwise.
 int64_t partial_elements(const Problem& p) {
-#if FLASHLAB_HAVE_CUDA
+#if FLASHLAB_LINKS_GPU_BUILDS
   if (cuda::unavailable_reason().empty() && !cuda::emulation_forced())
     return gpu::cuda_split_kv_partial_elements(p);
 #endif

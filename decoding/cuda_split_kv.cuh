@@ -351,25 +351,38 @@ __global__ void __launch_bounds__(kThreads)
 
 // O = sum_j exp(LSE_j - LSE) O_j with LSE = log sum_j exp(LSE_j): each partial is the state {m = LSE_j, l =
 // 1} with accumulator O_j (SoftmaxState::from_lse), merged like any two states. Thread c owns channel c.
+// (`num_splits` is [[maybe_unused]] for the exercise's skeleton, which leaves it unread.)
 template <typename T, int D>
-__global__ void __launch_bounds__(D) combine_kernel(const __grid_constant__ SplitKvParams p, int num_splits) {
+__global__ void __launch_bounds__(D)
+    combine_kernel(const __grid_constant__ SplitKvParams p, [[maybe_unused]] int num_splits) {
   const int64_t row_index = blockIdx.x;  // (b * heads_q + h) * seqlen_q + qi
   const int qi = static_cast<int>(row_index % p.seqlen_q);
   const int h = static_cast<int>(row_index / p.seqlen_q % p.heads_q);
   const int b = static_cast<int>(row_index / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
   const int channel = threadIdx.x;
 
+  SoftmaxState<float> state;
+  float acc = 0.0f;
+  // EXERCISE BEGIN cuda-split-kv-combine
+  // teaches: Flash-Decoding's second kernel: one block per query row merges the splits' normalized partials
+  //   (O_j, LSE_j) exactly, each weighted by exp(LSE_j - LSE); this thread owns one channel of the row
+  // difficulty: 2
+  // grades: decoding/cuda_split_kv$
+  // docs: docs/07-decoding.md#3. Why the merge is exact
+  // hint: the partials lie in p.workspace, floats: first every O_j, [row][split][D], then every LSE_j,
+  //   [row][split], for batch x heads_q x seqlen_q rows of num_splits splits; this row is row_index. A
+  //   partial is the softmax state SoftmaxState<float>::from_lse(LSE_j) holding O_j: merge each into state
+  //   and acc (common/softmax_state.hpp; merge with head_dim 1, this thread's channel). A split that saw no
+  //   key has LSE_j = -inf and must weigh 0.
   const float* o_partial = static_cast<const float*>(p.workspace);
   const int64_t partial_rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * num_splits;
   const float* lse_partial = o_partial + partial_rows * D;
-
-  SoftmaxState<float> state;
-  float acc = 0.0f;
   for (int split = 0; split < num_splits; ++split) {
     const int64_t partial = row_index * num_splits + split;
     state.merge(SoftmaxState<float>::from_lse(lse_partial[partial]), o_partial + partial * D + channel, &acc,
                 1);
   }
+  // EXERCISE END cuda-split-kv-combine
   float out;
   state.finalize(&acc, &out, 1);  // 0 for a row that saw no key in any split
   T* o = static_cast<T*>(p.o) + b * p.o_stride_batch + qi * p.o_stride_seq + h * p.o_stride_head;

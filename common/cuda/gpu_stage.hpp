@@ -64,9 +64,18 @@ using namespace FLASHLAB_CUDA_TARGET;
 
 }  // namespace flashlab
 
-// The GPU build of a stage's function where the build has CUDA, nullptr where it does not (the function is
-// then not even defined).
-#if FLASHLAB_HAVE_CUDA
+// Whether this program links the stages' GPU builds: where the build has CUDA, unless the program is built
+// for the emulator only (FLASHLAB_EMULATOR_ONLY: a course exercise's copy of a stage, cmake/exercises.cmake).
+// Code that calls a gpu:: function directly is compiled only where this is 1.
+#if FLASHLAB_HAVE_CUDA && !defined(FLASHLAB_EMULATOR_ONLY)
+#define FLASHLAB_LINKS_GPU_BUILDS 1
+#else
+#define FLASHLAB_LINKS_GPU_BUILDS 0
+#endif
+
+// The GPU build of a stage's function where the program links them, nullptr where it does not (the function
+// is then not even defined).
+#if FLASHLAB_LINKS_GPU_BUILDS
 #define FLASHLAB_GPU_BUILD(function) (&(gpu::function))
 #else
 #define FLASHLAB_GPU_BUILD(function) nullptr
