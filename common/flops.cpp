@@ -1,5 +1,7 @@
 #include "common/flops.hpp"
 
+#include <algorithm>
+
 #include "common/mask.hpp"
 
 namespace flashlab {
@@ -25,6 +27,28 @@ double forward_min_bytes(const Problem& p, double bytes_per_element) {
   const double elements =
       2.0 * static_cast<double>(p.q_elements()) + 2.0 * static_cast<double>(p.kv_elements());
   return elements * bytes_per_element + 4.0 * static_cast<double>(p.lse_elements());
+}
+
+double q_block_outer_bytes(const Problem& p, int64_t block_m, int64_t block_n, double element_bytes,
+                           TileReads reads) {
+  const Visibility visibility(p);
+  double keys = 0;  // keys of K (and of V) read by the query blocks of one query head, over the batch
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t limit = reads == TileReads::real_keys ? p.rows_k(b) : p.seqlen_k;
+    for (int64_t i0 = 0; i0 < p.seqlen_q; i0 += block_m) {
+      int64_t begin = p.seqlen_k, end = 0;  // the union of the valid rows' visible keys
+      for (int64_t i = i0; i < std::min(i0 + block_m, p.rows_q(b)); ++i) {
+        const KeyRange range = visibility.key_range(b, i);
+        if (!range.empty()) begin = std::min(begin, range.begin), end = std::max(end, range.end);
+      }
+      for (int64_t tile = begin / block_n; begin < end && tile < (end + block_n - 1) / block_n; ++tile)
+        keys +=
+            static_cast<double>(std::max<int64_t>(0, std::min((tile + 1) * block_n, limit) - tile * block_n));
+    }
+  }
+  const double kv = 2.0 * keys * static_cast<double>(p.heads_q * p.head_dim);
+  return element_bytes * (2.0 * static_cast<double>(p.q_elements()) + kv) +
+         4.0 * static_cast<double>(p.lse_elements());
 }
 
 }  // namespace flashlab

@@ -15,14 +15,16 @@ std::string supports(const Problem& p) {
   return "";
 }
 
-// Algorithm 1's HBM traffic (FA1 Theorem 2): K and V read once; Q_i read, and O_i, l_i, m_i read and written,
-// once per K/V block (Tc = ceil(seqlen_k / 128) of them); LSE written once. Hidden tiles (causal, windows)
-// are skipped, so this is an upper bound for masked problems.
+// Algorithm 1's HBM traffic (FA1 Theorem 2): O = 0, l = 0, m = -inf written first (line 2); K and V read
+// once per query head (one block per (batch, head): with GQA each head of a group reads its kv head); Q_i
+// read, and O_i, l_i, m_i read and written, once per K/V block (Tc = ceil(seqlen_k / 128) of them); at the
+// end m and l read back for LSE, which is written once. Hidden tiles (causal, windows) are skipped, so this
+// is an upper bound for masked problems. `flashlab profile` counts it in the emulator.
 double bytes_moved(const Problem& p) {
   const double kv_blocks = static_cast<double>((p.seqlen_k + 127) / 128);
   const double q = static_cast<double>(p.q_elements()), rows = static_cast<double>(p.lse_elements());
-  return sizeof(float) *
-         (2.0 * static_cast<double>(p.kv_elements()) + kv_blocks * (3.0 * q + 4.0 * rows) + rows);
+  const double kv = static_cast<double>(p.kv_elements() * p.group_size());
+  return sizeof(float) * ((q + 2.0 * rows) + 2.0 * kv + kv_blocks * (3.0 * q + 4.0 * rows) + 3.0 * rows);
 }
 
 const Registration split_k{gpu_implementation(

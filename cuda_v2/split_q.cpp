@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/cuda/gpu_stage.hpp"
+#include "common/flops.hpp"
 #include "cuda_v2/split_q.hpp"
 
 namespace flashlab::cuda_v2 {
@@ -25,11 +26,24 @@ std::string supports(const Problem& p) {
   return "";
 }
 
+// Both kernels' global traffic: FA2's Q-block-outer order (common/flops.hpp), K/V tiles read by cp.async up
+// to the batch's last key. `flashlab profile` counts it in the emulator (tests/test_counters.cpp holds them
+// to it).
+double simt_bytes_moved(const Problem& p) {
+  const QueryKeyTile tile = split_q_simt_tile();
+  return q_block_outer_bytes(p, tile.block_m, tile.block_n, 4.0, TileReads::real_keys);
+}
+double tensor_core_bytes_moved(const Problem& p) {
+  const QueryKeyTile tile = split_q_tile(static_cast<int>(p.head_dim));
+  return q_block_outer_bytes(p, tile.block_m, tile.block_n, 2.0, TileReads::real_keys);
+}
+
 const Registration split_q_simt{gpu_implementation(
     {.name = "cuda_v2/split_q_simt",
      .summary = "FA2 schedule on CUDA cores, fp32: grid over (q-block, head, batch), warps split Q",
      .constraints = "f32; head_dim 64, 128, 256; every mask, GQA, any length",
-     .supports = supports},
+     .supports = supports,
+     .bytes_moved = simt_bytes_moved},
     FLASHLAB_DEVICE_BUILDS(launch_split_q_simt, workspace_bytes))};
 
 const Registration split_q{gpu_implementation(
@@ -38,7 +52,8 @@ const Registration split_q{gpu_implementation(
      .dtypes = {DType::f16, DType::bf16},
      .constraints = "f16, bf16; head_dim 64, 128, 256; every mask, GQA, any length",
      .rounds_p = true,  // P is rounded to the input format: it is the A operand of the P V mma
-     .supports = supports},
+     .supports = supports,
+     .bytes_moved = tensor_core_bytes_moved},
     FLASHLAB_DEVICE_BUILDS(launch_split_q, workspace_bytes))};
 
 }  // namespace

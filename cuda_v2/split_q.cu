@@ -42,17 +42,17 @@ template <int kHeadDim>
 struct SplitQConfig;
 template <>
 struct SplitQConfig<64> {
-  static constexpr int kWarps = 4, kMTiles = 2, kBlockN = 64;
+  static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_tile(64).block_n;
 };
 template <>
 struct SplitQConfig<128> {
   // kMTiles = 2 (FA2's layout) needs ~255 registers here and spills a few bytes (nvcc 13, sm_90a), so d = 128
   // takes 8 warps of one row tile: the same Br, twice the K/V fragment loads. To be settled on the GPU.
-  static constexpr int kWarps = 8, kMTiles = 1, kBlockN = 64;
+  static constexpr int kWarps = 8, kMTiles = 1, kBlockN = split_q_tile(128).block_n;
 };
 template <>
 struct SplitQConfig<256> {
-  static constexpr int kWarps = 4, kMTiles = 1, kBlockN = 32;
+  static constexpr int kWarps = 4, kMTiles = 1, kBlockN = split_q_tile(256).block_n;
 };
 
 template <int kHeadDim>
@@ -66,6 +66,8 @@ struct SplitQShape {
   static constexpr int kStages = 2;  // K/V double buffer
   static constexpr int kSmemElements = kBlockM * kHeadDim + 2 * kStages * kBlockN * kHeadDim;
   static constexpr int kSmemBytes = kSmemElements * 2;
+  static_assert(kBlockM == split_q_tile(kHeadDim).block_m,
+                "split_q_tile (split_q.hpp) states the query tile");
 };
 
 constexpr float kLog2e = 1.4426950408889634f;

@@ -21,6 +21,18 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace flashlab::cuda_v2 {
 
+// The kernels' tiles: query rows per block and keys per K/V tile. The kernels are built from these
+// (split_q.cu, split_q_simt.cu) and the traffic models read them (split_q.cpp).
+struct QueryKeyTile {
+  int block_m, block_n;
+};
+constexpr QueryKeyTile split_q_tile(int head_dim) {
+  return head_dim == 256 ? QueryKeyTile{64, 32} : QueryKeyTile{128, 64};
+}
+constexpr QueryKeyTile split_q_simt_tile() {
+  return {32, 32};
+}
+
 // Everything a launch needs. Pointers are device pointers. Strides are in elements, BSHD: the head dimension
 // is contiguous (stride 1) and every other stride is given, so views into larger tensors work.
 struct SplitQParams {

@@ -28,6 +28,8 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kRowsPerWarp = 8;
 constexpr int kBlockM = kWarps * kRowsPerWarp;  // 32 query rows per block
 constexpr int kBlockN = 32;                     // one key per lane
+static_assert(kBlockM == split_q_simt_tile().block_m && kBlockN == split_q_simt_tile().block_n,
+              "split_q_simt_tile (split_q.hpp) states the tiles");
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;

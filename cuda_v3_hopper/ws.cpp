@@ -6,6 +6,8 @@
 
 #include "common/cuda/device.hpp"
 #include "common/cuda/gpu_stage.hpp"
+#include "common/flops.hpp"
+#include "cuda_v3_hopper/ws.hpp"
 #include "cuda_v3_hopper/ws_stage.hpp"
 
 namespace flashlab::hopper {
@@ -32,6 +34,13 @@ std::string supports(const Problem& p) {
   return "";
 }
 
+// Global traffic: FA2's Q-block-outer order (common/flops.hpp), 16-bit, with TMA boxes that read a visited
+// key block to the tensor's end (padding keys included). `flashlab profile` counts it in the emulator.
+double bytes_moved(const Problem& p) {
+  return q_block_outer_bytes(p, kWsBlockM, ws_block_n(static_cast<int>(p.head_dim)), 2.0,
+                             TileReads::whole_tensor);
+}
+
 // One entry per rung of the ablation ladder (ws.hpp, HopperAblation): the harness checks each, and the
 // tools compare and time them side by side.
 Implementation rung(const char* name, const char* summary, DeviceBuilds builds) {
@@ -43,7 +52,8 @@ Implementation rung(const char* name, const char* summary, DeviceBuilds builds) 
            "bf16, f16; sm_90a; head_dim 64, 128, 256; causal, window, padding, GQA; no explicit mask",
        .rounds_p = true,  // P is rounded to the input format: it is the A operand of the P V wgmma
        .availability = needs_sm90a,
-       .supports = supports},
+       .supports = supports,
+       .bytes_moved = bytes_moved},
       builds);
 }
 

@@ -19,6 +19,14 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace flashlab::hopper {
 
+// The CTA's tiles: 128 query rows (two consumer warpgroups of 64), and keys per K/V block by head dim (d 256
+// takes FA3's 128 x 80). The kernel is built from these (ws_launch.cu, ws_kernel.cuh) and the traffic model
+// reads them (ws.cpp).
+constexpr int kWsBlockM = 128;
+constexpr int ws_block_n(int head_dim) {
+  return head_dim == 256 ? 80 : 128;
+}
+
 enum class HopperDType { bf16, f16 };
 
 // The ingredients FA3 ablates (its Table 2 and section 3.1). Our ladder: all off (plain TMA + wgmma, every

@@ -31,6 +31,7 @@
 #include "cuda_v3_hopper/tma.cuh"
 #include "cuda_v3_hopper/warpgroup.cuh"
 #include "cuda_v3_hopper/wgmma.cuh"
+#include "cuda_v3_hopper/ws.hpp"
 
 namespace flashlab::hopper {
 namespace FLASHLAB_CUDA_TARGET {
@@ -60,8 +61,9 @@ struct WsConfig {
 
   static constexpr int kConsumers = 2;             // consumer warpgroups
   static constexpr int kBlockM = 64 * kConsumers;  // Br: query rows per CTA, 64 per consumer
-  static constexpr int kStages = 2;                // shared-memory stages of K and V
-  static constexpr int kPanels = kHeadDim / 64;    // 128-byte-wide column panels of a tile
+  static_assert(kBlockM == kWsBlockM, "kWsBlockM (ws.hpp) states the query tile");
+  static constexpr int kStages = 2;              // shared-memory stages of K and V
+  static constexpr int kPanels = kHeadDim / 64;  // 128-byte-wide column panels of a tile
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? 128 : 0);
   // FA3's split for two consumer warpgroups: 24 + 2 * 240 registers per thread, out of the 168 a thread that

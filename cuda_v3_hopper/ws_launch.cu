@@ -95,11 +95,11 @@ void launch(const HopperParams& params, cudaStream_t stream) {
                                                    q_map, k_map, v_map, o_map, args);
 }
 
-// Bc per head dim, with Br = 128 (two consumer warpgroups): S, P and O must fit the consumers' 240 registers
-// and two K/V stages the 227 KB of shared memory. d = 256 takes FA3's 128 x 80.
+// Bc per head dim (ws_block_n, ws.hpp), with Br = 128 (two consumer warpgroups): S, P and O must fit the
+// consumers' 240 registers and two K/V stages the 227 KB of shared memory.
 template <int kHeadDim>
 constexpr int block_n() {
-  return kHeadDim == 256 ? 80 : 128;
+  return ws_block_n(kHeadDim);
 }
 
 // The ablation ladder (ws_params.cpp has refused the combinations that are not rungs).

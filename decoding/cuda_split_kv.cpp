@@ -55,7 +55,11 @@ Implementation entry() {
               "K/V or pages of a power of two >= 8 tokens",
           .supports = supports,  // rounds_p stays false: P is kept in fp32 (CUDA-core products)
           .bytes_moved = [](const Problem& p) {
-            return decode_bytes_moved(p, partial_elements(p), 2.0);  // fp16/bf16 Q, K, V and O
+            // The partials hold (head_dim + 1) floats per row and split; every split's blocks read Q.
+            const int64_t partials = partial_elements(p);
+            const double splits =
+                partials == 0 ? 1.0 : double(partials) / double(p.lse_elements() * (p.head_dim + 1));
+            return decode_bytes_moved(p, partials, 2.0, splits);  // fp16/bf16 Q, K, V and O
           }};
 }
 

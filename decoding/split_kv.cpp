@@ -111,7 +111,7 @@ int64_t chunks_from_environment() {
   return chunks;
 }
 
-double decode_bytes_moved(const Problem& p, int64_t partial_elements, double element_bytes) {
+double decode_bytes_moved(const Problem& p, int64_t partial_elements, double element_bytes, double q_reads) {
   const Visibility visibility(p);
   double kv_tokens = 0;  // the union of the rows' bands: what attend_keys reads
   for (int64_t b = 0; b < p.batch; ++b) {
@@ -123,8 +123,8 @@ double decode_bytes_moved(const Problem& p, int64_t partial_elements, double ele
     kv_tokens += static_cast<double>(std::max<int64_t>(0, hi - lo));
   }
   const double kv_bytes = 2.0 * element_bytes * kv_tokens * static_cast<double>(p.heads_kv * p.head_dim);
-  const double q_o_lse =
-      element_bytes * 2.0 * static_cast<double>(p.q_elements()) + 4.0 * static_cast<double>(p.lse_elements());
+  const double q_o_lse = element_bytes * (q_reads + 1.0) * static_cast<double>(p.q_elements()) +
+                         4.0 * static_cast<double>(p.lse_elements());
   return kv_bytes + q_o_lse + 2.0 * 4.0 * static_cast<double>(partial_elements);
 }
 

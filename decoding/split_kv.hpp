@@ -430,9 +430,11 @@ void attend_keys(const Problem& p, const AttentionInputs& in, const KVReader& kv
 void split_kv_attention(const Problem& p, const AttentionInputs& in, AttentionOutputs& out,
                         int64_t requested_chunks = 0);
 
-// Bytes a decoding stage moves: K/V of the keys some row sees, read once; Q, O and LSE; the partials written
-// and read back. Q, K, V and O are stored in `element_bytes` per element (4 on the CPU, 2 for the fp16/bf16
-// kernel); LSE and the partials are float32.
-double decode_bytes_moved(const Problem& p, int64_t partial_elements, double element_bytes = 4.0);
+// Bytes a decoding stage moves: K/V of the keys some row sees, read once; Q read `q_reads` times (the CUDA
+// kernel's blocks of every split read their rows' Q; on the CPU the chunks find it in cache: 1); O and LSE;
+// the partials written and read back. Q, K, V and O are stored in `element_bytes` per element (4 on the CPU,
+// 2 for the fp16/bf16 kernel); LSE and the partials are float32.
+double decode_bytes_moved(const Problem& p, int64_t partial_elements, double element_bytes = 4.0,
+                          double q_reads = 1.0);
 
 }  // namespace flashlab::decoding

@@ -12,6 +12,7 @@
 
 #include "common/error.hpp"
 #include "emulator/block.hpp"
+#include "emulator/counters.hpp"
 #include "emulator/report.hpp"
 
 namespace flashlab::emulator {
@@ -104,6 +105,7 @@ size_t max_dynamic_shared(const void* kernel_address) {
 
 void run(const Launch& launch) {
   check_configuration(launch);
+  count::launch_started();
   const ScheduleSetting setting = schedule();
   const int64_t blocks = int64_t(launch.grid.x) * launch.grid.y * launch.grid.z;
   std::atomic<bool> failed{false};
@@ -121,6 +123,7 @@ void run(const Launch& launch) {
                        static_cast<unsigned>(linear / launch.grid.x % launch.grid.y),
                        static_cast<unsigned>(linear / (int64_t(launch.grid.x) * launch.grid.y))};
     try {
+      count::block_started();
       std::string error = runner().run(launch, index, {setting.shuffled, setting.seed});
       if (!error.empty()) record("emulator: " + std::move(error));
     } catch (const std::exception& e) {

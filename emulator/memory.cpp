@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "emulator/block.hpp"
+#include "emulator/counters.hpp"
 #include "emulator/report.hpp"
 
 namespace flashlab::emulator {
@@ -126,7 +127,10 @@ void check_access(ThreadState& self, const void* pointer, size_t bytes, bool wri
     return;
   }
   if (block.in_stacks(address)) return;  // registers and local memory
-  if (inside_allocation(address, bytes)) return;
+  if (inside_allocation(address, bytes)) {
+    count::global(bytes, write);
+    return;
+  }
   const Launch& launch = block.launch();
   std::string problem = check_global_access(address, bytes, write, launch.parameters, launch.parameter_bytes);
   if (!problem.empty()) block.fail_with(self, std::move(problem));

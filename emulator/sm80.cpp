@@ -8,6 +8,7 @@
 
 #include "common/number_format.hpp"
 #include "emulator/block.hpp"
+#include "emulator/counters.hpp"
 #include "emulator/fragments.hpp"
 #include "emulator/memory.hpp"
 
@@ -241,6 +242,7 @@ void cp_async(void* shared_destination, const void* global_source, int copy_byte
       block.fail_with(t, std::move(problem));
     }
     std::memcpy(copy.data, global_source, static_cast<size_t>(source_bytes));
+    count::global(static_cast<size_t>(source_bytes), false);
   }
   block.begin_async_write(t, copy.destination, copy_bytes, where);
   t.uncommitted.push_back(copy);
@@ -334,6 +336,7 @@ float decode(uint16_t bits, MmaInput input) {
 // differ from a GPU's in the last bits of fp32.
 void complete_mma(BlockRunner&, Collective& c, int) {
   namespace f = fragments::m16n8k16;
+  count::mma_sync();
   float a[f::M][f::K], b[f::K][f::N], acc[f::M][f::N];
   for (int lane = 0; lane < 32; ++lane) {
     const auto& me = *static_cast<MmaLane*>(c.lane_data[lane]);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "emulator/block.hpp"
+#include "emulator/counters.hpp"
 #include "emulator/memory.hpp"
 #include "emulator/report.hpp"
 #include "emulator/tensor_map.hpp"
@@ -427,6 +428,7 @@ void tma_load(void* destination, const void* tensor_map, void* barrier, const in
   const uint32_t element_bytes = copy.map.element_bytes;
   for_each_run(copy.map, copy.box, coordinates, [&](uint32_t first, uint64_t address, uint32_t count) {
     const auto* values = reinterpret_cast<const uint8_t*>(address);
+    if (address != 0) count::global(size_t(count) * element_bytes, false);
     for (uint32_t byte = 0; byte < count * element_bytes; ++byte) {
       const uint32_t at = tma::shared_address(copy.map.swizzle, copy.shared, first * element_bytes + byte);
       load.data[at - copy.shared] = address != 0 ? values[byte] : fill;
@@ -447,6 +449,7 @@ void tma_store(const void* tensor_map, const void* source, const int32_t* coordi
   const uint32_t element_bytes = copy.map.element_bytes;
   for_each_run(copy.map, copy.box, coordinates, [&](uint32_t first, uint64_t address, uint32_t count) {
     auto* out = reinterpret_cast<uint8_t*>(address);
+    if (address != 0) count::global(size_t(count) * element_bytes, true);
     for (uint32_t byte = 0; address != 0 && byte < count * element_bytes; ++byte)
       out[byte] = static_cast<uint8_t>(block.shared_base()[tma::shared_address(
           copy.map.swizzle, copy.shared, first * element_bytes + byte)]);

@@ -15,6 +15,7 @@
 
 #include "common/number_format.hpp"
 #include "emulator/block.hpp"
+#include "emulator/counters.hpp"
 #include "emulator/gmma.hpp"
 #include "emulator/report.hpp"
 
@@ -171,6 +172,7 @@ void complete_wgmma(BlockRunner& block, GroupCollective& c, int index) {
         ") without a wgmma.fence since the warpgroup's last wgmma.commit_group: register accesses before "
         "it are not ordered with it (PTX ISA, wgmma.fence)");
   const uint32_t n = static_cast<uint32_t>(shape.n), bytes = input_bytes(shape.input), k = 32 / bytes;
+  count::wgmma(shape.n, static_cast<int>(k));
   // Chained accumulation: the accumulators may be those of a wgmma still in flight (of the same shape),
   // whose result is then this one's C.
   const WgmmaOp* chained = nullptr;

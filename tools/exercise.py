@@ -241,13 +241,15 @@ def build_target(build_dir, target, quiet=False):
     return result.returncode == 0
 
 
-def run_harness(build_dir, target, exercise_id, grades=None):
+def run_harness(build_dir, target, exercise_id, grades=None, first_failure=False):
     """Runs the harness on exercise/ID only (and there on the implementations the exercise's optional 'grades:'
-    field names, a regular expression: the ones whose code runs its lines); returns (passed, output)."""
+    field names, a regular expression: the ones whose code runs its lines); returns (passed, output). With
+    first_failure, it stops at the first failing check (enough to see a skeleton fail)."""
     selected = f"^exercise/{exercise_id}/" + (f"({grades})" if grades else "")
     env = dict(os.environ, FLASHLAB_IMPL=selected, FLASHLAB_VERBOSE="1")
     program = os.path.join(build_dir, "exercises", target)
-    result = subprocess.run([program, f"--test-case={TEST_CASES}", "--no-version"], env=env,
+    stop = ["--abort-after=1"] if first_failure else []
+    result = subprocess.run([program, f"--test-case={TEST_CASES}", "--no-version"] + stop, env=env,
                             capture_output=True, text=True)
     return result.returncode == 0, result.stdout + result.stderr
 
@@ -365,7 +367,8 @@ def command_selftest(args):
             warnings = list(dict.fromkeys(line for line in build.stdout.split("\n")  # once each, in order
                                           if folder + os.sep in line and "warning:" in line))
             started = time.monotonic()
-            ok, output = run_harness(build_dir, target, exercise_id, exercises[exercise_id].get("grades"))
+            ok, output = run_harness(build_dir, target, exercise_id, exercises[exercise_id].get("grades"),
+                                     first_failure=variant == "skeleton")
             seconds = time.monotonic() - started
             expected = variant == "solution"
             # A skeleton must fail on its numbers: some case's element against the reference, not a crash.

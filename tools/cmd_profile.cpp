@@ -1,0 +1,112 @@
+// flashlab profile IMPL [problem flags] [--json]: what a GPU profiler would count for one forward pass of a
+// GPU stage, counted in the CPU emulator of the CUDA execution model (emulator/counters.hpp), beside the
+// stage's own traffic model (Implementation::bytes_moved) and the FLOP count the roofline uses. Always
+// emulated, even where a GPU is present: the counts are exact and deterministic, and they are counts, not
+// times. (On a GPU, NVIDIA's Nsight Compute measures the same requests with its l1tex and lts metrics, and
+// the DRAM traffic behind them with dram__bytes_read.sum and dram__bytes_write.sum.)
+#include <cstdio>
+#include <iostream>
+
+#include "common/cuda/device.hpp"
+#include "common/error.hpp"
+#include "common/flops.hpp"
+#include "common/reference.hpp"
+#include "common/registry.hpp"
+#include "common/roofline.hpp"
+#include "common/tolerance.hpp"
+#include "emulator/counters.hpp"
+#include "tools/args.hpp"
+#include "tools/command.hpp"
+#include "tools/json.hpp"
+
+namespace flashlab::cli {
+
+namespace {
+
+int profile_command(const std::vector<std::string>& argv) {
+  auto switches = problem_switches();
+  switches.insert("--json");
+  const Args args(argv, problem_flags(), switches);
+  const Implementation& impl = implementation_from_args(args, "profile");
+  if (impl.device != Device::cuda)
+    fail(impl.name,
+         " runs on the CPU: profile counts what a GPU kernel does (see flashlab list for the GPU ones)");
+  if (!emulator::counting_complete())
+    fail(
+        "this build (the sanitizer's) does not see every global access of emulated kernels: profile with the "
+        "release build");
+  cuda::force_emulation(true);
+  const ProblemSetup setup = problem_from_args(args);
+  const Problem& p = setup.problem;
+  if (const std::string reason = why_cannot_run(impl, p); !reason.empty())
+    fail(impl.name, " cannot run this problem: ", reason);
+
+  progress("running " + impl.name + " in the CPU emulator, counting ...");
+  emulator::start_counting();
+  AttentionOutputs outputs;
+  try {
+    outputs = run_forward(impl, p, setup.inputs);
+  } catch (...) {
+    emulator::stop_counting();
+    throw;
+  }
+  const emulator::Counters counted = emulator::stop_counting();
+  progress("checking against the fp64 reference ...");
+  const ReferenceResult ref = reference_attention(p, setup.inputs);
+  const AttentionOutputs baseline = baseline_attention(p, setup.inputs, p.dtype, impl.rounds_p);
+  const Verdict verdict =
+      judge(p, outputs, ref, tolerance_from_baseline(p.dtype, deviation(p, baseline, ref)));
+  progress("");
+
+  const double bytes = static_cast<double>(counted.global_read_bytes + counted.global_write_bytes);
+  const Traffic model = forward_traffic(impl, p);
+  const double flops = forward_flops(p);
+  if (args.has("--json")) {
+    Json json;
+    json.begin_object().field("impl", impl.name).field("counted_in", "emulator");
+    problem_json(json, p, setup.input_source);
+    json.field("launches", static_cast<double>(counted.launches))
+        .field("blocks", static_cast<double>(counted.blocks));
+    json.field("global_read_bytes", static_cast<double>(counted.global_read_bytes))
+        .field("global_write_bytes", static_cast<double>(counted.global_write_bytes));
+    json.field("model_bytes", model.bytes).field("model_declared", model.modeled);
+    json.field("mma_sync", static_cast<double>(counted.mma_sync))
+        .field("wgmma", static_cast<double>(counted.wgmma))
+        .field("tensor_flops", counted.tensor_flops);
+    json.field("flops", flops).field("passed", verdict.passed());
+    std::cout << json.end_object().str();
+    return verdict.passed() ? 0 : 1;
+  }
+  std::printf("%s on %s\n", impl.name.c_str(), p.describe().c_str());
+  std::printf(
+      "counted in the CPU emulator of the CUDA execution model: exact counts of one forward pass, not a\n"
+      "GPU measurement and not a time\n\n");
+  std::printf("  launches, blocks       %llu, %llu\n", static_cast<unsigned long long>(counted.launches),
+              static_cast<unsigned long long>(counted.blocks));
+  std::printf("  global bytes           read %.3f MB, written %.3f MB, total %.3f MB\n",
+              counted.global_read_bytes / 1e6, counted.global_write_bytes / 1e6, bytes / 1e6);
+  std::printf(
+      "  traffic model          %.3f MB (%s): counted / model = %.3f\n", model.bytes / 1e6,
+      model.modeled ? "the stage's bytes_moved" : "no model declared: inputs read once, outputs written once",
+      model.bytes > 0 ? bytes / model.bytes : 0.0);
+  std::printf("  tensor-core instr.     mma.sync %llu, wgmma %llu: %.4f GFLOP on tensor cores\n",
+              static_cast<unsigned long long>(counted.mma_sync),
+              static_cast<unsigned long long>(counted.wgmma), counted.tensor_flops / 1e9);
+  std::printf("  FLOPs (SPEC's count)   %.4f GFLOP: %.1f FLOP/byte counted, %.1f by the model\n", flops / 1e9,
+              arithmetic_intensity(flops, bytes), arithmetic_intensity(flops, model.bytes));
+  std::printf("  result                 %s: %s\n", verdict.passed() ? "PASS" : "FAIL",
+              verdict.explain().c_str());
+  std::printf(
+      "\nglobal bytes: every byte of device memory the kernels' loads, stores, cp.async sources and TMA "
+      "copies\n"
+      "access (emulator/counters.hpp); tensor-core FLOPs include what padding and masked tiles compute.\n");
+  return verdict.passed() ? 0 : 1;
+}
+
+const CommandRegistration profile{
+    {"profile", "flashlab profile IMPL [problem flags] [--json]   (counted in the CPU emulator)",
+     profile_command}};
+
+}  // namespace
+
+}  // namespace flashlab::cli
