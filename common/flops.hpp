@@ -20,16 +20,18 @@ double backward_flops(const Problem& problem);
 // for Q, K, V and O (LSE is float32).
 double forward_min_bytes(const Problem& problem, double bytes_per_element);
 
-// How far a GPU kernel reads a key tile it visits: up to the batch element's last key (cp.async copies stop
-// there and zero-fill the rest), or up to the tensor's end (a TMA box reads the padding keys like any other).
-enum class TileReads { real_keys, whole_tensor };
+// How a GPU kernel loads its tiles. cp.async (cuda_v2): every block loads its Q rows, and a key tile up to
+// the batch element's last key (the rest is zero-filled without a read). TMA (cuda_v3_hopper): a block that
+// visits no key tile loads no Q, and a key tile's box reads to the tensor's end (padding keys included).
+enum class TileLoads { cp_async, tma };
 
-// The global traffic of FA2's Q-block-outer order on a GPU (cuda_v2, cuda_v3_hopper): each block of `block_m`
-// query rows of one query head reads its Q rows once and every key tile of `block_n` keys that holds a key
-// one of its valid rows sees (K and V, as far as `reads` says), and writes its O rows and their LSE. So K and
-// V are read once per query block of every query head: the re-reading FA2 trades for keeping O on chip. Q, K,
-// V and O at `element_bytes`; LSE float32.
+// The tensor traffic of FA2's Q-block-outer order on a GPU (cuda_v2, cuda_v3_hopper): each block of `block_m`
+// query rows of one query head reads its Q rows and every key tile of `block_n` keys that holds a key one of
+// its valid rows sees (K and V), as `loads` says, and writes its O rows and their LSE. So K and V are read
+// once per query block of every query head: the re-reading FA2 trades for keeping O on chip. Q, K, V and O at
+// `element_bytes`; LSE float32. Left out: each thread's reads of the per-batch lengths and of an explicit
+// mask (tests/test_counters.cpp states them).
 double q_block_outer_bytes(const Problem& problem, int64_t block_m, int64_t block_n, double element_bytes,
-                           TileReads reads);
+                           TileLoads loads);
 
 }  // namespace flashlab

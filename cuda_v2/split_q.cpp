@@ -31,11 +31,11 @@ std::string supports(const Problem& p) {
 // to it).
 double simt_bytes_moved(const Problem& p) {
   const QueryKeyTile tile = split_q_simt_tile();
-  return q_block_outer_bytes(p, tile.block_m, tile.block_n, 4.0, TileReads::real_keys);
+  return q_block_outer_bytes(p, tile.block_m, tile.block_n, 4.0, TileLoads::cp_async);
 }
 double tensor_core_bytes_moved(const Problem& p) {
   const QueryKeyTile tile = split_q_tile(static_cast<int>(p.head_dim));
-  return q_block_outer_bytes(p, tile.block_m, tile.block_n, 2.0, TileReads::real_keys);
+  return q_block_outer_bytes(p, tile.block_m, tile.block_n, 2.0, TileLoads::cp_async);
 }
 
 const Registration split_q_simt{gpu_implementation(

@@ -96,6 +96,7 @@ struct Ring {
     //   phase i / kStages of its barriers, and a wait names the parity of the phase it waits for; the
     //   producer's first pass finds every stage free
     // difficulty: 3
+    // grades: cuda_v3_hopper/(ws|fp8$)
     // docs: docs/05-cuda-v3-hopper.md#The schedule, in words
     // hint: phases count 0, 1, 2, ... and a wait names only the low bit (mbarrier_wait above: a fresh barrier
     //   is in phase 0, so a wait for parity 1 returns at once). A consumer waits for the phase that the

@@ -37,8 +37,7 @@ std::string supports(const Problem& p) {
 // Global traffic: FA2's Q-block-outer order (common/flops.hpp), 16-bit, with TMA boxes that read a visited
 // key block to the tensor's end (padding keys included). `flashlab profile` counts it in the emulator.
 double bytes_moved(const Problem& p) {
-  return q_block_outer_bytes(p, kWsBlockM, ws_block_n(static_cast<int>(p.head_dim)), 2.0,
-                             TileReads::whole_tensor);
+  return q_block_outer_bytes(p, kWsBlockM, ws_block_n(static_cast<int>(p.head_dim)), 2.0, TileLoads::tma);
 }
 
 // One entry per rung of the ablation ladder (ws.hpp, HopperAblation): the harness checks each, and the

@@ -75,10 +75,11 @@ TEST_CASE("every backward matches the fp64 reference backward on the case matrix
             judge_gradients(slot->problem, grad, backward_slot->reference, backward_slot->tolerance);
         INFO(impl->name, " [", to_string(dtype), "] backward on '", test_case.name, "' (",
              slot->problem.describe(), "): ", verdict.explain());
-        CHECK(verdict.passed());
+        report_case(
+            verdict.passed(), impl->name, dtype, "backward ", test_case, slot->problem,
+            verdict.explain());  // before the check: a run stopped at its first failure still prints it
         ++(verdict.passed() ? tally[impl->name].passed : tally[impl->name].failed);
-        report_case(verdict.passed(), impl->name, dtype, "backward ", test_case, slot->problem,
-                    verdict.explain());
+        CHECK(verdict.passed());
       }
     }
   }

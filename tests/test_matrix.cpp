@@ -39,17 +39,18 @@ TEST_CASE("every implementation matches the fp64 reference on the case matrix") 
           const std::string what = error.what();
           INFO(impl->name, " [", to_string(dtype), "] on '", test_case.name, "' (", slot->problem.describe(),
                "): ", what);
-          CHECK_MESSAGE(false, "the run failed");
-          ++tally[impl->name].failed;
+          // Reported before the check: a run stopped at its first failure (--abort-after) still prints it.
           report_case(false, impl->name, dtype, "", test_case, slot->problem, what);
+          ++tally[impl->name].failed;
+          CHECK_MESSAGE(false, "the run failed");
           continue;
         }
         const Verdict verdict = judge(slot->problem, out, slot->reference, slot->tolerance(impl->rounds_p));
         INFO(impl->name, " [", to_string(dtype), "] on '", test_case.name, "' (", slot->problem.describe(),
              "): ", verdict.explain());
-        CHECK(verdict.passed());
-        ++(verdict.passed() ? tally[impl->name].passed : tally[impl->name].failed);
         report_case(verdict.passed(), impl->name, dtype, "", test_case, slot->problem, verdict.explain());
+        ++(verdict.passed() ? tally[impl->name].passed : tally[impl->name].failed);
+        CHECK(verdict.passed());
       }
     }
   }

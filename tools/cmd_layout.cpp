@@ -83,7 +83,7 @@ Layout ldmatrix(bool transpose) {
   Layout layout{std::string("ldmatrix.sync.aligned.m8n8.x4") + (transpose ? ".trans" : "") + ".shared.b16",
                 {"four 8 x 8 matrices of 16-bit elements; lane 8m + r gives the address of row r of matrix m",
                  "cell = the lane whose register m receives the element, and its low (l) or high (h) half",
-                 transpose ? "with .trans each lane receives the transposed positions: a column pair of a row"
+                 transpose ? "with .trans lane l receives column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1"
                            : "without .trans lane l receives row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1"},
                 {}};
   for (int matrix = 0; matrix < 4; ++matrix) {
@@ -272,6 +272,8 @@ int layout_command(const std::vector<std::string>& argv) {
     fail("unknown layout '", name, "' (mma16816, ldmatrix, wgmma, swizzle)");
   }
   if (name != "ldmatrix" && args.has("--trans")) fail("--trans applies to ldmatrix only");
+  if (name != "wgmma" && args.has("--n")) fail("--n applies to wgmma only");
+  if (name != "swizzle" && args.has("--bytes")) fail("--bytes applies to swizzle only");
   print_text(layout);
   if (const auto svg = args.get("--svg")) {
     write_text_file(*svg, render_svg(layout));

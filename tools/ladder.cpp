@@ -1,6 +1,10 @@
 #include "tools/ladder.hpp"
 
+#include <optional>
+#include <string>
+
 #include "common/cuda/device.hpp"
+#include "common/error.hpp"
 #include "tools/args.hpp"
 #include "tools/command.hpp"
 
@@ -51,8 +55,17 @@ const std::vector<LadderProblem>& ladder_problems() {
   return problems;
 }
 
-Problem problem_of(const std::vector<std::string>& flags) {
-  return problem_from_args(Args(flags, problem_flags(), problem_switches()), false).problem;
+// The problem the flags describe; on a machine too small for it (problem_from_args refuses), none, with why.
+struct MaybeProblem {
+  std::optional<Problem> problem;
+  std::string refusal;
+};
+MaybeProblem problem_of(const std::vector<std::string>& flags) {
+  try {
+    return {problem_from_args(Args(flags, problem_flags(), problem_switches()), false).problem, ""};
+  } catch (const Error& error) {
+    return {std::nullopt, error.what()};
+  }
 }
 
 }  // namespace
@@ -70,7 +83,7 @@ Ladder place_on_ladder(bool emulate) {
   if (emulate) cuda::force_emulation(true);
   Ladder ladder;
   std::vector<LadderSection> native, emulated;
-  std::vector<Problem> native_problems, emulated_problems;
+  std::vector<MaybeProblem> native_problems, emulated_problems;
   for (const LadderProblem& problem : ladder_problems()) {
     auto section = [&](bool in_emulator) {
       LadderSection s{problem.title,
@@ -89,13 +102,17 @@ Ladder place_on_ladder(bool emulate) {
     emulated_problems.push_back(problem_of(problem.emulated_flags));
   }
   for (const Implementation& impl : implementations()) {
-    if (impl.availability && !impl.availability().empty()) continue;  // list says why
+    if (impl.availability && !impl.availability().empty()) {
+      ladder.unplaced.emplace_back(&impl, "unavailable: " + impl.availability());
+      continue;
+    }
     const bool in_emulator = !emulation_reason(impl).empty();
-    const std::vector<Problem>& problems = in_emulator ? emulated_problems : native_problems;
+    const std::vector<MaybeProblem>& problems = in_emulator ? emulated_problems : native_problems;
     std::string first_refusal;
     size_t placed = problems.size();
     for (size_t n = 0; n < problems.size() && placed == problems.size(); ++n) {
-      const std::string reason = why_cannot_run(impl, problems[n]);
+      const std::string reason =
+          problems[n].problem ? why_cannot_run(impl, *problems[n].problem) : problems[n].refusal;
       if (reason.empty())
         placed = n;
       else if (first_refusal.empty())
@@ -110,8 +127,8 @@ Ladder place_on_ladder(bool emulate) {
     if (!native[n].stages.empty())
       for (const char* name : ladder_problems()[n].contrast) {
         const Implementation* impl = find_implementation(name);
-        if (impl != nullptr && emulation_reason(*impl).empty() &&
-            why_cannot_run(*impl, native_problems[n]).empty())
+        if (impl != nullptr && emulation_reason(*impl).empty() && native_problems[n].problem &&
+            why_cannot_run(*impl, *native_problems[n].problem).empty())
           native[n].contrast.push_back(impl);
       }
     if (!native[n].stages.empty()) ladder.sections.push_back(std::move(native[n]));
