@@ -171,7 +171,11 @@ def write_workspace(entry, folder, keep_solution):
     for path in stage_sources(stage):
         lines = open(os.path.join(ROOT, path)).read().split("\n")
         for start, solution_start, end in reversed(entry["files"].get(path, [])):
-            indent = re.match(r"^\s*", lines[solution_start]).group(0)
+            # The TODO takes the indentation of the first solution line that is not a preprocessor line
+            # (`#pragma unroll` sits in column 0).
+            code = next((line for line in lines[solution_start:end] if not line.lstrip().startswith("#")),
+                        lines[solution_start])
+            indent = re.match(r"^\s*", code).group(0)
             if keep_solution:
                 replacement = lines[solution_start:end]
             else:
