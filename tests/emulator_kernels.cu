@@ -14,20 +14,8 @@ namespace flashlab::testing::kernels {
 
 namespace {
 
-template <typename T>
-cuda::DeviceBuffer<T> upload(const std::vector<T>& host) {
-  cuda::DeviceBuffer<T> buffer(host.size());
-  if (!host.empty()) buffer.copy_from_host(host.data());
-  return buffer;
-}
-
-template <typename T>
-std::vector<T> download(const cuda::DeviceBuffer<T>& buffer) {
-  std::vector<T> host(buffer.size());
-  if (!host.empty()) buffer.copy_to_host(host.data());
-  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  return host;
-}
+using cuda::download;
+using cuda::upload;
 
 __global__ void shuffle_kernel(int* out, Shuffle mode, unsigned mask, int b, int width) {
   const int lane = static_cast<int>(threadIdx.x);

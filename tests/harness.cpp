@@ -5,6 +5,7 @@
 #include <limits>
 #include <regex>
 
+#include "common/error.hpp"
 #include "common/paged_kv.hpp"
 
 namespace flashlab::testing {
@@ -38,6 +39,19 @@ PreparedCase prepare(const Case& test_case, DType dtype) {
   attach_paged_kv(prepared.problem, prepared.inputs, test_case.seed);
   prepared.reference = reference_attention(prepared.problem, prepared.inputs);
   return prepared;
+}
+
+std::string error_of(const std::function<void()>& run) {
+  try {
+    run();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
 }
 
 void poison_padding(const Problem& p, AttentionInputs& inputs) {

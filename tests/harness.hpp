@@ -1,6 +1,7 @@
 // Helpers the harness's test files share: which implementations to test, and cached references per case.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,6 +31,11 @@ struct PreparedCase {
 // Q past seqlens_q, keys of K and V past seqlens_k) is memory the caller may leave holding anything, so it
 // holds NaN and Inf here, and no visible row may change (SPEC: padding is never read).
 PreparedCase prepare(const Case& test_case, DType dtype);
+
+// The message of the flashlab::Error that `run` throws (what the emulator found wrong in a kernel), or ""
+// when it runs through; and whether `text` contains `part`.
+std::string error_of(const std::function<void()>& run);
+bool contains(const std::string& text, const std::string& part);
 
 // Fills the padding of `inputs` (unpaged; attach the paged copy after) with NaN and +-Inf.
 void poison_padding(const Problem& p, AttentionInputs& inputs);

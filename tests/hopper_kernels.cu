@@ -21,20 +21,8 @@ namespace {
 
 namespace hopper = ::flashlab::hopper;
 
-template <typename T>
-cuda::DeviceBuffer<T> upload(const std::vector<T>& host) {
-  cuda::DeviceBuffer<T> buffer(host.size());
-  if (!host.empty()) buffer.copy_from_host(host.data());
-  return buffer;
-}
-
-template <typename T>
-std::vector<T> download(const cuda::DeviceBuffer<T>& buffer) {
-  std::vector<T> host(buffer.size());
-  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  if (!host.empty()) buffer.copy_to_host(host.data());
-  return host;
-}
+using cuda::download;
+using cuda::upload;
 
 // A rows x columns row-major tensor as a 4-D TMA map (columns, rows, 1, 1), moved in boxes of box_columns x
 // box_rows with the 128-byte swizzle.

@@ -21,6 +21,7 @@
 #include "common/number_format.hpp"
 #include "emulator/launch.hpp"
 #include "tests/emulator_kernels.hpp"
+#include "tests/harness.hpp"
 
 namespace flashlab::testing {
 
@@ -43,20 +44,6 @@ void on_each_target(Check&& check) {
     }
   }
 #endif
-}
-
-// The error a kernel run throws, or "" when it runs through.
-std::string error_of(const std::function<void()>& run) {
-  try {
-    run();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 }  // namespace

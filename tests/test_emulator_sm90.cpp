@@ -21,6 +21,7 @@
 #include "common/number_format.hpp"
 #include "cuda_v3_hopper/ws_stage.hpp"
 #include "emulator/launch.hpp"
+#include "tests/harness.hpp"
 #include "tests/hopper_kernels.hpp"
 
 namespace flashlab::testing {
@@ -53,19 +54,6 @@ void on_each_target(const std::function<void(const Builds&)>& check) {
     }
   }
 #endif
-}
-
-std::string error_of(const std::function<void()>& run) {
-  try {
-    run();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 // Values on a grid of eighths in [-2, 2]: exact in bf16 and in e4m3, so that products are exact.

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <utility>
+#include <vector>
 
 #include "common/cuda/check.hpp"
 #include "common/cuda/target.hpp"
@@ -47,6 +48,22 @@ class DeviceBuffer {
   T* data_ = nullptr;
   size_t count_ = 0;
 };
+
+// A host vector in a new device buffer, and a device buffer back in a host vector (after the device has
+// finished: a fault in a kernel that wrote it surfaces here, checked).
+template <typename T>
+DeviceBuffer<T> upload(const std::vector<T>& host) {
+  DeviceBuffer<T> buffer(host.size());
+  if (!host.empty()) buffer.copy_from_host(host.data());
+  return buffer;
+}
+template <typename T>
+std::vector<T> download(const DeviceBuffer<T>& buffer) {
+  std::vector<T> host(buffer.size());
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  if (!host.empty()) buffer.copy_to_host(host.data());
+  return host;
+}
 
 }  // namespace FLASHLAB_CUDA_TARGET
 using namespace FLASHLAB_CUDA_TARGET;

@@ -19,13 +19,6 @@ DeviceBuffer<std::byte> upload(DType dtype, const float* values, size_t count) {
   return buffer;
 }
 
-template <typename T>
-DeviceBuffer<T> upload(const std::vector<T>& values) {
-  DeviceBuffer<T> buffer(values.size());
-  if (!values.empty()) buffer.copy_from_host(values.data());
-  return buffer;
-}
-
 // The block table as a dense int32 [batch, stride] matrix, -1 where a sequence has fewer pages.
 std::vector<int32_t> dense_block_table(const PagedKV& paged, int64_t stride) {
   std::vector<int32_t> table(paged.block_table.size() * static_cast<size_t>(stride), -1);
