@@ -65,11 +65,15 @@ __device__ inline void load_tile(float* smem, int smem_pitch, const float* gmem,
     const int r = index / kVectorsPerRow, col = (index % kVectorsPerRow) * 4;
     float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (row0 + r < rows_valid) value = *reinterpret_cast<const float4*>(gmem + (row0 + r) * row_stride + col);
-    float* dst = smem + r * smem_pitch + col;  // K's odd pitch rules out one 16-byte store
-    dst[0] = value.x;
-    dst[1] = value.y;
-    dst[2] = value.z;
-    dst[3] = value.w;
+    float* dst = smem + r * smem_pitch + col;
+    if (smem_pitch % 4 == 0) {
+      *reinterpret_cast<float4*>(dst) = value;  // one 16-byte store: a quarter-warp fills 128 bytes
+    } else {  // K's odd pitch rules out a 16-byte store; its 4-byte stores meet 2- to 4-way bank conflicts
+      dst[0] = value.x;
+      dst[1] = value.y;
+      dst[2] = value.z;
+      dst[3] = value.w;
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <new>
 
+#include "emulator/counters.hpp"
 #include "emulator/report.hpp"
 
 namespace flashlab::emulator {
@@ -60,6 +61,7 @@ std::string BlockRunner::run(const Launch& launch, Index3 block_index, const Sch
   prepare_shared(launch.dynamic_shared_bytes);
   start_threads(launch);
   this->schedule();
+  count::block_ended();
   if (error_.empty()) error_ = sm90_block_end();
   finish_async_copies();
   release_sm90_shadow();
@@ -264,6 +266,20 @@ int BlockRunner::barrier(ThreadState& self, unsigned id, unsigned threads, bool 
 
 void BlockRunner::complete_barrier(Barrier& b) {
   const ThreadState* completer = running;
+  if (counting()) {
+    // One barrier instruction per warp that reached it; a warp all of whose lanes wait here has met.
+    std::vector<int> lanes(collectives_.size(), 0), waiting(collectives_.size(), 0);
+    for (int tid : b.arrivals) ++lanes[static_cast<size_t>(tid / 32)];
+    for (int tid : b.waiters) ++waiting[static_cast<size_t>(tid / 32)];
+    int warps = 0;
+    for (size_t w = 0; w < lanes.size(); ++w) {
+      warps += lanes[w] > 0;
+      const int present =
+          std::min(32, thread_count_ - static_cast<int>(w) * 32) - std::popcount(exited_lanes_[w]);
+      if (waiting[w] == present) count::warp_met(static_cast<int>(w));
+    }
+    count::barrier(warps);
+  }
   if (b.expected == static_cast<unsigned>(thread_count_) && !b.arrive_only) {
     // Every thread of the block met and waited: whatever any of them did before is ordered before whatever
     // any does next. Raising the clock floor past every step so far says that without joining every clock.
@@ -361,6 +377,8 @@ void BlockRunner::collective(ThreadState& self, const char* operation, unsigned 
   completing_ = true;
   done.complete(*this, done, warp);
   completing_ = false;
+  const unsigned lanes_here_mask = existing & ~exited_lanes_[warp];
+  if ((mask & lanes_here_mask) == lanes_here_mask) count::warp_met(warp);
   for (unsigned lanes = mask; lanes != 0; lanes &= lanes - 1) {
     const int l = std::countr_zero(lanes);
     ThreadState& t = threads_[first + l];

@@ -22,6 +22,13 @@ namespace flashlab::emulator {
 
 class BlockRunner;
 
+// A source line as a number: the site at which the counters group the lanes' calls of an emulated operation
+// (emulator/counters.hpp).
+inline uint64_t source_site(const Where& where) {
+  return reinterpret_cast<uintptr_t>(where.file_name()) ^ uint64_t(where.line()) << 40 ^
+         uint64_t(where.column()) << 56;
+}
+
 // An asynchronous copy in flight (cp.async): issued by one thread, completed by its wait_group.
 struct AsyncCopy {
   uint32_t destination = 0;  // shared address

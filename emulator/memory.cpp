@@ -117,18 +117,27 @@ bool inside(const Range& range, uintptr_t address, size_t bytes) {
 
 std::atomic<bool> instrumented{false};
 
-void check_access(ThreadState& self, const void* pointer, size_t bytes, bool write) {
+// `site`: the instrumented instruction's address (where the hook returns to), which groups the lanes'
+// accesses into warp instructions for the counters.
+void check_access(ThreadState& self, const void* pointer, size_t bytes, bool write, const void* site) {
   BlockRunner& block = *self.block;
   const auto address = reinterpret_cast<uintptr_t>(pointer);
+  const auto pc = reinterpret_cast<uintptr_t>(site);
   if (block.in_shared_window(address)) {
-    block.shared_access(self,
-                        static_cast<uint32_t>(address - reinterpret_cast<uintptr_t>(block.shared_base())),
-                        bytes, write);
+    const auto offset = static_cast<uint32_t>(address - reinterpret_cast<uintptr_t>(block.shared_base()));
+    block.shared_access(self, offset, bytes, write);
+    if (counting())
+      count::lane_access(self.warp(), self.lane(), pc, write ? Access::shared_store : Access::shared_load,
+                         offset, static_cast<uint32_t>(bytes));
     return;
   }
   if (block.in_stacks(address)) return;  // registers and local memory
   if (inside_allocation(address, bytes)) {
-    count::global(bytes, write);
+    if (counting()) {
+      count::global(bytes, write);
+      count::lane_access(self.warp(), self.lane(), pc, write ? Access::global_store : Access::global_load,
+                         address, static_cast<uint32_t>(bytes));
+    }
     return;
   }
   const Launch& launch = block.launch();
@@ -136,13 +145,13 @@ void check_access(ThreadState& self, const void* pointer, size_t bytes, bool wri
   if (!problem.empty()) block.fail_with(self, std::move(problem));
 }
 
-void access(const void* pointer, size_t bytes, bool write) {
+void access(const void* pointer, size_t bytes, bool write, const void* site) {
   ThreadState* self = current_thread();
   if (self == nullptr || self->in_emulator) return;  // host code, or the emulator's own
   // While the access is checked, the emulator's own accesses (its containers may run instrumented copies of
   // library templates) are not kernel accesses.
   self->in_emulator = true;
-  check_access(*self, pointer, bytes, write);
+  check_access(*self, pointer, bytes, write, site);
   self->in_emulator = false;
 }
 
@@ -234,18 +243,18 @@ void __tsan_func_exit() {}
 void __tsan_vptr_update(void**, void*) {}
 void __tsan_vptr_read(void**) {}
 
-#define FLASHLAB_TSAN_ACCESS(bytes)                   \
-  void __tsan_read##bytes(void* address) {            \
-    access(address, bytes, false);                    \
-  }                                                   \
-  void __tsan_write##bytes(void* address) {           \
-    access(address, bytes, true);                     \
-  }                                                   \
-  void __tsan_unaligned_read##bytes(void* address) {  \
-    access(address, bytes, false);                    \
-  }                                                   \
-  void __tsan_unaligned_write##bytes(void* address) { \
-    access(address, bytes, true);                     \
+#define FLASHLAB_TSAN_ACCESS(bytes)                             \
+  void __tsan_read##bytes(void* address) {                      \
+    access(address, bytes, false, __builtin_return_address(0)); \
+  }                                                             \
+  void __tsan_write##bytes(void* address) {                     \
+    access(address, bytes, true, __builtin_return_address(0));  \
+  }                                                             \
+  void __tsan_unaligned_read##bytes(void* address) {            \
+    access(address, bytes, false, __builtin_return_address(0)); \
+  }                                                             \
+  void __tsan_unaligned_write##bytes(void* address) {           \
+    access(address, bytes, true, __builtin_return_address(0));  \
   }
 FLASHLAB_TSAN_ACCESS(1)
 FLASHLAB_TSAN_ACCESS(2)
@@ -254,10 +263,10 @@ FLASHLAB_TSAN_ACCESS(8)
 FLASHLAB_TSAN_ACCESS(16)
 #undef FLASHLAB_TSAN_ACCESS
 void __tsan_read_range(void* address, unsigned long bytes) {
-  access(address, bytes, false);
+  access(address, bytes, false, __builtin_return_address(0));
 }
 void __tsan_write_range(void* address, unsigned long bytes) {
-  access(address, bytes, true);
+  access(address, bytes, true, __builtin_return_address(0));
 }
 
 // Atomic operations in instrumented code (std::atomic in host code of emulated files, static-local guards):

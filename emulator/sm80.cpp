@@ -244,6 +244,14 @@ void cp_async(void* shared_destination, const void* global_source, int copy_byte
     std::memcpy(copy.data, global_source, static_cast<size_t>(source_bytes));
     count::global(static_cast<size_t>(source_bytes), false);
   }
+  if (counting()) {
+    const uint64_t site = source_site(where);
+    if (source_bytes > 0)
+      count::lane_access(t.warp(), t.lane(), site, Access::cp_async_global, source,
+                         static_cast<uint32_t>(source_bytes));
+    count::lane_access(t.warp(), t.lane(), site, Access::cp_async_shared, copy.destination,
+                       static_cast<uint32_t>(copy_bytes));
+  }
   block.begin_async_write(t, copy.destination, copy_bytes, where);
   t.uncommitted.push_back(copy);
 }
@@ -279,6 +287,8 @@ struct LdmatrixLane {
 void complete_ldmatrix(BlockRunner& block, Collective& c, int warp) {
   const auto& first = *static_cast<LdmatrixLane*>(c.lane_data[0]);
   uint16_t matrix[4][fragments::ldmatrix::rows][fragments::ldmatrix::cols];
+  LaneAccess rows[32];
+  int row_count = 0;
   for (int m = 0; m < first.matrices; ++m)
     for (int r = 0; r < fragments::ldmatrix::rows; ++r) {
       const int lane = fragments::ldmatrix::address_lane(m, r);
@@ -290,7 +300,9 @@ void complete_ldmatrix(BlockRunner& block, Collective& c, int warp) {
       const auto shared = static_cast<uint32_t>(address - reinterpret_cast<uintptr_t>(block.shared_base()));
       block.shared_access(supplier, shared, 16, false);
       std::memcpy(matrix[m][r], block.shared_base() + shared, 16);
+      rows[row_count++] = {lane, shared, 16};
     }
+  count::instruction(Access::ldmatrix, wavefronts({rows, static_cast<size_t>(row_count)}));
   for (int lane = 0; lane < 32; ++lane) {
     auto& me = *static_cast<LdmatrixLane*>(c.lane_data[lane]);
     for (int m = 0; m < me.matrices; ++m) {

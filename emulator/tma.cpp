@@ -220,6 +220,7 @@ void BlockRunner::mbarrier_arrive(ThreadState& self, const void* pointer, uint32
 void BlockRunner::mbarrier_wait(ThreadState& self, const void* pointer, uint32_t parity, Where where) {
   const char* operation = "mbarrier.try_wait.parity";
   MBarrier& b = mbarrier(self, pointer, operation, where);
+  count::mbarrier_wait();
   if (parity > 1) fail(self, operation, " (", where, "): the parity ", parity, " must be 0 or 1");
   self.last_sync = where;
   self.last_sync_operation = operation;
@@ -435,6 +436,7 @@ void tma_load(void* destination, const void* tensor_map, void* barrier, const in
     }
   });
   block.add_bulk_load(t, std::move(load));
+  count::instruction(Access::tma_shared, {1, (copy.bytes + 127) / 128, (copy.bytes + 127) / 128});
 }
 
 void tma_store(const void* tensor_map, const void* source, const int32_t* coordinates, int rank,
@@ -455,6 +457,7 @@ void tma_store(const void* tensor_map, const void* source, const int32_t* coordi
           copy.map.swizzle, copy.shared, first * element_bytes + byte)]);
   });
   block.lock_bulk_read(t, {copy.shared, copy.bytes});
+  count::instruction(Access::tma_shared, {1, (copy.bytes + 127) / 128, (copy.bytes + 127) / 128});
 }
 
 void bulk_commit_group(Where) {

@@ -72,6 +72,7 @@ void BlockRunner::warpgroup_collective(ThreadState& self, const char* operation,
   completing_ = true;
   done.complete(*this, done, index);
   completing_ = false;
+  for (int warp = 4 * index; warp < 4 * index + 4; ++warp) count::warp_met(warp);
   for (int tid = index * 128; tid < (index + 1) * 128; ++tid) {
     threads_[tid].last_sync = where;
     threads_[tid].last_sync_operation = operation;
@@ -144,6 +145,28 @@ void read_operand(BlockRunner& block, const ThreadState& reader, const uint32_t*
       std::memcpy(&operand.values[(static_cast<size_t>(row) * operand.k + k) * operand.element_bytes],
                   block.shared_base() + address, operand.element_bytes);
     }
+  if (!counting()) return;
+  // The counters' view of the read: core matrices of 8 rows of one 16-byte chunk each (8 M/N rows at one K
+  // chunk for K-major, 8 K rows at one M/N chunk for MN-major), one wavefront each unless rows share banks.
+  const uint32_t t = 16 / operand.element_bytes;
+  const uint32_t outer = operand.mn_major ? operand.rows / t : operand.rows / 8;
+  const uint32_t inner = operand.mn_major ? operand.k / 8 : operand.k / t;
+  AccessCounts total{1, 0, 0};
+  for (uint32_t i = 0; i < outer; ++i)
+    for (uint32_t j = 0; j < inner; ++j) {
+      LaneAccess rows[8];
+      for (int r = 0; r < 8; ++r) {
+        const uint32_t u = static_cast<uint32_t>(r);
+        const uint32_t address =
+            operand.mn_major ? gmma::element_address(d, major, operand.element_bytes, i * t, 8 * j + u)
+                             : gmma::element_address(d, major, operand.element_bytes, 8 * i + u, j * t);
+        rows[r] = {r, address, 16};
+      }
+      const AccessCounts core = wavefronts(rows);
+      total.units += core.units;
+      total.ideal += core.ideal;
+    }
+  count::instruction(Access::wgmma_operand, total);
 }
 
 void complete_wgmma(BlockRunner& block, GroupCollective& c, int index) {

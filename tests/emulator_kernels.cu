@@ -103,6 +103,33 @@ __global__ void cp_async_kernel(float* out, const float* source, const int* in_r
   for (int i = lane; i < 4 * chunks; i += 32) out[i] = shared[i];
 }
 
+// Each lane reads `width` bytes at its own byte offset into `data` (global memory, or a copy of it in shared
+// memory) and stores their sum: one planted warp-level load. The offsets come as a parameter, which the
+// counters leave out, so the only other counted accesses are the copy into shared memory and the store.
+__global__ void access_pattern_kernel(float* out, const float* data, AccessOffsets offsets, int width,
+                                      bool shared_space, int floats) {
+  float* shared = cuda::dynamic_shared_memory<float>();
+  const int lane = static_cast<int>(threadIdx.x);
+  const char* base = reinterpret_cast<const char*>(data);
+  if (shared_space) {
+    for (int i = lane; i < floats; i += 32) shared[i] = data[i];
+    __syncwarp();
+    base = reinterpret_cast<const char*>(shared);
+  }
+  const char* at = base + offsets.bytes[lane];
+  float sum = 0.0f;
+  if (width == 4) {
+    sum = *reinterpret_cast<const float*>(at);
+  } else if (width == 8) {
+    const float2 v = *reinterpret_cast<const float2*>(at);
+    sum = v.x + v.y;
+  } else {
+    const float4 v = *reinterpret_cast<const float4*>(at);
+    sum = v.x + v.y + v.z + v.w;
+  }
+  out[lane] = sum;
+}
+
 __global__ void neighbours_kernel(float* out, const float* in, Mistake mistake) {
   float* shared = cuda::dynamic_shared_memory<float>();
   const int t = static_cast<int>(threadIdx.x), n = static_cast<int>(blockDim.x);
@@ -258,6 +285,16 @@ std::vector<float> cp_async(const std::vector<float>& source, const std::vector<
   const cuda::DeviceBuffer<int> flags = upload(in_range);
   cuda::launch_kernel<cp_async_kernel>(dim3(1), dim3(32), 16 * static_cast<size_t>(chunks), nullptr,
                                        out.get(), src.get(), flags.get(), chunks);
+  return download(out);
+}
+
+std::vector<float> access_pattern(bool shared, int width, const AccessOffsets& offsets, int floats) {
+  cuda::DeviceBuffer<float> out(32);
+  std::vector<float> values(static_cast<size_t>(floats));
+  for (int i = 0; i < floats; ++i) values[static_cast<size_t>(i)] = static_cast<float>(i);
+  const cuda::DeviceBuffer<float> data = upload(values);
+  cuda::launch_kernel<access_pattern_kernel>(dim3(1), dim3(32), shared ? 4 * static_cast<size_t>(floats) : 0,
+                                             nullptr, out.get(), data.get(), offsets, width, shared, floats);
   return download(out);
 }
 

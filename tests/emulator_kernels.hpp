@@ -30,6 +30,11 @@ enum class Mistake {
   cp_async_without_wait,    // reads a cp.async destination before cp.async.wait_group
 };
 
+// Per lane, a byte offset (access_pattern).
+struct AccessOffsets {
+  int bytes[32];
+};
+
 FLASHLAB_FOR_EACH_TARGET(
     // __shfl_*_sync(mask, lane * 10 + 7, b, width) for every lane of one warp; lanes outside `mask` write -1.
     std::vector<int> shuffle(Shuffle mode, unsigned mask, int b, int width);
@@ -47,6 +52,9 @@ FLASHLAB_FOR_EACH_TARGET(
     // cp.async of `source` (16-byte chunks, chunk i with src-size sizes[i]) into shared memory, committed in
     // one group and waited for, then read back.
     std::vector<float> cp_async(const std::vector<float>& source, const std::vector<int>& sizes);
+    // One warp: lane l reads `width` (4, 8 or 16) bytes at byte offset offsets.bytes[l] of `floats` floats
+    // 0, 1, 2, ... in global memory or, if `shared`, in a copy in shared memory; returns each lane's sum.
+    std::vector<float> access_pattern(bool shared, int width, const AccessOffsets& offsets, int floats);
     // A block of `threads` that writes shared memory, synchronizes as it should and reads a neighbour's value
     // (mistake none), or makes `mistake`; returns what each thread read.
     std::vector<float> neighbours(int threads, Mistake mistake);

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -85,8 +86,124 @@ TEST_CASE("the emulator counts global bytes, cp.async sources, TMA elements and 
 
 namespace {
 
-// One forward pass of `name` in the emulator: the global bytes it moved, and its traffic model's.
-std::pair<double, double> counted_and_modeled(const char* name, const Problem& p) {
+// The lanes of a warp accessing `bytes` each at offset(lane) (the lanes in `active` only).
+template <typename Offset>
+std::vector<emulator::LaneAccess> warp_access(uint32_t bytes, Offset offset, unsigned active = ~0u) {
+  std::vector<emulator::LaneAccess> lanes;
+  for (int lane = 0; lane < 32; ++lane)
+    if ((active >> lane & 1u) != 0) lanes.push_back({lane, static_cast<uint64_t>(offset(lane)), bytes});
+  return lanes;
+}
+std::string units_of(const emulator::AccessCounts& c) {
+  return std::to_string(c.instructions) + " instructions, " + std::to_string(c.units) + " of ideal " +
+         std::to_string(c.ideal);
+}
+std::string units_of(uint64_t instructions, uint64_t units, uint64_t ideal) {
+  return units_of(emulator::AccessCounts{instructions, units, ideal});
+}
+
+}  // namespace
+
+// The definitions of emulator/counters.hpp on access patterns whose answers follow from the definitions of
+// NVIDIA's profiler (32-byte sectors; 32 banks of 4 bytes; 8- and 16-byte accesses in half- and quarter-warp
+// phases).
+TEST_CASE("sectors and wavefronts of planted warp accesses") {
+  using emulator::sectors;
+  using emulator::wavefronts;
+  SUBCASE("global: coalesced, misaligned, strided, broadcast, 16-byte, half the lanes") {
+    CHECK(units_of(sectors(warp_access(4, [](int l) { return 4 * l; }))) == units_of(1, 4, 4));
+    CHECK(units_of(sectors(warp_access(4, [](int l) { return 4 + 4 * l; }))) == units_of(1, 5, 4));
+    CHECK(units_of(sectors(warp_access(4, [](int l) { return 128 * l; }))) == units_of(1, 32, 4));
+    CHECK(units_of(sectors(warp_access(4, [](int) { return 64; }))) == units_of(1, 1, 1));
+    CHECK(units_of(sectors(warp_access(16, [](int l) { return 16 * l; }))) == units_of(1, 16, 16));
+    CHECK(units_of(sectors(warp_access(
+              4, [](int l) { return 4 * l; }, 0x0000ffffu))) == units_of(1, 2, 2));
+    CHECK(units_of(sectors(warp_access(2, [](int l) { return 64 * l; }))) == units_of(1, 32, 2));
+  }
+  SUBCASE("shared: conflict-free, broadcast, 2-way, 32-way") {
+    CHECK(units_of(wavefronts(warp_access(4, [](int l) { return 4 * l; }))) == units_of(1, 1, 1));
+    CHECK(units_of(wavefronts(warp_access(4, [](int) { return 256; }))) == units_of(1, 1, 1));
+    CHECK(units_of(wavefronts(warp_access(4, [](int l) { return 4 * (l % 16); }))) == units_of(1, 1, 1));
+    CHECK(units_of(wavefronts(warp_access(4, [](int l) { return 8 * l; }))) == units_of(1, 2, 1));
+    CHECK(units_of(wavefronts(warp_access(4, [](int l) { return 128 * l; }))) == units_of(1, 32, 1));
+    CHECK(units_of(wavefronts(warp_access(2, [](int l) { return 2 * l; }))) == units_of(1, 1, 1));
+  }
+  SUBCASE("shared, 8 and 16 bytes a lane: half- and quarter-warp phases") {
+    CHECK(units_of(wavefronts(warp_access(8, [](int l) { return 8 * l; }))) == units_of(1, 2, 2));
+    CHECK(units_of(wavefronts(warp_access(8, [](int l) { return 16 * l; }))) == units_of(1, 4, 2));
+    CHECK(units_of(wavefronts(warp_access(16, [](int l) { return 16 * l; }))) == units_of(1, 4, 4));
+    // The first 16-byte chunk of rows 0-31 of a 256-byte-wide tile: unswizzled, each quarter-warp's 8 rows
+    // start in the same 4 banks (8-way); swizzled (chunk c of row r at c ^ r % 8), in 8 different chunks.
+    CHECK(units_of(wavefronts(warp_access(16, [](int l) { return 256 * l; }))) == units_of(1, 32, 4));
+    CHECK(units_of(wavefronts(warp_access(16, [](int l) { return 256 * l + 16 * (l % 8); }))) ==
+          units_of(1, 4, 4));
+    // Only lanes 8-15 active: one phase.
+    CHECK(units_of(wavefronts(warp_access(
+              16, [](int l) { return 16 * l; }, 0x0000ff00u))) == units_of(1, 1, 1));
+  }
+}
+
+// The same patterns run as kernels: the emulator runs a warp's lanes one after another and must group their
+// accesses into the warp's instructions.
+TEST_CASE("the emulator groups a warp's lanes into instructions and counts their sectors and wavefronts") {
+  if (!emulator::counting_complete()) {
+    MESSAGE("skipped: this build (the sanitizer's) does not see every global access of emulated kernels");
+    return;
+  }
+  using emulator::Access;
+  auto offsets = [](auto offset) {
+    k::AccessOffsets o{};
+    for (int l = 0; l < 32; ++l) o.bytes[l] = offset(l);
+    return o;
+  };
+  SUBCASE("global: a load at a 128-byte stride, a broadcast; the coalesced store of the results") {
+    std::vector<float> out;
+    auto c = counted(
+        [&] { out = k::emulated::access_pattern(false, 4, offsets([](int l) { return 128 * l; }), 1024); });
+    CHECK(units_of(c[Access::global_load]) == units_of(1, 32, 4));
+    CHECK(units_of(c[Access::global_store]) == units_of(1, 4, 4));
+    CHECK(out[5] == 5 * 32.0f);
+    c = counted([&] { out = k::emulated::access_pattern(false, 4, offsets([](int) { return 40; }), 1024); });
+    CHECK(units_of(c[Access::global_load]) == units_of(1, 1, 1));
+    CHECK(out[31] == 10.0f);
+  }
+  SUBCASE("shared: 2-way and 32-way conflicts, after a conflict-free fill") {
+    auto c =
+        counted([&] { k::emulated::access_pattern(true, 4, offsets([](int l) { return 8 * l; }), 1024); });
+    CHECK(units_of(c[Access::shared_load]) == units_of(1, 2, 1));
+    CHECK(units_of(c[Access::shared_store]) == units_of(32, 32, 32));  // the fill: 32 floats a lane
+    CHECK(units_of(c[Access::global_load]) == units_of(32, 128, 128));
+    c = counted([&] { k::emulated::access_pattern(true, 4, offsets([](int l) { return 128 * l; }), 1024); });
+    CHECK(units_of(c[Access::shared_load]) == units_of(1, 32, 1));
+  }
+  SUBCASE("shared, 16 bytes a lane: rows of a 256-byte-wide tile, unswizzled and swizzled") {
+    auto c =
+        counted([&] { k::emulated::access_pattern(true, 16, offsets([](int l) { return 256 * l; }), 2048); });
+    CHECK(units_of(c[Access::shared_load]) == units_of(1, 32, 4));
+    c = counted([&] {
+      k::emulated::access_pattern(true, 16, offsets([](int l) { return 256 * l + 16 * (l % 8); }), 2048);
+    });
+    CHECK(units_of(c[Access::shared_load]) == units_of(1, 4, 4));
+  }
+  SUBCASE("ldmatrix.x4: 32 consecutive 16-byte rows, and rows 256 bytes apart") {
+    std::vector<int> consecutive(32), apart(32);
+    for (int r = 0; r < 32; ++r) consecutive[r] = r, apart[r] = 16 * r;
+    auto c =
+        counted([&] { k::emulated::ldmatrix(4, false, std::vector<uint16_t>(512 * 8, 0), consecutive); });
+    CHECK(units_of(c[Access::ldmatrix]) == units_of(1, 4, 4));
+    c = counted([&] { k::emulated::ldmatrix(4, true, std::vector<uint16_t>(512 * 8, 0), apart); });
+    CHECK(units_of(c[Access::ldmatrix]) == units_of(1, 32, 4));
+  }
+  SUBCASE("barriers: one __syncthreads of a 64-thread block is one per warp") {
+    const auto c = counted([] { k::emulated::neighbours(64, k::Mistake::none); });
+    CHECK(c.barriers == 2);
+  }
+}
+
+namespace {
+
+// One forward pass of `name` in the emulator: what it counted.
+emulator::Counters counted_forward(const char* name, const Problem& p) {
   const Implementation* impl = find_implementation(name);
   REQUIRE(impl != nullptr);
   REQUIRE(why_cannot_run(*impl, p).empty());
@@ -97,8 +214,14 @@ std::pair<double, double> counted_and_modeled(const char* name, const Problem& p
   run_forward(*impl, p, inputs);
   const emulator::Counters counted = emulator::stop_counting();
   cuda::force_emulation(forced);
+  return counted;
+}
+
+// The global bytes a forward pass of `name` moved, and its traffic model's.
+std::pair<double, double> counted_and_modeled(const char* name, const Problem& p) {
+  const emulator::Counters counted = counted_forward(name, p);
   return {static_cast<double>(counted.global_read_bytes + counted.global_write_bytes),
-          forward_traffic(*impl, p).bytes};
+          forward_traffic(*find_implementation(name), p).bytes};
 }
 
 Problem shaped(int64_t heads, int64_t kv_heads, int64_t sq, int64_t sk, int64_t d, DType dtype, bool causal,
@@ -166,6 +289,46 @@ TEST_CASE("the GPU stages move the global bytes their traffic models say") {
     const double splits = partials / static_cast<double>(p.lse_elements() * (p.head_dim + 1));
     CHECK(splits > 1);
     CHECK(counted == modeled + 4.0 * static_cast<double>((p.head_dim - 1) * p.lse_elements()) * splits);
+  }
+}
+
+// What the swizzles are for (cuda_v2/tensor_core.cuh, docs/04 and 06): split_q's ldmatrix reads of the Q, K
+// and V tiles and its cp.async writes of them meet no bank conflict, nor does its epilogue through shared
+// memory; the Hopper kernels' wgmma operand reads from 128-byte-swizzled tiles meet none either. And both
+// read and write global memory in whole sectors.
+TEST_CASE("the swizzled GPU stages meet no bank conflicts and touch no sector more than needed") {
+  if (!emulator::counting_complete()) {
+    MESSAGE("skipped: this build (the sanitizer's) does not see every global access of emulated kernels");
+    return;
+  }
+  using emulator::Access;
+  struct Expected {
+    const char* impl;
+    Problem problem;
+    std::vector<Access> kinds;  // each must have been counted, with no excess
+  };
+  const std::vector<Access> split_q{Access::ldmatrix, Access::cp_async_shared, Access::shared_store,
+                                    Access::cp_async_global, Access::global_store};
+  const std::vector<Access> hopper{Access::wgmma_operand, Access::tma_shared, Access::global_store};
+  for (const Expected& e : {
+           Expected{"cuda_v2/split_q", shaped(2, 2, 256, 256, 128, DType::bf16, false), split_q},
+           Expected{"cuda_v2/split_q", shaped(4, 2, 200, 333, 64, DType::f16, true), split_q},
+           Expected{"cuda_v3_hopper/ws", shaped(2, 2, 256, 256, 128, DType::bf16, false), hopper},
+           Expected{"cuda_v3_hopper/ws", shaped(4, 2, 200, 333, 64, DType::f16, true), hopper},
+           // The FP8 stage's own kernel (its quantizing and transposing pre-kernels are plain copies).
+           Expected{"cuda_v3_hopper/fp8",
+                    shaped(2, 2, 256, 256, 128, DType::e4m3, false),
+                    {Access::wgmma_operand, Access::tma_shared}},
+       }) {
+    const emulator::Counters c = counted_forward(e.impl, e.problem);
+    for (const Access kind : e.kinds) {
+      const std::string counts = std::string(e.impl) + " on " + e.problem.describe() + ", " +
+                                 emulator::access_name(kind) + ": " + units_of(c[kind]) +
+                                 (emulator::counts_sectors(kind) ? " sectors" : " wavefronts");
+      INFO(counts);
+      CHECK(c[kind].instructions > 0);
+      CHECK(c[kind].units == c[kind].ideal);
+    }
   }
 }
 

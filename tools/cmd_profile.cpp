@@ -73,6 +73,21 @@ int profile_command(const std::vector<std::string>& argv) {
     json.field("mma_sync", static_cast<double>(counted.mma_sync))
         .field("wgmma", static_cast<double>(counted.wgmma))
         .field("tensor_flops", counted.tensor_flops);
+    json.key("memory_instructions").begin_array();
+    for (int kind = 0; kind < emulator::kAccessKinds; ++kind) {
+      const auto access = static_cast<emulator::Access>(kind);
+      const emulator::AccessCounts& c = counted[access];
+      json.begin_object()
+          .field("kind", emulator::access_name(access))
+          .field("unit", emulator::counts_sectors(access) ? "sectors" : "wavefronts")
+          .field("instructions", static_cast<double>(c.instructions))
+          .field("count", static_cast<double>(c.units))
+          .field("ideal", static_cast<double>(c.ideal))
+          .end_object();
+    }
+    json.end_array();
+    json.field("barriers", static_cast<double>(counted.barriers))
+        .field("mbarrier_waits", static_cast<double>(counted.mbarrier_waits));
     json.field("flops", flops).field("passed", verdict.passed());
     std::cout << json.end_object().str();
     return verdict.passed() ? 0 : 1;
@@ -89,6 +104,24 @@ int profile_command(const std::vector<std::string>& argv) {
       "  traffic model          %.3f MB (%s): counted / model = %.3f\n", model.bytes / 1e6,
       model.modeled ? "the stage's bytes_moved" : "no model declared: inputs read once, outputs written once",
       model.bytes > 0 ? bytes / model.bytes : 0.0);
+  std::printf("\n  %-20s %14s %14s %14s  %s\n", "memory instructions", "per warp", "sectors or", "ideal",
+              "excess");
+  std::printf("  %-20s %14s %14s %14s\n", "", "", "wavefronts", "");
+  for (int kind = 0; kind < emulator::kAccessKinds; ++kind) {
+    const auto access = static_cast<emulator::Access>(kind);
+    const emulator::AccessCounts& c = counted[access];
+    if (c.instructions == 0) continue;
+    char excess[64] = "none";
+    if (c.units != c.ideal)
+      std::snprintf(excess, sizeof excess, "%.2fx the ideal (%s)", double(c.units) / double(c.ideal),
+                    emulator::counts_sectors(access) ? "uncoalesced" : "bank conflicts");
+    std::printf("  %-20s %14llu %14llu %14llu  %s\n", emulator::access_name(access),
+                static_cast<unsigned long long>(c.instructions), static_cast<unsigned long long>(c.units),
+                static_cast<unsigned long long>(c.ideal), excess);
+  }
+  std::printf("  %-20s %14llu per warp; mbarrier waits %llu per thread\n\n", "barriers",
+              static_cast<unsigned long long>(counted.barriers),
+              static_cast<unsigned long long>(counted.mbarrier_waits));
   std::printf("  tensor-core instr.     mma.sync %llu, wgmma %llu: %.4f GFLOP on tensor cores\n",
               static_cast<unsigned long long>(counted.mma_sync),
               static_cast<unsigned long long>(counted.wgmma), counted.tensor_flops / 1e9);
@@ -99,7 +132,10 @@ int profile_command(const std::vector<std::string>& argv) {
   std::printf(
       "\nglobal bytes: every byte of device memory the kernels' loads, stores, cp.async sources and TMA "
       "copies\n"
-      "access (emulator/counters.hpp); tensor-core FLOPs include what padding and masked tiles compute.\n");
+      "access; sectors: the 32-byte segments a warp's access touches, against the fewest its bytes fit in;\n"
+      "wavefronts: shared-memory passes of 32 banks x 4 bytes, against one per phase "
+      "(emulator/counters.hpp).\n"
+      "Tensor-core FLOPs include what padding and masked tiles compute.\n");
   return verdict.passed() ? 0 : 1;
 }
 
