@@ -56,8 +56,10 @@ struct Geometry {
 
 // --- 16-bit element conversion, 8 at a time (one 16-byte vector) ---
 
+// `raw` by value: the caller's load of it is one 16-byte load (LDS.128), not four 4-byte loads through a
+// reference (which the counters saw as 4-way bank conflicts on K's padded rows).
 template <typename T>
-__device__ inline void to_float8(const uint4& raw, float (&x)[8]) {
+__device__ inline void to_float8(const uint4 raw, float (&x)[8]) {
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {

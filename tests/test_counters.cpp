@@ -332,4 +332,20 @@ TEST_CASE("the swizzled GPU stages meet no bank conflicts and touch no sector mo
   }
 }
 
+// The decoding kernel's shared-memory reads in its loops (K rows padded by 16 bytes, V rows, P, Q) meet no
+// bank conflict; what little excess remains is the once-per-split sum of the key shares (8 floats a thread,
+// 32 bytes apart). The counts found its K and V reads 4-way conflicted when a 16-byte row was read through a
+// reference as four 4-byte words (to_float8 now takes the vector by value: one 16-byte load).
+TEST_CASE("the decoding kernel's shared-memory reads are free of bank conflicts but for the share sum") {
+  if (!emulator::counting_complete()) {
+    MESSAGE("skipped: this build (the sanitizer's) does not see every global access of emulated kernels");
+    return;
+  }
+  const emulator::Counters c =
+      counted_forward("decoding/cuda_split_kv", shaped(32, 8, 1, 2048, 128, DType::bf16, false));
+  const emulator::AccessCounts& loads = c[emulator::Access::shared_load];
+  INFO(units_of(loads), " wavefronts");
+  CHECK(static_cast<double>(loads.units) < 1.02 * static_cast<double>(loads.ideal));
+}
+
 }  // namespace flashlab::testing
