@@ -45,6 +45,16 @@ struct DeviceTensors {
   int64_t block_table_stride = 0;
 };
 
+// The backward's device tensors (GPU implementations): the forward's, with O and LSE as the forward wrote
+// them, dO in the storage format, and the gradients to write (storage format, the shapes of Q, K and V).
+struct BackwardTensors {
+  DeviceTensors forward;
+  const void* d_out = nullptr;  // [batch, seqlen_q, heads_q, head_dim]
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+};
+
 struct Implementation {
   std::string name;     // "stage/variant", e.g. "naive/three_pass"
   std::string summary;  // the one idea, in one line

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "common/error.hpp"
@@ -260,7 +261,7 @@ GradientDeviation gradient_deviation(const Problem& p, const AttentionGradients&
 }
 
 AttentionGradients baseline_backward(const Problem& p, const AttentionInputs& in, const HostTensor& d_out,
-                                     DType dtype) {
+                                     DType dtype, bool rounds_p) {
   if (dtype == DType::e4m3) fail("dtype e4m3 has no naive backward baseline");
   const Visibility visibility(p);
   const int64_t d = p.head_dim;
@@ -270,11 +271,19 @@ AttentionGradients baseline_backward(const Problem& p, const AttentionInputs& in
   std::fill(grad.dv.data.begin(), grad.dv.data.end(), 0.0f);
   auto rounded = [dtype](float x) { return round_to(dtype, x); };
 
-  // One task per (batch, kv head), which owns that head's dK and dV (GQA: the group's query heads add in).
+  // The O that D reads: for an implementation that rounds P (a tensor-core forward), that forward's O as the
+  // forward's baseline models it (P rounded for P V, normalized at the end, O rounded to the dtype), whose
+  // rounding D inherits; otherwise the O of the same P as dP below (O = V where a row is one-hot, so that
+  // dP - D cancels as it does in exact arithmetic).
+  std::optional<AttentionOutputs> forward;
+  if (rounds_p) forward = baseline_attention(p, in, dtype, true);
+
+    // One task per (batch, kv head), which owns that head's dK and dV (GQA: the group's query heads add in).
+
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
-      std::vector<float> s(static_cast<size_t>(p.seqlen_k)), o(static_cast<size_t>(d));
+      std::vector<float> s(static_cast<size_t>(p.seqlen_k)), own_o(static_cast<size_t>(d));
       for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h)
         for (int64_t i = 0; i < p.seqlen_q; ++i) {
           const float* q = in.q_row(p, b, i, h);
@@ -287,12 +296,17 @@ AttentionGradients baseline_backward(const Problem& p, const AttentionInputs& in
           for (int64_t j = 0; j < p.seqlen_k; ++j)
             if (s[j] != -INFINITY) row_sum += std::exp(s[j] - row_max);
           const float lse = row_max + std::log(row_sum);
-          std::fill(o.begin(), o.end(), 0.0f);
-          for (int64_t j = 0; j < p.seqlen_k; ++j) {  // O = P V with P = exp(S - LSE)
-            if (s[j] == -INFINITY) continue;
-            const float* v = in.v_row(p, b, j, hk);
-            const float weight = std::exp(s[j] - lse);
-            for (int64_t c = 0; c < d; ++c) o[c] += weight * rounded(v[c]);
+          const float* o = own_o.data();
+          if (forward) {
+            o = forward->o_row(p, b, i, h);
+          } else {
+            std::fill(own_o.begin(), own_o.end(), 0.0f);
+            for (int64_t j = 0; j < p.seqlen_k; ++j) {  // O = P V with P = exp(S - LSE)
+              if (s[j] == -INFINITY) continue;
+              const float* v = in.v_row(p, b, j, hk);
+              const float weight = std::exp(s[j] - lse);
+              for (int64_t c = 0; c < d; ++c) own_o[c] += weight * rounded(v[c]);
+            }
           }
           float D = 0.0f;  // D_i = dO_i . O_i
           for (int64_t c = 0; c < d; ++c) D += rounded(dout[c]) * o[c];
@@ -303,11 +317,16 @@ AttentionGradients baseline_backward(const Problem& p, const AttentionInputs& in
             const float weight = std::exp(s[j] - lse);
             float dP = 0.0f;  // dP_ij = dO_i . v_j
             for (int64_t c = 0; c < d; ++c) dP += rounded(dout[c]) * rounded(v[c]);
-            const float dS = scale * weight * (dP - D);
+            float dS = scale * weight * (dP - D);
+            float p_used = weight;  // P as it enters dV = P^T dO
+            if (rounds_p) {
+              dS = rounded(dS);
+              p_used = rounded(weight);
+            }
             float* dk = grad.dk.ptr() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
             float* dv = grad.dv.ptr() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
             for (int64_t c = 0; c < d; ++c) {
-              dv[c] += weight * rounded(dout[c]);
+              dv[c] += p_used * rounded(dout[c]);
               dk[c] += dS * rounded(q[c]);
               dq[c] += dS * rounded(k[c]);
             }

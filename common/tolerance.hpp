@@ -79,9 +79,12 @@ GradientDeviation gradient_deviation(const Problem& problem, const AttentionGrad
                                      const GradientTolerance* tolerance = nullptr);
 
 // The naive backward at `dtype` precision, the yardstick for the gradient tolerance. Its forward (O, LSE) is
-// its own, recomputed at the same precision.
+// its own, recomputed at the same precision. `rounds_p`: the implementation rounds P and dS to its dtype
+// before they enter products (tensor cores take them as inputs: P for dV, dS for dK and dQ), and the baseline
+// rounds them the same way (Implementation::rounds_p), and D then reads the O of the forward's baseline
+// (baseline_attention, P rounded the same way), rounded to the dtype as a backward receives it.
 AttentionGradients baseline_backward(const Problem& problem, const AttentionInputs& inputs,
-                                     const HostTensor& d_out, DType dtype);
+                                     const HostTensor& d_out, DType dtype, bool rounds_p = false);
 
 struct GradientTolerance {
   double dq = 0.0;

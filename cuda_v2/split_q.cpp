@@ -6,6 +6,7 @@
 
 #include "common/cuda/gpu_stage.hpp"
 #include "common/flops.hpp"
+#include "cuda_v2/backward.hpp"
 #include "cuda_v2/split_q.hpp"
 
 namespace flashlab::cuda_v2 {
@@ -46,15 +47,22 @@ const Registration split_q_simt{gpu_implementation(
      .bytes_moved = simt_bytes_moved},
     FLASHLAB_DEVICE_BUILDS(launch_split_q_simt, workspace_bytes))};
 
-const Registration split_q{gpu_implementation(
-    {.name = "cuda_v2/split_q",
-     .summary = "FA2 on tensor cores: mma.sync m16n8k16 + ldmatrix, cp.async double buffering, fp32 accum",
-     .dtypes = {DType::f16, DType::bf16},
-     .constraints = "f16, bf16; head_dim 64, 128, 256; every mask, GQA, any length",
-     .rounds_p = true,  // P is rounded to the input format: it is the A operand of the P V mma
-     .supports = supports,
-     .bytes_moved = tensor_core_bytes_moved},
-    FLASHLAB_DEVICE_BUILDS(launch_split_q, workspace_bytes))};
+size_t backward_workspace(const Problem& p) {
+  return backward_workspace_bytes(p, false);
+}
+
+const Registration split_q{with_gpu_backward(
+    gpu_implementation(
+        {.name = "cuda_v2/split_q",
+         .summary =
+             "FA2 on tensor cores: mma.sync m16n8k16 + ldmatrix, cp.async double buffering, fp32 accum",
+         .dtypes = {DType::f16, DType::bf16},
+         .constraints = "f16, bf16; head_dim 64, 128, 256 (backward: 64, 128); every mask, GQA, any length",
+         .rounds_p = true,  // P is rounded to the input format: it is the A operand of the P V mma
+         .supports = supports,
+         .bytes_moved = tensor_core_bytes_moved},
+        FLASHLAB_DEVICE_BUILDS(launch_split_q, workspace_bytes)),
+    FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_backward, backward_workspace), split_q_backward_supports)};
 
 }  // namespace
 

@@ -103,21 +103,6 @@ __device__ inline float quad_sum(float x) {
   return x;
 }
 
-// Copies rows [row0, row0 + kRows) of a (row_stride-strided) tile into swizzled shared memory with cp.async.
-// Rows at or past `rows_valid` are zero-filled and never read: ragged tails stay in bounds, and a padded
-// key's V row is exactly 0, so even a NaN stored there cannot reach an output.
-template <int kRows, int kHeadDim, int kThreads, typename Element>
-__device__ inline void load_tile_async(Element* smem, const Element* gmem, int64_t row_stride, int row0,
-                                       int rows_valid) {
-  constexpr int kChunksPerRow = kHeadDim / 8;
-  for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
-    const int r = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
-    const bool in_range = row0 + r < rows_valid;
-    const Element* src = in_range ? gmem + (row0 + r) * row_stride + col : gmem;
-    cp_async_16(smem + SwizzledTile<kHeadDim>::offset(r, col), src, in_range);
-  }
-}
-
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_kernel(const SplitQParams p) {
   using Shape = SplitQShape<kHeadDim>;
@@ -177,10 +162,11 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   const float scale_log2 = p.softmax_scale * kLog2e;  // exp(scale * s) = exp2(scale * log2(e) * s)
   float o_acc[kMTiles][kNTilesO][4] = {};             // O~: unnormalized output (Algorithm 1 line 10)
   float row_max[kRows];                               // m, in the log2 domain: max of s * scale_log2
+  float raw_max[kRows];                               // the max of the unscaled scores s (for the LSE)
   float row_sum[kRows];  // l, this thread's columns only; the quad sum is deferred to the end
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    row_max[i] = -INFINITY;
+    row_max[i] = raw_max[i] = -INFINITY;
     row_sum[i] = 0.0f;
   }
 
@@ -242,7 +228,9 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
     // the log2 domain first, each rounded once, so that the row max is one of them and its own weight is
     // exactly exp2(0) = 1. (exp2(fma(s, scale_log2, -max)) would leave the max's rounding error in its own
     // exponent: with scores ~1e4 that is 2^(+-5e-4), which P's rounding to fp16 for the mma turns into a
-    // one-ulp error in O that the fp32 row sum does not share.)
+    // one-ulp error in O that the fp32 row sum does not share.) The max is taken of the unscaled scores and
+    // then scaled: rounding is monotone, so that is the max of the scaled ones, and the unscaled max gives
+    // the LSE in the natural domain the backward recomputes P in (backward.cu).
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const int mt = i / 2, r = i % 2;
@@ -251,10 +239,11 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
       for (int nt = 0; nt < kNTilesS; ++nt)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          s[mt][nt][2 * r + c] *= scale_log2;
           tile_max = fmaxf(tile_max, s[mt][nt][2 * r + c]);
+          s[mt][nt][2 * r + c] = __fmul_rn(s[mt][nt][2 * r + c], scale_log2);  // never fused with - max
         }
-      const float new_max = fmaxf(row_max[i], quad_max(tile_max));
+      raw_max[i] = fmaxf(raw_max[i], quad_max(tile_max));
+      const float new_max = raw_max[i] * scale_log2;
       // Every key so far masked (new_max = -inf): subtract 0 instead, since -inf - (-inf) would be NaN; the
       // masked scores then give exp2(-inf) = 0 and the row stays empty.
       const float max_used = new_max == -INFINITY ? 0.0f : new_max;
@@ -317,7 +306,10 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
     // Its accumulator is not used at all (a padded row may have accumulated anything), so no 0/0 and no NaN.
     const bool empty = rows[i] >= block.rows_q || l == 0.0f;
     const float inv_l = empty ? 0.0f : 1.0f / l;
-    lse[i] = empty ? -INFINITY : (row_max[i] + log2f(l)) * kLn2;
+    // LSE = max + log l in the natural domain: the max's own scaling rounded as the backward rounds S scale,
+    // so that where one key dominates a row (scores ~1e4, LSE ~4e4 with a float ulp of 0.004) the backward's
+    // S scale - LSE is exactly 0 for it.
+    lse[i] = empty ? -INFINITY : __fmul_rn(raw_max[i], p.softmax_scale) + log2f(l) * kLn2;
 #pragma unroll
     for (int nt = 0; nt < kNTilesO; ++nt) {
       o_acc[mt][nt][2 * r] = empty ? 0.0f : o_acc[mt][nt][2 * r] * inv_l;

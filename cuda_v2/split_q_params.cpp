@@ -1,7 +1,10 @@
 // Host-side checks of a cuda_v2 launch: every rule a kernel relies on, refused with the field's name.
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "common/error.hpp"
+#include "cuda_v2/backward.hpp"
 #include "cuda_v2/split_q.hpp"
 
 namespace flashlab::cuda_v2 {
@@ -106,6 +109,29 @@ void check_split_q(const SplitQParams& p) {
   if (!split_q_supports_head_dim(p.head_dim))
     fail("head_dim (", p.head_dim, ") must be 64, 128 or 256 for cuda_v2/split_q");
   check_common(p, 8);
+}
+
+std::string split_q_backward_supports(const Problem& p) {
+  if (p.head_dim != 64 && p.head_dim != 128)
+    return "head_dim (" + std::to_string(p.head_dim) +
+           ") must be 64 or 128 for the backward (the compiled tiles)";
+  return "";
+}
+
+void check_split_q_backward(const SplitQBackwardParams& p) {
+  check_split_q(p.forward);
+  if (p.forward.head_dim != 64 && p.forward.head_dim != 128)
+    fail("head_dim (", p.forward.head_dim, ") must be 64 or 128 for the backward");
+  if (p.forward.heads_kv > 65535)
+    fail("heads_kv (", p.forward.heads_kv, ") must be at most 65535 for the backward's grid");
+  for (const auto& [field, pointer] : {std::pair<const char*, const void*>{"d_out", p.d_out},
+                                       {"dq", p.dq},
+                                       {"d_sum", p.d_sum},
+                                       {"dq_accum", p.dq_accum}})
+    if (pointer == nullptr) fail(field, " must be a device pointer, not null");
+  if (p.forward.seqlen_k > 0 && (p.dk == nullptr || p.dv == nullptr))
+    fail("dk and dv must be device pointers, not null");
+  if (reinterpret_cast<uintptr_t>(p.d_out) % 16 != 0) fail("d_out must be 16-byte aligned");
 }
 
 }  // namespace flashlab::cuda_v2

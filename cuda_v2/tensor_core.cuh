@@ -103,4 +103,19 @@ struct SwizzledTile {
   }
 };
 
+// Copies rows [row0, row0 + kRows) of a (row_stride-strided) tile into swizzled shared memory with cp.async.
+// Rows at or past `rows_valid` are zero-filled and never read: ragged tails stay in bounds, and a padded
+// key's V row is exactly 0, so even a NaN stored there cannot reach an output.
+template <int kRows, int kHeadDim, int kThreads, typename Element>
+__device__ inline void load_tile_async(Element* smem, const Element* gmem, int64_t row_stride, int row0,
+                                       int rows_valid) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
+    const int r = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+    const bool in_range = row0 + r < rows_valid;
+    const Element* src = in_range ? gmem + (row0 + r) * row_stride + col : gmem;
+    cp_async_16(smem + SwizzledTile<kHeadDim>::offset(r, col), src, in_range);
+  }
+}
+
 }  // namespace flashlab::cuda_v2

@@ -318,8 +318,9 @@ inline float __int_as_float(int x) {
 inline int __float_as_int(float x) {
   return std::bit_cast<int>(x);
 }
-// The _rn operations: IEEE round-to-nearest, never fused into an FMA (the host compiler does not contract
-// floating-point expressions in ISO C++ mode, so plain operators are these already).
+// The _rn operations: IEEE round-to-nearest, never fused into an FMA (emulated code is compiled with
+// -ffp-contract=off, emulator/CMakeLists.txt, so plain operators are these already; GCC would otherwise fuse
+// a * b - c even in ISO C++ mode).
 inline float __fadd_rn(float a, float b) {
   return a + b;
 }

@@ -4,11 +4,15 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
+#include <random>
+#include <vector>
 
 #include "common/error.hpp"
 #include "emulator/block.hpp"
@@ -116,9 +120,18 @@ void run(const Launch& launch) {
     if (first_error.empty()) first_error = std::move(error);
     failed = true;
   };
+  // Shuffled: the blocks also start in a seeded random order, as a GPU's block scheduler may start them in
+  // any order (what atomics from several blocks add up to, in floating point, depends on it).
+  std::vector<int64_t> order;
+  if (setting.shuffled) {
+    order.resize(static_cast<size_t>(blocks));
+    std::iota(order.begin(), order.end(), int64_t{0});
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(setting.seed * 0x2545F4914F6CDD1Dull + 1));
+  }
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t linear = 0; linear < blocks; ++linear) {
+  for (int64_t started = 0; started < blocks; ++started) {
     if (failed) continue;
+    const int64_t linear = order.empty() ? started : order[static_cast<size_t>(started)];
     const Index3 index{static_cast<unsigned>(linear % launch.grid.x),
                        static_cast<unsigned>(linear / launch.grid.x % launch.grid.y),
                        static_cast<unsigned>(linear / (int64_t(launch.grid.x) * launch.grid.y))};

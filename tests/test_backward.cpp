@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "common/error.hpp"
 #include "tests/harness.hpp"
@@ -15,19 +16,20 @@ namespace flashlab::testing {
 
 namespace {
 
-// A case's upstream gradient, reference gradients and gradient tolerance, computed once per dtype.
+// A case's upstream gradient, reference gradients and gradient tolerance, computed once per dtype and
+// rounding of P (Implementation::rounds_p).
 struct PreparedBackward {
   HostTensor d_out;
   ReferenceGradients reference;
   GradientTolerance tolerance;
 };
 
-PreparedBackward prepare_backward(const PreparedCase& prepared, uint64_t seed) {
+PreparedBackward prepare_backward(const PreparedCase& prepared, uint64_t seed, bool rounds_p) {
   PreparedBackward result;
   const Problem& p = prepared.problem;
   result.d_out = random_d_out(p, seed);
   result.reference = reference_backward(p, prepared.inputs, result.d_out);
-  const AttentionGradients baseline = baseline_backward(p, prepared.inputs, result.d_out, p.dtype);
+  const AttentionGradients baseline = baseline_backward(p, prepared.inputs, result.d_out, p.dtype, rounds_p);
   result.tolerance =
       gradient_tolerance_from_baseline(p.dtype, gradient_deviation(p, baseline, result.reference));
   return result;
@@ -50,7 +52,7 @@ TEST_CASE("every backward matches the fp64 reference backward on the case matrix
   std::map<std::string, Tally> tally;
   for (const Case& test_case : case_matrix()) {
     std::map<DType, std::optional<PreparedCase>> prepared;  // built lazily, once per dtype
-    std::map<DType, std::optional<PreparedBackward>> prepared_backward;
+    std::map<std::pair<DType, bool>, std::optional<PreparedBackward>> prepared_backward;
     for (const Implementation* impl : impls) {
       for (DType dtype : impl->dtypes) {
         Problem problem = test_case.problem;
@@ -66,8 +68,8 @@ TEST_CASE("every backward matches the fp64 reference backward on the case matrix
         }
         auto& slot = prepared[dtype];
         if (!slot) slot = prepare(test_case, dtype);
-        auto& backward_slot = prepared_backward[dtype];
-        if (!backward_slot) backward_slot = prepare_backward(*slot, test_case.seed + 500);
+        auto& backward_slot = prepared_backward[{dtype, impl->rounds_p}];
+        if (!backward_slot) backward_slot = prepare_backward(*slot, test_case.seed + 500, impl->rounds_p);
         const AttentionOutputs out = run_forward(*impl, slot->problem, slot->inputs);
         const AttentionGradients grad =
             run_backward(*impl, slot->problem, slot->inputs, out, backward_slot->d_out);

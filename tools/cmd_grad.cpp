@@ -3,6 +3,7 @@
 // for invalid or unsupported input with a one-line message naming the field.
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <optional>
 
 #include "common/error.hpp"
@@ -57,8 +58,9 @@ HostTensor d_out_from_args(const Args& args, const Problem& p, std::string& sour
 }
 
 GradientVerdict check_gradients(const Problem& p, const AttentionInputs& in, const HostTensor& d_out,
-                                const AttentionGradients& grad, const ReferenceGradients& ref) {
-  const AttentionGradients baseline = baseline_backward(p, in, d_out, p.dtype);
+                                const AttentionGradients& grad, const ReferenceGradients& ref,
+                                bool rounds_p) {
+  const AttentionGradients baseline = baseline_backward(p, in, d_out, p.dtype, rounds_p);
   return judge_gradients(p, grad, ref,
                          gradient_tolerance_from_baseline(p.dtype, gradient_deviation(p, baseline, ref)));
 }
@@ -110,8 +112,8 @@ int grad_command(const std::vector<std::string>& argv) {
   std::optional<GradientVerdict> verdict;
   if (!args.has("--no-check")) {
     progress("checking against the fp64 reference backward ...");
-    verdict =
-        check_gradients(p, setup.inputs, d_out, m.gradients, reference_backward(p, setup.inputs, d_out));
+    verdict = check_gradients(p, setup.inputs, d_out, m.gradients, reference_backward(p, setup.inputs, d_out),
+                              impl->rounds_p);
   }
   progress("");
   if (args.has("--json")) {
@@ -166,7 +168,7 @@ int compare_backward(const Args& args) {
   std::vector<Row> rows;
   bool all_passed = true;
   const double flops = backward_flops(p);
-  std::optional<GradientTolerance> tolerance;
+  std::map<bool, GradientTolerance> tolerances;  // per Implementation::rounds_p (the baseline differs)
   for (size_t n = 0; n < chosen.size(); ++n) {
     Row row{chosen[n], why_cannot_run_backward(*chosen[n], p), {}, {}, 0};
     if (row.reason.empty()) {
@@ -177,10 +179,12 @@ int compare_backward(const Args& args) {
       if (!ref) {
         progress("computing the fp64 reference backward ...");
         ref = reference_backward(p, setup.inputs, d_out);
-        row.verdict = check_gradients(p, setup.inputs, d_out, row.m.gradients, *ref);
-        tolerance = row.verdict->tolerance;
+      }
+      if (!tolerances.contains(row.impl->rounds_p)) {
+        row.verdict = check_gradients(p, setup.inputs, d_out, row.m.gradients, *ref, row.impl->rounds_p);
+        tolerances[row.impl->rounds_p] = row.verdict->tolerance;
       } else {
-        row.verdict = judge_gradients(p, row.m.gradients, *ref, *tolerance);
+        row.verdict = judge_gradients(p, row.m.gradients, *ref, tolerances[row.impl->rounds_p]);
       }
       row.rate = flops / (row.m.median_ms * 1e-3) / 1e9;
       all_passed &= row.verdict->passed();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 
 #include "common/cuda/gpu_stage.hpp"
 #include "common/error.hpp"
@@ -76,6 +77,41 @@ void DeviceProblem::download(AttentionOutputs& outputs) const {
   if (!stored.empty()) o_.copy_to_host(stored.data());
   from_storage(dtype_, stored.data(), outputs.o.data.size(), outputs.o.ptr());
   if (lse_.size() > 0) lse_.copy_to_host(outputs.lse.ptr());
+}
+
+void DeviceProblem::upload_forward(const AttentionOutputs& outputs) {
+  if (static_cast<size_t>(outputs.o.size()) * storage_bytes(dtype_) != o_.bytes() ||
+      static_cast<size_t>(outputs.lse.size()) != lse_.size())
+    fail("the forward's outputs do not match the problem's shapes");
+  const std::vector<std::byte> stored = to_storage(dtype_, outputs.o.ptr(), outputs.o.data.size());
+  if (!stored.empty()) o_.copy_from_host(stored.data());
+  if (lse_.size() > 0) lse_.copy_from_host(outputs.lse.ptr());
+}
+
+void run_backward_on_device(const Problem& problem, const AttentionInputs& inputs,
+                            const AttentionOutputs& forward, const HostTensor& d_out,
+                            AttentionGradients& gradients, size_t workspace_bytes,
+                            const std::function<void(const BackwardTensors&)>& launch) {
+  DeviceProblem device(problem, inputs, workspace_bytes);
+  device.upload_forward(forward);
+  const DeviceBuffer<std::byte> d_out_device = upload(problem.dtype, d_out.ptr(), d_out.data.size());
+  const size_t element = storage_bytes(problem.dtype);
+  DeviceBuffer<std::byte> dq(gradients.dq.data.size() * element), dk(gradients.dk.data.size() * element),
+      dv(gradients.dv.data.size() * element);
+  BackwardTensors tensors;
+  tensors.forward = device.tensors();
+  tensors.d_out = d_out_device.get();
+  tensors.dq = dq.get();
+  tensors.dk = dk.get();
+  tensors.dv = dv.get();
+  launch(tensors);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  for (const auto& [buffer, tensor] :
+       {std::pair{&dq, &gradients.dq}, {&dk, &gradients.dk}, {&dv, &gradients.dv}}) {
+    std::vector<std::byte> stored(buffer->bytes());
+    if (!stored.empty()) buffer->copy_to_host(stored.data());
+    from_storage(problem.dtype, stored.data(), tensor->data.size(), tensor->ptr());
+  }
 }
 
 void run_on_device(const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs,

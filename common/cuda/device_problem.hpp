@@ -26,6 +26,8 @@ class DeviceProblem {
   const DeviceTensors& tensors() const { return tensors_; }
   // Copies O (converted to float32) and LSE into host outputs of the problem's shapes.
   void download(AttentionOutputs& outputs) const;
+  // Uploads a forward's O and LSE (for the backward, which reads them).
+  void upload_forward(const AttentionOutputs& outputs);
   // Bytes of Q, K, V, O and LSE on the device (what one copy of the problem occupies).
   size_t tensor_bytes() const { return q_.bytes() + k_.bytes() + v_.bytes() + o_.bytes() + lse_.bytes(); }
 

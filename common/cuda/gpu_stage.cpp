@@ -59,4 +59,25 @@ Implementation gpu_implementation(Implementation impl, DeviceBuilds builds) {
   return impl;
 }
 
+Implementation with_gpu_backward(Implementation impl, DeviceBackwardBuilds builds,
+                                 std::function<std::string(const Problem&)> supports) {
+  impl.supports_backward = std::move(supports);
+  impl.backward = [builds, emulation = impl.emulation](
+                      const Problem& problem, const AttentionInputs& inputs, const AttentionOutputs& forward,
+                      const HostTensor& d_out, AttentionGradients& gradients) {
+    const bool emulated = !emulation().empty();
+    const DeviceBackwardLauncher launcher = emulated ? builds.emulated : builds.gpu;
+    const size_t bytes = builds.workspace ? builds.workspace(problem) : 0;
+    const auto launch = [&problem, launcher](const BackwardTensors& tensors) { launcher(problem, tensors); };
+    if (emulated) {
+      cuda::emulated::run_backward_on_device(problem, inputs, forward, d_out, gradients, bytes, launch);
+      return;
+    }
+#if FLASHLAB_HAVE_CUDA
+    cuda::gpu::run_backward_on_device(problem, inputs, forward, d_out, gradients, bytes, launch);
+#endif
+  };
+  return impl;
+}
+
 }  // namespace flashlab

@@ -43,6 +43,20 @@ struct DeviceBuilds {
 
 Implementation gpu_implementation(Implementation implementation, DeviceBuilds builds);
 
+// A GPU stage's backward launcher in each build, and its scratch (one function for both builds).
+using DeviceBackwardLauncher = void (*)(const Problem&, const BackwardTensors&);
+struct DeviceBackwardBuilds {
+  DeviceBackwardLauncher gpu = nullptr;
+  DeviceBackwardLauncher emulated = nullptr;
+  DeviceWorkspace workspace = nullptr;
+};
+// Gives an implementation made by gpu_implementation() a backward pass (`supports`: what it accepts beyond
+// the forward's rules), run in the build the forward runs in: on the GPU where the forward is, else in the
+// emulator. The adapter copies the inputs, the forward's O and LSE and dO to the device and the gradients
+// back (cuda::run_backward_on_device).
+Implementation with_gpu_backward(Implementation implementation, DeviceBackwardBuilds builds,
+                                 std::function<std::string(const Problem&)> supports);
+
 // Limits that the GPU stages' supports() share, each as a reason naming the field ("" when the problem fits):
 // - `field` (value) used as a grid's y or z extent, which CUDA limits to 65535;
 std::string grid_extent_limit(const char* field, int64_t value);
@@ -56,9 +70,15 @@ namespace cuda {
 // kernel with non-default knobs): uploads `inputs` in the problem's storage format with `workspace_bytes` of
 // scratch, runs `launch` on the device tensors, synchronizes (a fault in a kernel surfaces here, checked) and
 // downloads O and LSE into `outputs` (common/cuda/device_problem.cpp).
-FLASHLAB_FOR_EACH_TARGET(void run_on_device(const Problem& problem, const AttentionInputs& inputs,
-                                            AttentionOutputs& outputs, size_t workspace_bytes,
-                                            const std::function<void(const DeviceTensors&)>& launch);)
+// And the backward's: uploads the inputs, the forward's O and LSE and dO, runs `launch` with
+// `workspace_bytes` of scratch, synchronizes, and downloads dQ, dK and dV into `gradients`.
+FLASHLAB_FOR_EACH_TARGET(
+    void run_on_device(const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs,
+                       size_t workspace_bytes, const std::function<void(const DeviceTensors&)>& launch);
+    void run_backward_on_device(const Problem& problem, const AttentionInputs& inputs,
+                                const AttentionOutputs& forward, const HostTensor& d_out,
+                                AttentionGradients& gradients, size_t workspace_bytes,
+                                const std::function<void(const BackwardTensors&)>& launch);)
 using namespace FLASHLAB_CUDA_TARGET;
 }  // namespace cuda
 
@@ -80,6 +100,12 @@ using namespace FLASHLAB_CUDA_TARGET;
 #else
 #define FLASHLAB_GPU_BUILD(function) nullptr
 #endif
+
+// Both builds of a stage's backward launcher, with its scratch-size function.
+#define FLASHLAB_DEVICE_BACKWARD_BUILDS(launcher, workspace)                                               \
+  ::flashlab::DeviceBackwardBuilds {                                                                       \
+    FLASHLAB_GPU_BUILD(launcher), &emulated::launcher, static_cast<::flashlab::DeviceWorkspace>(workspace) \
+  }
 
 // Both builds of a stage's launcher, with one scratch-size function for both (plain C++, compiled once).
 #define FLASHLAB_DEVICE_BUILDS(launcher, workspace)                                                         \

@@ -1,0 +1,420 @@
+// cuda_v2's backward: FlashAttention-2's Algorithm 2 on tensor cores, fp16/bf16 in and out, fp32
+// accumulation (backward.hpp; docs/08-backward.md, "On the GPU").
+//
+// One thread block per (K/V tile j of 64 keys, kv head, batch); each of its 4 warps owns 16 keys of the tile
+// for the whole kernel and keeps their dK_j and dV_j in registers. For every query head of the kv head's
+// group and every Q tile i of 32 rows that sees tile j (causal, window and padding skip the rest, as the
+// forward skips key tiles), with Q_i and dO_i in swizzled shared memory:
+//   S^T  = K_j Q_i^T                        mma.sync, this warp's 16 keys x 32 queries, as the forward's S
+//   P^T  = exp(S^T scale - LSE_i)           recomputed from the forward's LSE; exactly 0 where hidden
+//   dV_j += P^T dO_i                        P^T straight from the accumulators into the A fragment
+//   dP^T = V_j dO_i^T
+//   dS^T = P^T (dP^T - D_i) scale           exactly 0 where hidden
+//   dK_j += dS^T Q_i
+//   dQ_i += dS K_j                          dS^T through shared memory (ldmatrix.trans gives dS's fragment);
+//                                           fp32 atomics into dQ's accumulator, or tile j's own partial
+// Everything is transposed against the forward (keys are the rows here), so that dK_j and dV_j are row tiles
+// of accumulators that stay in their warp, and no product needs a transpose in registers.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "common/cuda/check.hpp"
+#include "common/cuda/int_lengths.hpp"
+#include "common/cuda/launch.cuh"
+#include "common/cuda/ptx.cuh"
+#include "cuda_v2/backward.hpp"
+#include "cuda_v2/block_mask.cuh"
+#include "cuda_v2/tensor_core.cuh"
+
+namespace flashlab::cuda_v2 {
+namespace {
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kBlockN = kBackwardBlockN, kBlockM = kBackwardBlockM;
+static_assert(kBlockN == 16 * kWarps, "each warp owns 16 keys of the tile");
+static_assert(kBlockM == 32, "dQ's 32 x head_dim tile is split into 2 row tiles x 2 column halves");
+constexpr float kLog2e = 1.4426950408889634f;
+// dS^T's row pitch in shared memory, in elements: 80 bytes, so the 8 rows of one ldmatrix matrix fall in 8
+// different 16-byte bank groups (0, 80, 160, ... mod 128 are 8 different multiples of 16).
+constexpr int kDsPitch = kBlockM + 8;
+
+template <int kHeadDim>
+constexpr int smem_bytes() {
+  return (2 * kBlockN * kHeadDim + 2 * kBlockM * kHeadDim + kBlockN * kDsPitch) * 2 + 2 * kBlockM * 4;
+}
+
+template <typename Element>
+__device__ inline Element from_float(float x);
+template <>
+__device__ inline __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+__device__ inline int64_t row_index(const SplitQParams& f, int b, int head, int row) {
+  return (static_cast<int64_t>(b) * f.heads_q + head) * f.seqlen_q + row;
+}
+__device__ inline int valid_rows(const SplitQParams& f, int b) {
+  return f.seqlens_q ? f.seqlens_q[b] : f.seqlen_q;
+}
+
+// D_i = rowsum(dO_i * O_i) (Algorithm 2 line 4), 0 for a padded row; and row i of dQ's accumulator zeroed.
+// Each warp takes 16 rows and forms D as the diagonal of dO O^T on the tensor cores: the same instructions,
+// in the same order over head_dim, as the main kernel's dP = dO V^T. Where one key j dominates a row, O_i is
+// V_j to the bit and dP_ij - D_i is then exactly 0, as it is in exact arithmetic (a CUDA-core sum would round
+// differently and leave ~1e-6 |dO| |V|, which dK = dS^T Q multiplies by |Q|; the case matrix's
+// large-magnitude case found it).
+template <typename Element, int kHeadDim>
+__global__ void __launch_bounds__(kThreads) dot_kernel(const SplitQBackwardParams p) {
+  const SplitQParams& f = p.forward;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, quad_lane = lane % 4;
+  const int row0 = (blockIdx.x * kWarps + warp) * 16, head = blockIdx.y, b = blockIdx.z;
+  if (row0 >= f.seqlen_q) return;  // the whole warp
+  const int rows_q = valid_rows(f, b);
+  const int64_t offset = b * f.o_batch_stride + head * f.o_head_stride;
+  const Element* const o = static_cast<const Element*>(f.o) + offset;
+  const Element* const d_out = static_cast<const Element*>(p.d_out) + offset;
+  // Two adjacent elements of row `row` (0 for a padded row), as one fragment register.
+  const auto pair = [&](const Element* tensor, int row, int col) -> uint32_t {
+    if (row >= rows_q) return 0u;
+    return *reinterpret_cast<const uint32_t*>(tensor + row * f.o_row_stride + col);
+  };
+  float c[2][4] = {};  // dO O^T for O's rows row0 .. row0 + 7 and row0 + 8 .. row0 + 15
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    const int col = kk * 16 + 2 * quad_lane;  // the fragment layout of tensor_core.cuh
+    const uint32_t a[4] = {pair(d_out, row0 + group, col), pair(d_out, row0 + group + 8, col),
+                           pair(d_out, row0 + group, col + 8), pair(d_out, row0 + group + 8, col + 8)};
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+      mma_m16n8k16<Element>(c[n], a, pair(o, row0 + 8 * n + group, col),
+                            pair(o, row0 + 8 * n + group, col + 8));
+  }
+  // The diagonal: (i, i) for i < 8 is n-tile 0's C[g][2t + e] with g = i; for i >= 8, n-tile 1's C[g +
+  // 8][...].
+  const int e = group - 2 * quad_lane;
+  if (e == 0 || e == 1)
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const int row = row0 + 8 * n + group;
+      if (row < f.seqlen_q) p.d_sum[row_index(f, b, head, row)] = c[n][2 * n + e];
+    }
+  if (!p.deterministic)
+    for (int r = 0; r < 16 && row0 + r < f.seqlen_q; ++r)
+      for (int col = lane; col < kHeadDim; col += 32)
+        p.dq_accum[row_index(f, b, head, row0 + r) * kHeadDim + col] = 0.0f;
+}
+
+template <typename Element, int kHeadDim>
+__global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackwardParams p) {
+  using Tile = SwizzledTile<kHeadDim>;
+  constexpr int kNTilesD = kHeadDim / 8;  // 8-wide n-tiles of a head_dim-wide product (dV, dK)
+  constexpr int kNTilesM = kBlockM / 8;   // 8-wide n-tiles of S^T and dP^T (queries)
+  const SplitQParams& f = p.forward;
+
+  Element* const sK = cuda::dynamic_shared_memory<Element>();              // [kBlockN][kHeadDim], swizzled
+  Element* const sV = sK + kBlockN * kHeadDim;                             // [kBlockN][kHeadDim]
+  Element* const sQ = sV + kBlockN * kHeadDim;                             // [kBlockM][kHeadDim]
+  Element* const sdO = sQ + kBlockM * kHeadDim;                            // [kBlockM][kHeadDim]
+  Element* const sdS = sdO + kBlockM * kHeadDim;                           // [kBlockN][kDsPitch]: dS^T
+  float* const sLse = reinterpret_cast<float*>(sdS + kBlockN * kDsPitch);  // [kBlockM]
+  float* const sD = sLse + kBlockM;                                        // [kBlockM]
+
+  const int kv_tile = blockIdx.x, head_kv = blockIdx.y, b = blockIdx.z;
+  const int group_size = f.heads_q / f.heads_kv;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = lane / 4, quad_lane = lane % 4;  // mma fragment coordinates (tensor_core.cuh)
+  const int key0 = kv_tile * kBlockN, warp_key = 16 * warp;
+  const int rows_q = valid_rows(f, b);
+  const int rows_k = f.seqlens_k ? f.seqlens_k[b] : f.seqlen_k;
+
+  // K_j and V_j once (Algorithm 2 line 6); keys past the batch's length are zero.
+  const Element* const k =
+      static_cast<const Element*>(f.k) + b * f.k_batch_stride + head_kv * f.k_head_stride;
+  const Element* const v =
+      static_cast<const Element*>(f.v) + b * f.v_batch_stride + head_kv * f.v_head_stride;
+  load_tile_async<kBlockN, kHeadDim, kThreads>(sK, k, f.k_row_stride, key0, rows_k);
+  load_tile_async<kBlockN, kHeadDim, kThreads>(sV, v, f.v_row_stride, key0, rows_k);
+  cp_async_commit();
+
+  const LdmatrixRow a_at = a_operand_row(lane), nk_at = b_operand_row_nk(lane),
+                    kn_at = b_operand_row_kn(lane);
+  const float scale = f.softmax_scale;
+  float dk[kNTilesD][4] = {}, dv[kNTilesD][4] = {};  // this warp's 16 keys x head_dim (line 7)
+  const int q_tiles = (f.seqlen_q + kBlockM - 1) / kBlockM;
+
+  // GQA: the group's query heads all add into this kv head's dK and dV.
+  for (int head = head_kv * group_size; head < (head_kv + 1) * group_size; ++head) {
+    const int64_t q_offset = b * f.q_batch_stride + head * f.q_head_stride;
+    const int64_t o_offset = b * f.o_batch_stride + head * f.o_head_stride;
+    const Element* const q = static_cast<const Element*>(f.q) + q_offset;
+    const Element* const d_out = static_cast<const Element*>(p.d_out) + o_offset;
+    for (int q_tile = 0; q_tile < q_tiles; ++q_tile) {
+      const int row0 = q_tile * kBlockM;
+      // The forward's block skipping, seen from the key side: Q tile i visits key tile j when j is one of its
+      // tiles. (The same BlockMask as the forward, with the backward's tiles.)
+      const BlockMask block = BlockMask::make<kBlockN>(f, b, row0, row0 + kBlockM);
+      if (kv_tile < block.tile_begin || kv_tile >= block.tile_end) continue;  // the same for the whole block
+      // Q_i, dO_i, LSE_i, D_i (line 8). Padded rows are zero and take no part.
+      load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, f.q_row_stride, row0, rows_q);
+      load_tile_async<kBlockM, kHeadDim, kThreads>(sdO, d_out, f.o_row_stride, row0, rows_q);
+      cp_async_commit();
+      for (int r = threadIdx.x; r < kBlockM; r += kThreads) {
+        const int row = row0 + r;
+        const bool valid = row < rows_q;
+        sLse[r] = valid ? f.lse[row_index(f, b, head, row)] : -INFINITY;
+        sD[r] = valid ? p.d_sum[row_index(f, b, head, row)] : 0.0f;
+      }
+      cp_async_wait<0>();
+      __syncthreads();
+
+      // S^T = K_j Q_i^T (line 9), the forward's products in the forward's order over head_dim.
+      float st[kNTilesM][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        uint32_t a[4];
+        ldmatrix_x4(a, sK + Tile::offset(warp_key + a_at.row, kk * 16 + a_at.col));
+#pragma unroll
+        for (int np = 0; np < kNTilesM / 2; ++np) {
+          uint32_t bq[4];
+          ldmatrix_x4(bq, sQ + Tile::offset(np * 16 + nk_at.row, kk * 16 + nk_at.col));
+          mma_m16n8k16<Element>(st[2 * np], a, bq[0], bq[1]);
+          mma_m16n8k16<Element>(st[2 * np + 1], a, bq[2], bq[3]);
+        }
+      }
+
+      // P^T = exp(S^T scale - LSE) (line 10) where the element is visible to a valid row, else exactly 0.
+      // S scale rounded once (never fused with the subtraction) as the forward rounded its max for the LSE
+      // (split_q.cu), then the difference to the log2 domain: where one key dominates a row with scores ~1e4
+      // (LSE ~4e4, a float ulp of 0.004) its P is then exactly 1, where taking S or the LSE to the log2
+      // domain first cost P 0.5% (the case matrix's large-magnitude cases found it). Thread element
+      // (nt, e): key warp_key + group + 8 (e / 2), query nt * 8 + 2 quad_lane + e % 2 of the tile.
+      const bool full = block.tile_is_full<kBlockN>(key0);
+      bool visible[kNTilesM][4];
+#pragma unroll
+      for (int nt = 0; nt < kNTilesM; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = nt * 8 + 2 * quad_lane + e % 2, row = row0 + r;
+          const int key = key0 + warp_key + group + 8 * (e / 2);
+          visible[nt][e] =
+              row < rows_q && (full || element_visible(f, BlockMask::band(f, block, row), row, key));
+          st[nt][e] =
+              visible[nt][e] ? ptx::ex2_approx((__fmul_rn(st[nt][e], scale) - sLse[r]) * kLog2e) : 0.0f;
+        }
+
+        // dV_j += P^T dO_i (line 11): the accumulators of n-tiles 2kq and 2kq + 1 are the A fragment of
+        // k-step kq (k = the tile's queries), as P's in the forward's O += P V.
+#pragma unroll
+      for (int kq = 0; kq < kBlockM / 16; ++kq) {
+        const uint32_t a[4] = {pack2<Element>(st[2 * kq][0], st[2 * kq][1]),
+                               pack2<Element>(st[2 * kq][2], st[2 * kq][3]),
+                               pack2<Element>(st[2 * kq + 1][0], st[2 * kq + 1][1]),
+                               pack2<Element>(st[2 * kq + 1][2], st[2 * kq + 1][3])};
+#pragma unroll
+        for (int np = 0; np < kNTilesD / 2; ++np) {
+          uint32_t bo[4];  // dO_i is [query][dim] = B row-major: .trans, as V in the forward
+          ldmatrix_x4_trans(bo, sdO + Tile::offset(kq * 16 + kn_at.row, np * 16 + kn_at.col));
+          mma_m16n8k16<Element>(dv[2 * np], a, bo[0], bo[1]);
+          mma_m16n8k16<Element>(dv[2 * np + 1], a, bo[2], bo[3]);
+        }
+      }
+
+      // dP^T = V_j dO_i^T (line 12): as S^T, with V for K and dO for Q.
+      float dpt[kNTilesM][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        uint32_t a[4];
+        ldmatrix_x4(a, sV + Tile::offset(warp_key + a_at.row, kk * 16 + a_at.col));
+#pragma unroll
+        for (int np = 0; np < kNTilesM / 2; ++np) {
+          uint32_t bo[4];
+          ldmatrix_x4(bo, sdO + Tile::offset(np * 16 + nk_at.row, kk * 16 + nk_at.col));
+          mma_m16n8k16<Element>(dpt[2 * np], a, bo[0], bo[1]);
+          mma_m16n8k16<Element>(dpt[2 * np + 1], a, bo[2], bo[3]);
+        }
+      }
+
+      // dS^T = P^T (dP^T - D) scale (line 13), exactly 0 where hidden (so that a NaN in a hidden dP cannot
+      // come through as 0 * NaN). It replaces P^T in st.
+#pragma unroll
+      for (int nt = 0; nt < kNTilesM; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = nt * 8 + 2 * quad_lane + e % 2;
+          st[nt][e] = visible[nt][e] ? st[nt][e] * (dpt[nt][e] - sD[r]) * scale : 0.0f;
+        }
+
+        // dK_j += dS^T Q_i (line 15): as dV, with dS for P and Q for dO.
+#pragma unroll
+      for (int kq = 0; kq < kBlockM / 16; ++kq) {
+        const uint32_t a[4] = {pack2<Element>(st[2 * kq][0], st[2 * kq][1]),
+                               pack2<Element>(st[2 * kq][2], st[2 * kq][3]),
+                               pack2<Element>(st[2 * kq + 1][0], st[2 * kq + 1][1]),
+                               pack2<Element>(st[2 * kq + 1][2], st[2 * kq + 1][3])};
+#pragma unroll
+        for (int np = 0; np < kNTilesD / 2; ++np) {
+          uint32_t bq[4];
+          ldmatrix_x4_trans(bq, sQ + Tile::offset(kq * 16 + kn_at.row, np * 16 + kn_at.col));
+          mma_m16n8k16<Element>(dk[2 * np], a, bq[0], bq[1]);
+          mma_m16n8k16<Element>(dk[2 * np + 1], a, bq[2], bq[3]);
+        }
+      }
+
+      // dQ_i += dS K_j (line 14). dS^T goes to shared memory as [key][query]; ldmatrix.trans of it gives dS's
+      // A fragment (its four 8 x 8 matrices are addressed as B's of a [n][k] tile: b_operand_row_nk).
+#pragma unroll
+      for (int nt = 0; nt < kNTilesM; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          *reinterpret_cast<uint32_t*>(sdS + (warp_key + group + 8 * half) * kDsPitch + nt * 8 +
+                                       2 * quad_lane) =
+              pack2<Element>(st[nt][2 * half], st[nt][2 * half + 1]);
+      __syncthreads();
+      // Warp w: rows 16 (w % 2) to 16 (w % 2) + 15 of dQ_i, columns of half w / 2; k = the tile's 64 keys.
+      const int m0 = 16 * (warp % 2), n_base = (warp / 2) * (kHeadDim / 2);
+      float dq[kNTilesD / 2][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        uint32_t a[4];
+        ldmatrix_x4_trans(a, sdS + (kk * 16 + nk_at.row) * kDsPitch + m0 + nk_at.col);
+#pragma unroll
+        for (int np = 0; np < kNTilesD / 4; ++np) {
+          uint32_t bk[4];  // K_j is [key][dim] = B row-major here
+          ldmatrix_x4_trans(bk, sK + Tile::offset(kk * 16 + kn_at.row, n_base + np * 16 + kn_at.col));
+          mma_m16n8k16<Element>(dq[2 * np], a, bk[0], bk[1]);
+          mma_m16n8k16<Element>(dq[2 * np + 1], a, bk[2], bk[3]);
+        }
+      }
+      const int64_t rows_total = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
+#pragma unroll
+      for (int nt = 0; nt < kNTilesD / 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = row0 + m0 + group + 8 * (e / 2), col = n_base + nt * 8 + 2 * quad_lane + e % 2;
+          if (row >= rows_q) continue;
+          const int64_t at = row_index(f, b, head, row) * kHeadDim + col;
+          // dQ_i gathers a share from every key tile, each owned by another block: the race (docs/08).
+          if (p.deterministic)
+            p.dq_accum[kv_tile * rows_total * kHeadDim + at] = dq[nt][e];  // tile j's own partial
+          else
+            atomicAdd(p.dq_accum + at, dq[nt][e]);
+        }
+      __syncthreads();  // the next Q tile overwrites sQ, sdO, sdS, sLse and sD
+    }
+  }
+  cp_async_wait<0>();  // K and V, when no Q tile saw this key tile
+
+  // dK_j, dV_j (line 17), once; keys past the batch's length hold 0.
+  Element* const dk_out = static_cast<Element*>(p.dk) + b * f.k_batch_stride + head_kv * f.k_head_stride;
+  Element* const dv_out = static_cast<Element*>(p.dv) + b * f.v_batch_stride + head_kv * f.v_head_stride;
+#pragma unroll
+  for (int nt = 0; nt < kNTilesD; ++nt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int key = key0 + warp_key + group + 8 * half, col = nt * 8 + 2 * quad_lane;
+      if (key >= f.seqlen_k) continue;
+      *reinterpret_cast<uint32_t*>(dk_out + key * f.k_row_stride + col) =
+          pack2<Element>(dk[nt][2 * half], dk[nt][2 * half + 1]);
+      *reinterpret_cast<uint32_t*>(dv_out + key * f.v_row_stride + col) =
+          pack2<Element>(dv[nt][2 * half], dv[nt][2 * half + 1]);
+    }
+}
+
+// dQ in the input format: the accumulator, or the key tiles' partials summed in order of j (deterministic).
+// One warp per query row; padded rows are 0.
+template <typename Element>
+__global__ void __launch_bounds__(kThreads) dq_kernel(const SplitQBackwardParams p) {
+  const SplitQParams& f = p.forward;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kWarps + warp, head = blockIdx.y, b = blockIdx.z;
+  if (row >= f.seqlen_q) return;
+  const bool valid = row < valid_rows(f, b);
+  const int64_t at = row_index(f, b, head, row) * f.head_dim;
+  const int64_t partial_elements = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q * f.head_dim;
+  int first = 0, last = 0;  // the key tiles that wrote a partial for this row: those its Q tile visits
+  if (p.deterministic && valid) {
+    const int row0 = row / kBlockM * kBlockM;
+    const BlockMask block = BlockMask::make<kBlockN>(f, b, row0, row0 + kBlockM);
+    first = block.tile_begin;
+    last = block.tile_end;
+  }
+  Element* const dq =
+      static_cast<Element*>(p.dq) + b * f.q_batch_stride + row * f.q_row_stride + head * f.q_head_stride;
+  for (int c = lane; c < f.head_dim; c += 32) {
+    float value = 0.0f;
+    if (valid && !p.deterministic) value = p.dq_accum[at + c];
+    for (int j = first; j < last; ++j) value += p.dq_accum[j * partial_elements + at + c];
+    dq[c] = from_float<Element>(value);
+  }
+}
+
+template <typename Element, int kHeadDim>
+void launch(const SplitQBackwardParams& p, cudaStream_t stream) {
+  const SplitQParams& f = p.forward;
+  const dim3 rows_grid((f.seqlen_q + kWarps - 1) / kWarps, f.heads_q, f.batch);
+  const dim3 tiles_grid((f.seqlen_q + 16 * kWarps - 1) / (16 * kWarps), f.heads_q, f.batch);
+  cuda::launch_kernel<dot_kernel<Element, kHeadDim>>(tiles_grid, dim3(kThreads), 0, stream, p);
+  const int kv_tiles = (f.seqlen_k + kBlockN - 1) / kBlockN;
+  if (kv_tiles > 0) {
+    const auto kernel = backward_kernel<Element, kHeadDim>;
+    FLASHLAB_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<kHeadDim>()));
+    cuda::launch_kernel<backward_kernel<Element, kHeadDim>>(
+        dim3(kv_tiles, f.heads_kv, f.batch), dim3(kThreads), smem_bytes<kHeadDim>(), stream, p);
+  }
+  cuda::launch_kernel<dq_kernel<Element>>(rows_grid, dim3(kThreads), 0, stream, p);
+}
+
+template <typename Element>
+void dispatch_head_dim(const SplitQBackwardParams& p, cudaStream_t stream) {
+  if (p.forward.head_dim == 64) return launch<Element, 64>(p, stream);
+  launch<Element, 128>(p, stream);
+}
+
+}  // namespace
+
+namespace FLASHLAB_CUDA_TARGET {
+
+void split_q_backward(const SplitQBackwardParams& params, cudaStream_t stream) {
+  check_split_q_backward(params);
+  if (params.forward.dtype == DType::f16)
+    dispatch_head_dim<__half>(params, stream);
+  else
+    dispatch_head_dim<__nv_bfloat16>(params, stream);
+}
+
+namespace {
+void launch_backward(const Problem& problem, const BackwardTensors& tensors, bool deterministic) {
+  SplitQBackwardParams params;
+  params.forward =
+      split_q_params(problem, tensors.forward);  // narrows the lengths into the workspace's start
+  params.d_out = tensors.d_out;
+  params.dq = tensors.dq;
+  params.dk = tensors.dk;
+  params.dv = tensors.dv;
+  const size_t rows = static_cast<size_t>(problem.batch * problem.heads_q * problem.seqlen_q);
+  char* const scratch = static_cast<char*>(tensors.forward.workspace) + cuda::int_lengths_bytes(problem);
+  params.d_sum = reinterpret_cast<float*>(scratch);
+  params.dq_accum = reinterpret_cast<float*>(scratch + (rows * 4 + 15) / 16 * 16);
+  params.deterministic = deterministic;
+  split_q_backward(params, nullptr);
+}
+}  // namespace
+
+void launch_split_q_backward(const Problem& problem, const BackwardTensors& tensors) {
+  launch_backward(problem, tensors, false);
+}
+void launch_split_q_backward_deterministic(const Problem& problem, const BackwardTensors& tensors) {
+  launch_backward(problem, tensors, true);
+}
+
+}  // namespace FLASHLAB_CUDA_TARGET
+
+}  // namespace flashlab::cuda_v2

@@ -1,0 +1,70 @@
+// cuda_v2's backward pass: FlashAttention-2's Algorithm 2 on tensor cores (docs/08-backward.md, "On the
+// GPU"). Plain C++, like split_q.hpp: the registration (split_q.cpp) sizes the scratch and calls the
+// launchers of both builds without nvcc.
+//
+// Three kernels:
+//   dot_kernel        D_i = rowsum(dO_i * O_i) per query row (Algorithm 2 line 4), and dQ's fp32 accumulator
+//                     zeroed;
+//   backward_kernel   one thread block per (K/V tile j, kv head, batch), looping over the query heads of its
+//                     group and the Q tiles that see tile j: P recomputed from the forward's LSE, dV_j and
+//                     dK_j accumulated in registers, dQ_i's share added to the accumulator with fp32 atomics
+//                     (or, in the deterministic mode, stored as tile j's partial);
+//   dq_kernel         dQ from the accumulator (or the partials summed in order of j), in the input format.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/cuda/int_lengths.hpp"
+#include "common/cuda/target.hpp"
+#include "common/registry.hpp"
+#include "cuda_v2/split_q.hpp"
+
+namespace flashlab::cuda_v2 {
+
+// The backward's tiles: keys per thread block (16 per warp, 4 warps) and query rows per inner step.
+inline constexpr int kBackwardBlockN = 64;
+inline constexpr int kBackwardBlockM = 32;
+
+struct SplitQBackwardParams {
+  SplitQParams forward;  // Q, K, V, O, LSE, lengths, mask, sizes, strides, scale and masks of the forward
+  const void* d_out = nullptr;  // dO, the strides of O
+  void* dq = nullptr;           // the strides of Q
+  void* dk = nullptr;           // dK and dV: the strides of K and V
+  void* dv = nullptr;
+  float* d_sum = nullptr;     // D [batch, heads_q, seqlen_q]
+  float* dq_accum = nullptr;  // fp32 dQ [batch, heads_q, seqlen_q, head_dim]; with `deterministic`, one such
+                              // partial per K/V tile, [kv_tiles][batch, heads_q, seqlen_q, head_dim]
+  bool deterministic = false;
+};
+
+// Key tiles of the backward (its grid's x extent).
+inline int backward_kv_tiles(const Problem& p) {
+  return static_cast<int>((p.seqlen_k + kBackwardBlockN - 1) / kBackwardBlockN);
+}
+
+// Scratch: the int lengths, D, and dQ's accumulator (or partials).
+inline size_t backward_workspace_bytes(const Problem& p, bool deterministic) {
+  const size_t rows = static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q);
+  const size_t accumulators = static_cast<size_t>(deterministic ? backward_kv_tiles(p) : 1);
+  return cuda::int_lengths_bytes(p) + (rows * 4 + 15) / 16 * 16 +
+         accumulators * rows * static_cast<size_t>(p.head_dim) * 4;
+}
+
+// Throws flashlab::Error naming the field when the backward cannot run these parameters.
+void check_split_q_backward(const SplitQBackwardParams& params);
+
+// What the backward supports beyond the forward's rules ("" or the reason, naming the field).
+std::string split_q_backward_supports(const Problem& problem);
+
+FLASHLAB_FOR_EACH_TARGET(
+    // The three kernels, enqueued on `stream`.
+    void split_q_backward(const SplitQBackwardParams& params, cudaStream_t stream);
+    // The registry's launchers: the problem on the backward's device tensors, scratch
+    // (backward_workspace_bytes) in tensors.forward.workspace, on the default stream; dQ by atomics, or
+    // deterministic (partials per key tile summed in a fixed order).
+    void launch_split_q_backward(const Problem& problem, const BackwardTensors& tensors);
+    void launch_split_q_backward_deterministic(const Problem& problem, const BackwardTensors& tensors);)
+
+}  // namespace flashlab::cuda_v2

@@ -1,0 +1,100 @@
+// cuda_v2's backward (cuda_v2/backward.cu) in the emulator beyond the case matrix, which
+// tests/test_backward.cpp runs it over: dQ's two modes. With atomics, the order in which the key tiles'
+// shares reach dQ depends on the schedule; the deterministic mode stores each tile's share and sums them in
+// the order of the tiles, so its gradients are the same bits under every schedule. Both are held to the
+// gradient tolerance.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/cuda/device.hpp"
+#include "common/cuda/gpu_stage.hpp"
+#include "common/inputs.hpp"
+#include "common/reference_backward.hpp"
+#include "common/tolerance.hpp"
+#include "cuda_v2/backward.hpp"
+#include "emulator/launch.hpp"
+#include "tests/harness.hpp"
+
+namespace flashlab::testing {
+
+namespace {
+
+// The backward of `p` in the emulator under `schedule`, dQ by atomics or deterministic.
+AttentionGradients emulated_backward(const Problem& p, const AttentionInputs& inputs,
+                                     const AttentionOutputs& forward, const HostTensor& d_out,
+                                     const emulator::ScheduleSetting& schedule, bool deterministic) {
+  const emulator::ScheduleSetting before = emulator::schedule();
+  emulator::set_schedule(schedule);
+  AttentionGradients gradients = AttentionGradients::poisoned(p);
+  cuda::emulated::run_backward_on_device(
+      p, inputs, forward, d_out, gradients, cuda_v2::backward_workspace_bytes(p, deterministic),
+      [&](const BackwardTensors& tensors) {
+        if (deterministic)
+          cuda_v2::emulated::launch_split_q_backward_deterministic(p, tensors);
+        else
+          cuda_v2::emulated::launch_split_q_backward(p, tensors);
+      });
+  emulator::set_schedule(before);
+  return gradients;
+}
+
+bool same_bits(const HostTensor& a, const HostTensor& b) {
+  return a.data.size() == b.data.size() &&
+         std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("the GPU backward's deterministic dQ is the same bits under every schedule") {
+  Problem causal_gqa = problem_shape(2, 4, 2, 150, 170, 64);  // several key tiles per query row
+  causal_gqa.causal = true;
+  causal_gqa.seqlens_q = {150, 97};
+  causal_gqa.seqlens_k = {170, 120};
+  causal_gqa.dtype = DType::bf16;
+  Problem windowed = problem_shape(1, 2, 1, 200, 400, 128);  // up to 6 key tiles a row
+  windowed.window_left = 300;
+  windowed.window_right = 20;
+  windowed.dtype = DType::f16;
+  const Implementation* impl = find_implementation("cuda_v2/split_q");
+  REQUIRE(impl != nullptr);
+  const bool forced = cuda::emulation_forced();
+  cuda::force_emulation(true);
+  for (const Problem& p : {causal_gqa, windowed}) {
+    INFO(p.describe());
+    AttentionInputs inputs = random_inputs(p, Distribution::normal, 11);
+    poison_padding(p, inputs);
+    const HostTensor d_out = random_d_out(p, 12);
+    const AttentionOutputs forward = run_forward(*impl, p, inputs);
+    const ReferenceGradients reference = reference_backward(p, inputs, d_out);
+    const GradientTolerance tolerance = gradient_tolerance_from_baseline(
+        p.dtype,
+        gradient_deviation(p, baseline_backward(p, inputs, d_out, p.dtype, impl->rounds_p), reference));
+    const emulator::ScheduleSetting in_order{false, 0}, shuffled{true, 7};
+
+    const AttentionGradients first = emulated_backward(p, inputs, forward, d_out, in_order, true);
+    const AttentionGradients second = emulated_backward(p, inputs, forward, d_out, shuffled, true);
+    CHECK(same_bits(first.dq, second.dq));
+    CHECK(same_bits(first.dk, second.dk));
+    CHECK(same_bits(first.dv, second.dv));
+    const GradientVerdict deterministic = judge_gradients(p, first, reference, tolerance);
+    INFO("deterministic: ", deterministic.explain());
+    CHECK(deterministic.passed());
+
+    const AttentionGradients atomic[2] = {emulated_backward(p, inputs, forward, d_out, in_order, false),
+                                          emulated_backward(p, inputs, forward, d_out, shuffled, false)};
+    for (const AttentionGradients& gradients : atomic) {
+      const GradientVerdict verdict = judge_gradients(p, gradients, reference, tolerance);
+      INFO("atomic dQ: ", verdict.explain());
+      CHECK(verdict.passed());
+    }
+    // Where rows see many key tiles, the atomics' order shows in dQ's bits (blocks start in another order
+    // under the shuffled schedule): what the deterministic mode is for.
+    if (p.window_left == 300) CHECK_FALSE(same_bits(atomic[0].dq, atomic[1].dq));
+  }
+  cuda::force_emulation(forced);
+}
+
+}  // namespace flashlab::testing
