@@ -52,9 +52,9 @@ size_t max_dynamic_shared(const void* kernel_address);
 // How threads are scheduled between synchronization points. In order (the default): each runnable thread
 // runs in thread order until it waits. Shuffled: a seeded random runnable thread runs next, and a thread is
 // also preempted at random between its shared-memory accesses, so that results which depend on a missing
-// barrier change from run to run; and the grid's blocks start in a seeded random order (floating-point atomics
-// from several blocks then add up in another order). The default comes from FLASHLAB_EMULATOR_SCHEDULE ("in-order" or
-// "shuffled:SEED").
+// barrier change from run to run; and the grid's blocks start in a seeded random order (floating-point
+// atomics from several blocks then add up in another order). The default comes from
+// FLASHLAB_EMULATOR_SCHEDULE ("in-order" or "shuffled:SEED").
 struct ScheduleSetting {
   bool shuffled = false;
   uint64_t seed = 0;
