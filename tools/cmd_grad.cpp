@@ -90,7 +90,8 @@ int grad_command(const std::vector<std::string>& argv) {
   std::string d_out_source;
   const HostTensor d_out = d_out_from_args(args, p, d_out_source);
 
-  progress("running " + name + " forward ...");
+  const std::string emulation = emulation_reason(*impl);
+  progress("running " + name + (emulation.empty() ? "" : " in the CPU emulator") + " forward ...");
   const AttentionOutputs fwd = run_forward(*impl, p, setup.inputs);
   progress("running " + name + " backward ...");
   const BackwardMeasurement m =
@@ -121,15 +122,26 @@ int grad_command(const std::vector<std::string>& argv) {
     json.begin_object().field("impl", name).field("device", to_string(impl->device));
     problem_json(json, p, setup.input_source);
     json.field("d_out", d_out_source).field("backward_gflop", backward_flops(p) / 1e9);
-    json.field("time_ms", m.median_ms).field("gflops", gflops).field("repeat", repeats);
+    // An emulated time is the CPU's, not a GPU's: labelled, and no rate is derived from it.
+    json.field("emulated", !emulation.empty()).field("time_ms", m.median_ms).field("repeat", repeats);
+    if (emulation.empty())
+      json.field("gflops", gflops);
+    else
+      json.key("gflops").null().field("emulation_reason", emulation);
     json.field("peak_extra_bytes", m.extra_bytes);
     if (verdict) verdict_json(json, *verdict);
     std::cout << json.end_object().str();
   } else {
     std::printf("%s backward on %s\n  inputs: %s; dO: %s\n", name.c_str(), p.describe().c_str(),
                 setup.input_source.c_str(), d_out_source.c_str());
-    std::printf("  time %.3f ms (median of %lld), %.2f GFLOP/s (backward counted as 2.5x forward)\n",
-                m.median_ms, static_cast<long long>(repeats), gflops);
+    if (emulation.empty())
+      std::printf("  time %.3f ms (median of %lld), %.2f GFLOP/s (backward counted as 2.5x forward)\n",
+                  m.median_ms, static_cast<long long>(repeats), gflops);
+    else
+      std::printf(
+          "  ran in the CPU emulator of the CUDA execution model (%s): %.1f ms of CPU time, not a GPU "
+          "time\n",
+          emulation.c_str(), m.median_ms);
     if (m.extra_bytes >= 0) std::printf("  extra memory %.1f MiB\n", m.extra_bytes / 1048576.0);
     if (verdict) std::printf("  %s: %s\n", verdict->passed() ? "PASS" : "FAIL", verdict->explain().c_str());
   }
@@ -204,8 +216,14 @@ int compare_backward(const Args& args) {
     for (const Row& row : rows) {
       json.begin_object().field("impl", row.impl->name).field("device", to_string(row.impl->device));
       json.field("available", row.reason.empty()).field("reason", row.reason);
+      const bool emulated = !emulation_reason(*row.impl).empty();
+      json.field("emulated", emulated);
       if (row.verdict) {
-        json.field("time_ms", row.m.median_ms).field("gflops", row.rate);
+        json.field("time_ms", row.m.median_ms);
+        if (emulated)
+          json.key("gflops").null();  // an emulated time is the CPU's, not a GPU's
+        else
+          json.field("gflops", row.rate);
         verdict_json(json, *row.verdict);
         if (row.m.extra_bytes >= 0)
           json.field("peak_extra_bytes", row.m.extra_bytes);
@@ -235,10 +253,16 @@ int compare_backward(const Args& args) {
     char extra[32] = "n/a";
     if (row.m.extra_bytes >= 0) std::snprintf(extra, sizeof extra, "%.1f", row.m.extra_bytes / 1048576.0);
     const GradientDeviation& dev = row.verdict->deviation;
-    std::printf("%-26s %-5s %10.2e %10.2e %10.2e %5s %11.3f %9.1f %6.1f%% %11s\n", row.impl->name.c_str(),
-                std::string(to_string(row.impl->device)).c_str(), dev.max_err_dq, dev.max_err_dk,
-                dev.max_err_dv, row.verdict->passed() ? "yes" : "NO", row.m.median_ms, row.rate,
-                row.impl->device == Device::cpu ? 100.0 * row.rate / machine.fma_gflops_all : 0.0, extra);
+    // Emulated rows show "emu" as their device and no rate: their time is the CPU emulator's, not a GPU's.
+    const bool emulated = !emulation_reason(*row.impl).empty();
+    char rate[16] = "-", peak[16] = "-";
+    if (!emulated) std::snprintf(rate, sizeof rate, "%.1f", row.rate);
+    if (row.impl->device == Device::cpu)
+      std::snprintf(peak, sizeof peak, "%.1f%%", 100.0 * row.rate / machine.fma_gflops_all);
+    std::printf("%-26s %-5s %10.2e %10.2e %10.2e %5s %11.3f %9s %7s %11s\n", row.impl->name.c_str(),
+                emulated ? "emu" : std::string(to_string(row.impl->device)).c_str(), dev.max_err_dq,
+                dev.max_err_dk, dev.max_err_dv, row.verdict->passed() ? "yes" : "NO", row.m.median_ms, rate,
+                peak, extra);
   }
   std::printf(
       "\nerrors: max |grad - ref64| / max(1, |ref64|); ok: within 2x the same-precision naive backward's "
