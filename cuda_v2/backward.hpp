@@ -52,6 +52,17 @@ inline size_t backward_workspace_bytes(const Problem& p, bool deterministic) {
          accumulators * rows * static_cast<size_t>(p.head_dim) * 4;
 }
 
+// The global traffic of the backward (the atomic mode, the registered one) on a problem without an explicit
+// mask or per-batch lengths (their reads are left out, as in the forward's models): K and V once per key
+// tile, Q, dO, LSE and D once per (query head, Q tile that sees the tile), dK and dV written once, the pre-
+// and post-kernels' rows; and apart, the bytes dQ's atomicAdds read, modify and write.
+// tests/test_counters.cpp holds the kernels to it.
+struct BackwardTraffic {
+  double bytes = 0;
+  double atomic_bytes = 0;
+};
+BackwardTraffic backward_traffic(const Problem& problem);
+
 // Throws flashlab::Error naming the field when the backward cannot run these parameters.
 void check_split_q_backward(const SplitQBackwardParams& params);
 

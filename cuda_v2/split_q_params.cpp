@@ -1,10 +1,12 @@
 // Host-side checks of a cuda_v2 launch: every rule a kernel relies on, refused with the field's name.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
 
 #include "common/error.hpp"
 #include "cuda_v2/backward.hpp"
+#include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/split_q.hpp"
 
 namespace flashlab::cuda_v2 {
@@ -116,6 +118,31 @@ std::string split_q_backward_supports(const Problem& p) {
     return "head_dim (" + std::to_string(p.head_dim) +
            ") must be 64 or 128 for the backward (the compiled tiles)";
   return "";
+}
+
+BackwardTraffic backward_traffic(const Problem& problem) {
+  const SplitQParams f = split_q_params(problem);  // no lengths, no mask: every row and key valid
+  const double d = static_cast<double>(f.head_dim), element = 2, heads_q = f.heads_q;
+  const double rows = f.seqlen_q;
+  BackwardTraffic t;
+  // dot_kernel: dO and O read, D written, dQ's accumulator zeroed; dq_kernel: the accumulator read, dQ
+  // written.
+  t.bytes += f.batch * heads_q * rows * (2 * d * element + 4 + d * 4 + d * 4 + d * element);
+  const int q_tiles = (f.seqlen_q + kBackwardBlockM - 1) / kBackwardBlockM;
+  for (int b = 0; b < f.batch; ++b)
+    for (int j = 0; j < backward_kv_tiles(problem); ++j) {
+      const double keys = std::min(kBackwardBlockN, f.seqlen_k - j * kBackwardBlockN);
+      t.bytes += f.heads_kv * keys * d * element * 4;  // K_j and V_j read, dK_j and dV_j written
+      for (int i = 0; i < q_tiles; ++i) {
+        const BlockMask block =
+            BlockMask::make<kBackwardBlockN>(f, b, i * kBackwardBlockM, (i + 1) * kBackwardBlockM);
+        if (j < block.tile_begin || j >= block.tile_end) continue;
+        const double tile_rows = std::min(kBackwardBlockM, f.seqlen_q - i * kBackwardBlockM);
+        t.bytes += heads_q * tile_rows * (2 * d * element + 2 * 4);  // Q_i, dO_i, LSE_i, D_i
+        t.atomic_bytes += heads_q * tile_rows * d * 4;               // dQ_i's share
+      }
+    }
+  return t;
 }
 
 void check_split_q_backward(const SplitQBackwardParams& p) {

@@ -88,6 +88,7 @@ Counters& Counters::operator+=(const Counters& other) {
   blocks += other.blocks;
   global_read_bytes += other.global_read_bytes;
   global_write_bytes += other.global_write_bytes;
+  global_atomic_bytes += other.global_atomic_bytes;
   for (int kind = 0; kind < kAccessKinds; ++kind) access[kind] += other.access[kind];
   barriers += other.barriers;
   mbarrier_waits += other.mbarrier_waits;
@@ -173,6 +174,9 @@ namespace count {
 void global(size_t bytes, bool write) {
   if (!counting()) return;
   (write ? mine()->global_write_bytes : mine()->global_read_bytes) += bytes;
+}
+void global_atomic(size_t bytes) {
+  if (counting()) mine()->global_atomic_bytes += bytes;
 }
 void block_started() {
   open_warps.clear();

@@ -10,7 +10,8 @@
 //   like the profiler's L1/L2 "bytes requested", not DRAM traffic: a re-read that an L2 would serve counts in
 //   full, and two threads reading the same byte count it twice. Counted: each thread's ld/st.global,
 //   cp.async's source bytes (src-size, not the zero-filled rest), TMA loads and stores of the elements inside
-//   the tensor (out-of-bounds elements are filled or dropped without an access). Not counted: atomics and the
+//   the tensor (out-of-bounds elements are filled or dropped without an access). Counted apart: the bytes of
+//   device memory that atomics read, modify and write (atomicAdd, ...), one element each. Not counted: the
 //   kernel parameter space.
 // - A warp-level memory instruction: the accesses of a warp's lanes at one instruction. A GPU runs a warp's
 //   lanes together; the emulator runs them one after another, so it groups the n-th access of each lane at
@@ -74,6 +75,7 @@ struct AccessCounts {
 struct Counters {
   uint64_t launches = 0, blocks = 0;
   uint64_t global_read_bytes = 0, global_write_bytes = 0;
+  uint64_t global_atomic_bytes = 0;
   AccessCounts access[kAccessKinds];
   uint64_t barriers = 0, mbarrier_waits = 0;
   uint64_t mma_sync = 0, wgmma = 0;
@@ -104,6 +106,7 @@ bool counting_complete();
 
 namespace count {  // called by the emulated operations while counting is on
 void global(size_t bytes, bool write);
+void global_atomic(size_t bytes);
 void block_started();
 void block_ended();
 void launch_started();

@@ -415,6 +415,8 @@ T* atomic_target(T* address, const char* operation) {
     std::string problem = compose(operation, " at ", Hex{where}, ": not device memory (") +
                           describe_device_address(where) + ")";
     block.fail_with(t, std::move(problem));
+  } else {
+    count::global_atomic(sizeof(T));
   }
   return address;
 }

@@ -68,7 +68,8 @@ int profile_command(const std::vector<std::string>& argv) {
     json.field("launches", static_cast<double>(counted.launches))
         .field("blocks", static_cast<double>(counted.blocks));
     json.field("global_read_bytes", static_cast<double>(counted.global_read_bytes))
-        .field("global_write_bytes", static_cast<double>(counted.global_write_bytes));
+        .field("global_write_bytes", static_cast<double>(counted.global_write_bytes))
+        .field("global_atomic_bytes", static_cast<double>(counted.global_atomic_bytes));
     json.field("model_bytes", model.bytes).field("model_declared", model.modeled);
     json.field("mma_sync", static_cast<double>(counted.mma_sync))
         .field("wgmma", static_cast<double>(counted.wgmma))
@@ -100,6 +101,8 @@ int profile_command(const std::vector<std::string>& argv) {
               static_cast<unsigned long long>(counted.blocks));
   std::printf("  global bytes           read %.3f MB, written %.3f MB, total %.3f MB\n",
               counted.global_read_bytes / 1e6, counted.global_write_bytes / 1e6, bytes / 1e6);
+  if (counted.global_atomic_bytes > 0)
+    std::printf("  global atomics         %.3f MB read, modified and written\n", counted.global_atomic_bytes / 1e6);
   std::printf(
       "  traffic model          %.3f MB (%s): counted / model = %.3f\n", model.bytes / 1e6,
       model.modeled ? "the stage's bytes_moved" : "no model declared: inputs read once, outputs written once",
