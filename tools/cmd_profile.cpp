@@ -102,7 +102,8 @@ int profile_command(const std::vector<std::string>& argv) {
   std::printf("  global bytes           read %.3f MB, written %.3f MB, total %.3f MB\n",
               counted.global_read_bytes / 1e6, counted.global_write_bytes / 1e6, bytes / 1e6);
   if (counted.global_atomic_bytes > 0)
-    std::printf("  global atomics         %.3f MB read, modified and written\n", counted.global_atomic_bytes / 1e6);
+    std::printf("  global atomics         %.3f MB read, modified and written\n",
+                counted.global_atomic_bytes / 1e6);
   std::printf(
       "  traffic model          %.3f MB (%s): counted / model = %.3f\n", model.bytes / 1e6,
       model.modeled ? "the stage's bytes_moved" : "no model declared: inputs read once, outputs written once",
