@@ -13,12 +13,14 @@
 #    stages' former self-tests are folded into the harness, where the emulator runs them too;
 # 4. runs compute-sanitizer: memcheck on the FP8 tests and on the shared harness over the GPU implementations
 #    on the GPU (the case matrix, small shapes), racecheck on a small case of every GPU implementation
-#    (`flashlab run IMPL ...`: awkward lengths, GQA, causal, padding);
+#    (`flashlab run IMPL ...`: awkward lengths, GQA, causal, padding), and the same on cuda_v2's backward
+#    (memcheck over the case matrix, racecheck on `flashlab grad cuda_v2/split_q`);
 # 5. times our GPU implementations on device pointers (`flashlab gpu-bench --json`) and the PyTorch SDPA peers
 #    (bench/peers_torch.py) on the same shapes, same device, same run;
 # 6. writes OUTDIR/results-<device>-<date>.json (SPEC's results schema) and a Markdown table next to it, plus
 #    the logs of every step (OUTDIR/*.log, each step's exit code in OUTDIR/exit_codes.txt), `flashlab machine`
-#    (machine.txt, machine.json: the GPU rows) and the GPU roofline (roofline_gpu.txt, roofline_gpu.svg). Copy
+#    (machine.txt, machine.json: the GPU rows), the GPU roofline (roofline_gpu.txt, roofline_gpu.svg) and
+#    cuda_v2's backward checked and timed on the GPU (grad_gpu_*.txt). Copy
 #    the .json, .md and .svg into docs/results/ and commit them. FA3's ablation ladder is in the tables: its
 #    rungs (cuda_v3_hopper/ws, ws_no_overlap, ws_no_pingpong, ws_no_producer) are implementations like any.
 #
@@ -141,6 +143,14 @@ else
   step "memcheck flashlab_tests (the GPU implementations)" sanitizer_memcheck_flashlab_tests.log 240 \
     env FLASHLAB_DEVICE=cuda FLASHLAB_REQUIRE_GPU=1 "${memcheck[@]}" build/tests/flashlab_tests \
     --test-case="every implementation matches the fp64 reference on the case matrix"
+  # The GPU backward (cuda_v2/split_q's) on the case matrix, and racecheck on one of its small cases.
+  step "memcheck flashlab_tests (the GPU backward)" sanitizer_memcheck_backward.log 240 \
+    env FLASHLAB_DEVICE=cuda FLASHLAB_REQUIRE_GPU=1 FLASHLAB_IMPL='cuda_v2/split_q$' "${memcheck[@]}" \
+    build/tests/flashlab_tests --test-case="every backward matches the fp64 reference backward on the case matrix"
+  # shellcheck disable=SC2086
+  step "racecheck flashlab grad cuda_v2/split_q" sanitizer_racecheck_backward.log 120 \
+    "$sanitizer" --tool racecheck --error-exitcode 3 "$flashlab" grad cuda_v2/split_q ${small_cases[0]} \
+    --dtype bf16 --repeat 1
   for line in "${gpu_impls[@]}"; do
     read -r name dtype _ <<<"$line"
     log="$out/sanitizer_racecheck_${name//\//_}.log"
@@ -213,6 +223,12 @@ for line in "${gpu_impls[@]}"; do
 done
 step "flashlab roofline (GPU, bf16)" roofline_gpu.txt 180 "$flashlab" roofline "${gpu_names[@]}" --dtype bf16 \
   --batch 4 --heads 16 --seqlen-q 4096 --head-dim 128 --svg "$out/roofline_gpu.svg"
+
+# The GPU backward: checked against the fp64 reference backward and timed on device (FA2's backward shape).
+step "flashlab grad cuda_v2/split_q (GPU, bf16, causal)" grad_gpu_causal.txt 240 "$flashlab" grad cuda_v2/split_q \
+  --dtype bf16 --causal --batch 2 --heads 16 --seqlen-q 2048 --head-dim 128
+step "flashlab grad cuda_v2/split_q (GPU, f16, d 64)" grad_gpu_d64.txt 240 "$flashlab" grad cuda_v2/split_q \
+  --dtype f16 --batch 2 --heads 16 --kv-heads 4 --seqlen-q 2048 --head-dim 64
 
 # ---- 6. results JSON and Markdown table
 command_line="bash bench/gpu_report.sh $1"
