@@ -144,11 +144,11 @@ else
     env FLASHLAB_DEVICE=cuda FLASHLAB_REQUIRE_GPU=1 "${memcheck[@]}" build/tests/flashlab_tests \
     --test-case="every implementation matches the fp64 reference on the case matrix"
   # The GPU backward (cuda_v2/split_q's) on the case matrix, and racecheck on one of its small cases.
-  step "memcheck flashlab_tests (the GPU backward)" sanitizer_memcheck_backward.log 240 \
+  step "memcheck flashlab_tests (the GPU backward)" sanitizer_memcheck_backward.log 150 \
     env FLASHLAB_DEVICE=cuda FLASHLAB_REQUIRE_GPU=1 FLASHLAB_IMPL='cuda_v2/split_q$' "${memcheck[@]}" \
     build/tests/flashlab_tests --test-case="every backward matches the fp64 reference backward on the case matrix"
   # shellcheck disable=SC2086
-  step "racecheck flashlab grad cuda_v2/split_q" sanitizer_racecheck_backward.log 120 \
+  step "racecheck flashlab grad cuda_v2/split_q" sanitizer_racecheck_backward.log 90 \
     "$sanitizer" --tool racecheck --error-exitcode 3 "$flashlab" grad cuda_v2/split_q ${small_cases[0]} \
     --dtype bf16 --repeat 1
   for line in "${gpu_impls[@]}"; do
@@ -225,9 +225,9 @@ step "flashlab roofline (GPU, bf16)" roofline_gpu.txt 180 "$flashlab" roofline "
   --batch 4 --heads 16 --seqlen-q 4096 --head-dim 128 --svg "$out/roofline_gpu.svg"
 
 # The GPU backward: checked against the fp64 reference backward and timed on device (FA2's backward shape).
-step "flashlab grad cuda_v2/split_q (GPU, bf16, causal)" grad_gpu_causal.txt 240 "$flashlab" grad cuda_v2/split_q \
+step "flashlab grad cuda_v2/split_q (GPU, bf16, causal)" grad_gpu_causal.txt 90 "$flashlab" grad cuda_v2/split_q \
   --dtype bf16 --causal --batch 2 --heads 16 --seqlen-q 2048 --head-dim 128
-step "flashlab grad cuda_v2/split_q (GPU, f16, d 64)" grad_gpu_d64.txt 240 "$flashlab" grad cuda_v2/split_q \
+step "flashlab grad cuda_v2/split_q (GPU, f16, d 64)" grad_gpu_d64.txt 90 "$flashlab" grad cuda_v2/split_q \
   --dtype f16 --batch 2 --heads 16 --kv-heads 4 --seqlen-q 2048 --head-dim 64
 
 # ---- 6. results JSON and Markdown table
