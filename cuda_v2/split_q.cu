@@ -86,6 +86,7 @@ __device__ inline float quad_max(float x) {
   //   row's value
   // difficulty: 2
   // grades: cuda_v2/split_q$
+  // checks: forward
   // docs: docs/04-cuda-v2.md#Fragment layouts and where the statistics live
   // hint: __shfl_xor_sync(0xffffffffu, x, d) gives lane ^ d's x (every lane of the warp must take part, with
   //   the full mask). Lane distance 1, then 2, stays inside the quad; combine with fmaxf for the max, + for

@@ -39,11 +39,14 @@ STAGES = ["naive", "cpu_tiled", "decoding", "cuda_v1", "cuda_v2", "cuda_v3_hoppe
 SOURCE_SUFFIXES = (".cpp", ".hpp", ".h", ".cu", ".cuh")
 BEGIN = re.compile(r"^\s*//\s*EXERCISE BEGIN\s+([a-z0-9-]+)\s*$")
 END = re.compile(r"^\s*//\s*EXERCISE END\s+([a-z0-9-]+)\s*$")
-FIELD = re.compile(r"^\s*//\s*(teaches|difficulty|docs|hint|grades):\s?(.*)$")
+FIELD = re.compile(r"^\s*//\s*(teaches|difficulty|docs|hint|grades|checks):\s?(.*)$")
 # The harness's test cases a student's copy is checked by: the case matrix, the invariance properties and, for
 # implementations with a backward pass, the backward on the case matrix (tests/test_backward.cpp).
 TEST_CASES = ("*case matrix*,*adding a constant*,*permuting keys*,"
               "*every backward matches the fp64 reference backward on the case matrix*")
+# An exercise whose lines only the forward pass runs says so ('checks: forward'): its copy is checked without the
+# backward (which would only run the same forward lines again, slowly in the emulator).
+FORWARD_TEST_CASES = "*every implementation matches the fp64 reference on the case matrix*,*adding a constant*,*permuting keys*"
 
 
 class Failure(Exception):
@@ -202,7 +205,7 @@ def write_workspace(entry, folder, keep_solution):
         out.write(("\n  CUDA " + "\n  ".join(kernels) if kernels else "") + ")\n")
     with open(os.path.join(folder, "exercise.json"), "w") as out:
         json.dump({"id": exercise_id, "stage": stage, "target": target, "files": todo_files,
-                   "grades": entry.get("grades")}, out, indent=2)
+                   "grades": entry.get("grades"), "checks": entry.get("checks")}, out, indent=2)
     with open(os.path.join(folder, "TASK.md"), "w") as out:
         out.write(f"# Exercise {exercise_id} ({stage}, difficulty {entry['difficulty']})\n\n")
         out.write(f"**What it teaches:** {entry['teaches']}\n\n")
@@ -245,15 +248,17 @@ def build_target(build_dir, target, quiet=False):
     return result.returncode == 0
 
 
-def run_harness(build_dir, target, exercise_id, grades=None, first_failure=False):
+def run_harness(build_dir, target, exercise_id, grades=None, first_failure=False, checks=None):
     """Runs the harness on exercise/ID only (and there on the implementations the exercise's optional 'grades:'
-    field names, a regular expression: the ones whose code runs its lines); returns (passed, output). With
-    first_failure, it stops at the first failing check (enough to see a skeleton fail)."""
+    field names, a regular expression: the ones whose code runs its lines; and without the backward when its
+    optional 'checks:' field says 'forward'); returns (passed, output). With first_failure, it stops at the
+    first failing check (enough to see a skeleton fail)."""
     selected = f"^exercise/{exercise_id}/" + (f"({grades})" if grades else "")
     env = dict(os.environ, FLASHLAB_IMPL=selected, FLASHLAB_VERBOSE="1")
     program = os.path.join(build_dir, "exercises", target)
     stop = ["--abort-after=1"] if first_failure else []
-    result = subprocess.run([program, f"--test-case={TEST_CASES}", "--no-version"] + stop, env=env,
+    cases = FORWARD_TEST_CASES if checks == "forward" else TEST_CASES
+    result = subprocess.run([program, f"--test-case={cases}", "--no-version"] + stop, env=env,
                             capture_output=True, text=True)
     return result.returncode == 0, result.stdout + result.stderr
 
@@ -291,7 +296,7 @@ def command_check(args):
     print(f"building your copy ({target}) ...", flush=True)
     if not build_target(build_dir, target):
         return 1
-    passed, output = run_harness(build_dir, target, args.id, meta.get("grades"))
+    passed, output = run_harness(build_dir, target, args.id, meta.get("grades"), checks=meta.get("checks"))
     # Group the harness's per-case lines: one line for a case every implementation passes, details for failures.
     cases, order = {}, []
     current = None
@@ -372,7 +377,8 @@ def command_selftest(args):
                                           if folder + os.sep in line and "warning:" in line))
             started = time.monotonic()
             ok, output = run_harness(build_dir, target, exercise_id, exercises[exercise_id].get("grades"),
-                                     first_failure=variant == "skeleton")
+                                     first_failure=variant == "skeleton",
+                                     checks=exercises[exercise_id].get("checks"))
             seconds = time.monotonic() - started
             expected = variant == "solution"
             # A skeleton must fail some case of the harness: on its numbers, or with a fault the emulator names
