@@ -37,6 +37,7 @@ struct BlockMask {
     //   padding are those that hold a key any of its valid rows sees; the kernel loads no other tile
     // difficulty: 2
     // docs: docs/04-cuda-v2.md#4.4 Causal (and window, and padding) block skipping
+    // checks: forward
     // hint: first and last are the visible key ranges [begin, end) of the block's first row and of its last
     //   valid row (first.begin may be negative: clamp it at 0). Every row's range lies between them. Set
     //   m.tile_begin and m.tile_end (key tiles of kBlockN keys, [tile_begin, tile_end)); leave both 0 when

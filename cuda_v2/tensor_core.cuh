@@ -42,6 +42,7 @@ __host__ __device__ constexpr LdmatrixRow b_operand_row_nk([[maybe_unused]] int 
   //   lane l names for the B operand: from K ([n][k], no transpose) and from V ([k][n], with .trans)
   // difficulty: 3
   // grades: cuda_v2/split_q$
+  // checks: forward
   // docs: docs/04-cuda-v2.md#ldmatrix and the swizzle
   // hint: the four matrices must arrive as b0, b1 of n-tile 0, then b0, b1 of n-tile 1 (the order the two
   //   mma calls take them; a_operand_row above does the same for A). For K, b0 = k columns 0-7, b1 = k

@@ -44,8 +44,8 @@ FIELD = re.compile(r"^\s*//\s*(teaches|difficulty|docs|hint|grades|checks):\s?(.
 # implementations with a backward pass, the backward on the case matrix (tests/test_backward.cpp).
 TEST_CASES = ("*case matrix*,*adding a constant*,*permuting keys*,"
               "*every backward matches the fp64 reference backward on the case matrix*")
-# An exercise whose lines only the forward pass runs says so ('checks: forward'): its copy is checked without the
-# backward (which would only run the same forward lines again, slowly in the emulator).
+# An exercise may be graded by the forward's checks only ('checks: forward'): for lines the forward takes through
+# every case already, without the backward's check (slow in the emulator).
 FORWARD_TEST_CASES = "*every implementation matches the fp64 reference on the case matrix*,*adding a constant*,*permuting keys*"
 
 
@@ -250,8 +250,8 @@ def build_target(build_dir, target, quiet=False):
 
 def run_harness(build_dir, target, exercise_id, grades=None, first_failure=False, checks=None):
     """Runs the harness on exercise/ID only (and there on the implementations the exercise's optional 'grades:'
-    field names, a regular expression: the ones whose code runs its lines; and without the backward when its
-    optional 'checks:' field says 'forward'); returns (passed, output). With first_failure, it stops at the
+    field names, a regular expression: the ones whose code runs its lines; and by the forward's checks only
+    when its optional 'checks:' field says 'forward'); returns (passed, output). With first_failure, it stops at the
     first failing check (enough to see a skeleton fail)."""
     selected = f"^exercise/{exercise_id}/" + (f"({grades})" if grades else "")
     env = dict(os.environ, FLASHLAB_IMPL=selected, FLASHLAB_VERBOSE="1")
