@@ -111,6 +111,54 @@ __global__ void __launch_bounds__(kThreads) dot_kernel(const SplitQBackwardParam
         p.dq_accum[row_index(f, b, head, row0 + r) * kHeadDim + col] = 0.0f;
 }
 
+// The two shapes of product the backward kernel takes, each for one warp's 16 keys (rows warp_key ..
+// warp_key + 15 of the key tile), tiles in swizzled shared memory (tensor_core.cuh's ldmatrix row maps):
+//
+// keys x queries: acc = A_keys B^T with A, B both [row][kHeadDim] (S^T = K Q^T, dP^T = V dO^T).
+template <typename Element, int kHeadDim>
+__device__ inline void keys_by_queries(float (&acc)[kBlockM / 8][4], const Element* keys,
+                                       const Element* queries, int warp_key, int lane) {
+  using Tile = SwizzledTile<kHeadDim>;
+  const LdmatrixRow a_at = a_operand_row(lane), nk_at = b_operand_row_nk(lane);
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    uint32_t a[4];
+    ldmatrix_x4(a, keys + Tile::offset(warp_key + a_at.row, kk * 16 + a_at.col));
+#pragma unroll
+    for (int np = 0; np < kBlockM / 16; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4(b, queries + Tile::offset(np * 16 + nk_at.row, kk * 16 + nk_at.col));
+      mma_m16n8k16<Element>(acc[2 * np], a, b[0], b[1]);
+      mma_m16n8k16<Element>(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// keys x head_dim: acc += A B with A the keys x queries accumulators `lhs` (their n-tiles 2kq and 2kq + 1 are
+// the A fragment of k-step kq, as P's in the forward's O += P V) and B [query][kHeadDim], read with .trans
+// (dV += P^T dO, dK += dS^T Q).
+template <typename Element, int kHeadDim>
+__device__ inline void accumulate_keys_by_dims(float (&acc)[kHeadDim / 8][4],
+                                               const float (&lhs)[kBlockM / 8][4], const Element* rhs,
+                                               int lane) {
+  using Tile = SwizzledTile<kHeadDim>;
+  const LdmatrixRow kn_at = b_operand_row_kn(lane);
+#pragma unroll
+  for (int kq = 0; kq < kBlockM / 16; ++kq) {
+    const uint32_t a[4] = {pack2<Element>(lhs[2 * kq][0], lhs[2 * kq][1]),
+                           pack2<Element>(lhs[2 * kq][2], lhs[2 * kq][3]),
+                           pack2<Element>(lhs[2 * kq + 1][0], lhs[2 * kq + 1][1]),
+                           pack2<Element>(lhs[2 * kq + 1][2], lhs[2 * kq + 1][3])};
+#pragma unroll
+    for (int np = 0; np < kHeadDim / 16; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, rhs + Tile::offset(kq * 16 + kn_at.row, np * 16 + kn_at.col));
+      mma_m16n8k16<Element>(acc[2 * np], a, b[0], b[1]);
+      mma_m16n8k16<Element>(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackwardParams p) {
   using Tile = SwizzledTile<kHeadDim>;
@@ -143,8 +191,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
   load_tile_async<kBlockN, kHeadDim, kThreads>(sV, v, f.v_row_stride, key0, rows_k);
   cp_async_commit();
 
-  const LdmatrixRow a_at = a_operand_row(lane), nk_at = b_operand_row_nk(lane),
-                    kn_at = b_operand_row_kn(lane);
+  const LdmatrixRow nk_at = b_operand_row_nk(lane), kn_at = b_operand_row_kn(lane);  // for dQ's product
   const float scale = f.softmax_scale;
   float dk[kNTilesD][4] = {}, dv[kNTilesD][4] = {};  // this warp's 16 keys x head_dim (line 7)
   const int q_tiles = (f.seqlen_q + kBlockM - 1) / kBlockM;
@@ -176,18 +223,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
 
       // S^T = K_j Q_i^T (line 9), the forward's products in the forward's order over head_dim.
       float st[kNTilesM][4] = {};
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-        uint32_t a[4];
-        ldmatrix_x4(a, sK + Tile::offset(warp_key + a_at.row, kk * 16 + a_at.col));
-#pragma unroll
-        for (int np = 0; np < kNTilesM / 2; ++np) {
-          uint32_t bq[4];
-          ldmatrix_x4(bq, sQ + Tile::offset(np * 16 + nk_at.row, kk * 16 + nk_at.col));
-          mma_m16n8k16<Element>(st[2 * np], a, bq[0], bq[1]);
-          mma_m16n8k16<Element>(st[2 * np + 1], a, bq[2], bq[3]);
-        }
-      }
+      keys_by_queries<Element, kHeadDim>(st, sK, sQ, warp_key, lane);
 
       // P^T = exp(S^T scale - LSE) (line 10) where the element is visible to a valid row, else exactly 0.
       // S scale rounded once (never fused with the subtraction) as the forward rounded its max for the LSE
@@ -209,37 +245,12 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
               visible[nt][e] ? ptx::ex2_approx((__fmul_rn(st[nt][e], scale) - sLse[r]) * kLog2e) : 0.0f;
         }
 
-        // dV_j += P^T dO_i (line 11): the accumulators of n-tiles 2kq and 2kq + 1 are the A fragment of
-        // k-step kq (k = the tile's queries), as P's in the forward's O += P V.
-#pragma unroll
-      for (int kq = 0; kq < kBlockM / 16; ++kq) {
-        const uint32_t a[4] = {pack2<Element>(st[2 * kq][0], st[2 * kq][1]),
-                               pack2<Element>(st[2 * kq][2], st[2 * kq][3]),
-                               pack2<Element>(st[2 * kq + 1][0], st[2 * kq + 1][1]),
-                               pack2<Element>(st[2 * kq + 1][2], st[2 * kq + 1][3])};
-#pragma unroll
-        for (int np = 0; np < kNTilesD / 2; ++np) {
-          uint32_t bo[4];  // dO_i is [query][dim] = B row-major: .trans, as V in the forward
-          ldmatrix_x4_trans(bo, sdO + Tile::offset(kq * 16 + kn_at.row, np * 16 + kn_at.col));
-          mma_m16n8k16<Element>(dv[2 * np], a, bo[0], bo[1]);
-          mma_m16n8k16<Element>(dv[2 * np + 1], a, bo[2], bo[3]);
-        }
-      }
+      // dV_j += P^T dO_i (line 11): P^T straight from the accumulators; dO_i is [query][dim] = B row-major.
+      accumulate_keys_by_dims<Element, kHeadDim>(dv, st, sdO, lane);
 
       // dP^T = V_j dO_i^T (line 12): as S^T, with V for K and dO for Q.
       float dpt[kNTilesM][4] = {};
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-        uint32_t a[4];
-        ldmatrix_x4(a, sV + Tile::offset(warp_key + a_at.row, kk * 16 + a_at.col));
-#pragma unroll
-        for (int np = 0; np < kNTilesM / 2; ++np) {
-          uint32_t bo[4];
-          ldmatrix_x4(bo, sdO + Tile::offset(np * 16 + nk_at.row, kk * 16 + nk_at.col));
-          mma_m16n8k16<Element>(dpt[2 * np], a, bo[0], bo[1]);
-          mma_m16n8k16<Element>(dpt[2 * np + 1], a, bo[2], bo[3]);
-        }
-      }
+      keys_by_queries<Element, kHeadDim>(dpt, sV, sdO, warp_key, lane);
 
       // dS^T = P^T (dP^T - D) scale (line 13), exactly 0 where hidden (so that a NaN in a hidden dP cannot
       // come through as 0 * NaN). It replaces P^T in st.
@@ -251,21 +262,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
           st[nt][e] = visible[nt][e] ? st[nt][e] * (dpt[nt][e] - sD[r]) * scale : 0.0f;
         }
 
-        // dK_j += dS^T Q_i (line 15): as dV, with dS for P and Q for dO.
-#pragma unroll
-      for (int kq = 0; kq < kBlockM / 16; ++kq) {
-        const uint32_t a[4] = {pack2<Element>(st[2 * kq][0], st[2 * kq][1]),
-                               pack2<Element>(st[2 * kq][2], st[2 * kq][3]),
-                               pack2<Element>(st[2 * kq + 1][0], st[2 * kq + 1][1]),
-                               pack2<Element>(st[2 * kq + 1][2], st[2 * kq + 1][3])};
-#pragma unroll
-        for (int np = 0; np < kNTilesD / 2; ++np) {
-          uint32_t bq[4];
-          ldmatrix_x4_trans(bq, sQ + Tile::offset(kq * 16 + kn_at.row, np * 16 + kn_at.col));
-          mma_m16n8k16<Element>(dk[2 * np], a, bq[0], bq[1]);
-          mma_m16n8k16<Element>(dk[2 * np + 1], a, bq[2], bq[3]);
-        }
-      }
+      // dK_j += dS^T Q_i (line 15): as dV, with dS for P and Q for dO.
+      accumulate_keys_by_dims<Element, kHeadDim>(dk, st, sQ, lane);
 
       // dQ_i += dS K_j (line 14). dS^T goes to shared memory as [key][query]; ldmatrix.trans of it gives dS's
       // A fragment (its four 8 x 8 matrices are addressed as B's of a [n][k] tile: b_operand_row_nk).
