@@ -2,6 +2,7 @@
 # of one stage and an exercise.cmake that calls flashlab_add_exercise(). The program links the shared harness to that
 # copy (not to the real stage) and registers its implementations as "exercise/ID/<name>".
 set(FLASHLAB_EXERCISE_DIRS "" CACHE STRING "Exercise workspaces to build (maintained by ./flashlab exercise)")
+option(FLASHLAB_EXERCISE_GPU "Also build the CUDA exercises' copies for the GPU (./flashlab exercise check sets it where a GPU is)" OFF)
 
 # flashlab_add_exercise(target id dir SOURCES... [REUSE FILES...]): SOURCES are compiled from the workspace `dir`;
 # each REUSE file (stage-relative, e.g. naive/attention.cpp) is linked as the object its stage already built, which
@@ -12,7 +13,9 @@ set(FLASHLAB_EXERCISE_DIRS "" CACHE STRING "Exercise workspaces to build (mainta
 # of a stage that holds one is replaced: all its kernels are compiled from the workspace for the emulator (an object
 # library, so that its definitions are the ones linked), and every REUSE file whose stage links that library is
 # compiled from the workspace too (a registration must call the student's launcher, not the stage's). The program is
-# built for the emulator only (FLASHLAB_EMULATOR_ONLY): graded there even where a GPU could run the stage.
+# built for the emulator only (FLASHLAB_EMULATOR_ONLY): graded there on every machine, and first where a GPU is
+# (a deadlock is reported there; on the GPU it would hang). With FLASHLAB_EXERCISE_GPU a second program,
+# TARGET_gpu, also links the copy's kernels built by nvcc.
 function(flashlab_add_exercise target id dir)
   cmake_parse_arguments(PARSE_ARGV 3 arg "" "" "REUSE;CUDA")
   set(files ${arg_UNPARSED_ARGUMENTS})
@@ -66,28 +69,11 @@ function(flashlab_add_exercise target id dir)
     endif()
   endforeach()
   list(TRANSFORM files PREPEND ${dir}/ OUTPUT_VARIABLE sources)
+  list(REMOVE_DUPLICATES reused_stages)
   set(prefix_source ${PROJECT_BINARY_DIR}/exercises/${target}_prefix.cpp)
   file(WRITE ${prefix_source}
        "// Generated: registers this program's implementations as exercise/${id}/<name>.\n"
        "extern \"C\" const char* flashlab_registration_prefix() { return \"exercise/${id}/\"; }\n")
-  # Not part of `all`: a half-written copy must not break the build of everything else; ./flashlab exercise
-  # check builds it by name.
-  add_executable(${target} EXCLUDE_FROM_ALL ${sources} ${prefix_source} ${reused_objects})
-  if(reused_stages)
-    list(REMOVE_DUPLICATES reused_stages)
-    add_dependencies(${target} ${reused_stages})
-    # What a reused object needs comes with it: e.g. decoding/cuda_split_kv.cpp's registration calls the CUDA
-    # launcher in flashlab_decoding_cuda, which its stage links PUBLIC.
-    foreach(stage ${reused_stages})
-      get_target_property(stage_libraries ${stage} INTERFACE_LINK_LIBRARIES)
-      if(stage_libraries)
-        target_link_libraries(${target} PRIVATE ${stage_libraries})
-      endif()
-    endforeach()
-  endif()
-  # The workspace comes first on the include path, so the student's copies of the stage's headers are used.
-  target_include_directories(${target} BEFORE PRIVATE ${dir})
-  target_link_libraries(${target} PRIVATE flashlab_harness flashlab_common doctest::doctest)
   if(kernels)
     list(TRANSFORM kernels PREPEND ${dir}/ OUTPUT_VARIABLE kernel_copies)
     flashlab_emulated_target(${target}_kernels OBJECT WRAPPERS ${PROJECT_BINARY_DIR}/exercises/${target}_kernels
@@ -96,12 +82,56 @@ function(flashlab_add_exercise target id dir)
     target_include_directories(${target}_kernels BEFORE PRIVATE ${dir})
     target_compile_options(${target}_kernels PRIVATE -Wall -Wextra -Wno-missing-field-initializers
                                                      -Wno-maybe-uninitialized)
-    target_link_libraries(${target} PRIVATE ${target}_kernels flashlab_gpu_stage)
-    target_compile_definitions(${target} PRIVATE FLASHLAB_EMULATOR_ONLY=1)
+  endif()
+  _flashlab_exercise_program(${target} TRUE)
+  # Where a GPU grades the copy too (FLASHLAB_EXERCISE_GPU, which ./flashlab exercise check sets on a machine
+  # with one): ${target}_gpu, the same copy with its kernels also compiled by nvcc, with the options of the
+  # stage's own GPU build. Its implementations run on the GPU where there is one, in the emulator elsewhere.
+  if(kernels AND FLASHLAB_HAVE_CUDA AND FLASHLAB_EXERCISE_GPU)
+    _flashlab_exercise_program(${target}_gpu FALSE)
+    foreach(library ${replaced})
+      get_target_property(library_files ${library} FLASHLAB_CUDA_FILES)
+      get_target_property(options ${library} FLASHLAB_GPU_OPTIONS)
+      list(TRANSFORM library_files PREPEND ${dir}/)
+      add_library(${target}_gpu_${library} OBJECT EXCLUDE_FROM_ALL ${library_files})
+      set_property(TARGET ${target}_gpu_${library} PROPERTY CUDA_ARCHITECTURES OFF)
+      target_include_directories(${target}_gpu_${library} BEFORE PRIVATE ${dir})
+      target_compile_options(${target}_gpu_${library} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${options}>)
+      target_link_libraries(${target}_gpu_${library} PUBLIC flashlab_gpu_stage CUDA::cudart)
+      target_link_libraries(${target}_gpu PRIVATE ${target}_gpu_${library})
+    endforeach()
+  endif()
+endfunction()
+
+# One program of an exercise (flashlab_add_exercise's variables): built for the emulator only, or also linking
+# the copy's GPU build (added by the caller).
+function(_flashlab_exercise_program program emulator_only)
+  # Not part of `all`: a half-written copy must not break the build of everything else; ./flashlab exercise
+  # check builds it by name.
+  add_executable(${program} EXCLUDE_FROM_ALL ${sources} ${prefix_source} ${reused_objects})
+  if(reused_stages)
+    add_dependencies(${program} ${reused_stages})
+    # What a reused object needs comes with it: e.g. decoding/cuda_split_kv.cpp's registration calls the CUDA
+    # launcher in flashlab_decoding_cuda, which its stage links PUBLIC.
+    foreach(stage ${reused_stages})
+      get_target_property(stage_libraries ${stage} INTERFACE_LINK_LIBRARIES)
+      if(stage_libraries)
+        target_link_libraries(${program} PRIVATE ${stage_libraries})
+      endif()
+    endforeach()
+  endif()
+  # The workspace comes first on the include path, so the student's copies of the stage's headers are used.
+  target_include_directories(${program} BEFORE PRIVATE ${dir})
+  target_link_libraries(${program} PRIVATE flashlab_harness flashlab_common doctest::doctest)
+  if(kernels)
+    target_link_libraries(${program} PRIVATE ${target}_kernels flashlab_gpu_stage)
+    if(emulator_only)
+      target_compile_definitions(${program} PRIVATE FLASHLAB_EMULATOR_ONLY=1)
+    endif()
   endif()
   # Warnings, but never -Werror: a half-written exercise must still build and be checked.
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-missing-field-initializers -Wno-maybe-uninitialized)
-  set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/exercises)
+  target_compile_options(${program} PRIVATE -Wall -Wextra -Wno-missing-field-initializers -Wno-maybe-uninitialized)
+  set_target_properties(${program} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/exercises)
 endfunction()
 
 foreach(dir ${FLASHLAB_EXERCISE_DIRS})

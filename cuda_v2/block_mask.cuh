@@ -37,12 +37,12 @@ struct BlockMask {
     //   padding are those that hold a key any of its valid rows sees; the kernel loads no other tile
     // difficulty: 2
     // docs: docs/04-cuda-v2.md#4.4 Causal (and window, and padding) block skipping
-    // checks: forward
+    // checks: forward, traffic
     // hint: first and last are the visible key ranges [begin, end) of the block's first row and of its last
     //   valid row (first.begin may be negative: clamp it at 0). Every row's range lies between them. Set
     //   m.tile_begin and m.tile_end (key tiles of kBlockN keys, [tile_begin, tile_end)); leave both 0 when
-    //   no key is visible. Visiting a tile no row sees still passes (the element mask hides it), but loads
-    //   it for nothing.
+    //   no key is visible. A tile no row sees must not be visited: the element mask would hide its keys,
+    //   but loading it is wasted time, and the check compares the bytes the kernel moves with its model.
     const int key_begin = first.begin > 0 ? static_cast<int>(first.begin) : 0;
     const int key_end = static_cast<int>(last.end);
     if (key_end <= key_begin) return m;

@@ -271,16 +271,33 @@ struct Fp8Consumer {
 
   // O <- O * exp(m_old - m_new) * (acc_v_descale / v_descale): the online-softmax rescale, which also moves O
   // to the units of the V block about to be added (the emulation's rebase, in its order of operations).
-  __device__ void rescale_o(const float (&correction)[2], float v_descale) {
+  // (v_descale is read only by the exercise's lines: [[maybe_unused]] keeps the exercise's skeleton
+  // warning-free.)
+  __device__ void rescale_o(const float (&correction)[2], [[maybe_unused]] float v_descale) {
+    float factor[2] = {correction[0], correction[1]};  // the online softmax's exp(m_old - m_new), per half
+    // EXERCISE BEGIN fp8-descale
+    // teaches: FP8 block quantization inside the online softmax: O accumulates P V in the units of a V
+    //   block's descale (and of P's 2^8 scale), so each rescale also moves O to the next block's units, and
+    //   the epilogue turns the last block's units back into real ones
+    // difficulty: 3
+    // docs: docs/06-fp8.md#The GPU half
+    // grades: cuda_v3_hopper/fp8
+    // hint: V_j = v_descale(j) * V8_j, and O holds sum_j P_j V8_j (scaled by the softmax's corrections): its
+    //   real value is O * acc_v_descale. Before the block whose descale is v_descale is added, O must be
+    //   expressed in that block's units too: change factor[half] (it holds the softmax's correction) and
+    //   acc_v_descale. In fp8_epilogue below, set `undo`, the factor from O's units to real ones; remember
+    //   that P entered the products multiplied by p_scale.
     const float rebase = acc_v_descale / v_descale;
     acc_v_descale = v_descale;
 #pragma unroll
+    for (int half = 0; half < 2; ++half) factor[half] *= rebase;
+      // EXERCISE END fp8-descale
+#pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float factor = correction[half] * rebase;
 #pragma unroll
       for (int i = 0; i < kD / 8; ++i) {
-        o[4 * i + 2 * half] *= factor;
-        o[4 * i + 2 * half + 1] *= factor;
+        o[4 * i + 2 * half] *= factor[half];
+        o[4 * i + 2 * half + 1] *= factor[half];
       }
     }
   }
@@ -363,7 +380,10 @@ __device__ inline void fp8_epilogue(const Fp8Consumer<Config>& c, const WsArgs& 
                                     const BlockWork& work) {
   constexpr int kD = Config::kHeadDim;
   const int first_row = work.m_block * Config::kBlockM + c.consumer * 64;
-  const float undo = c.acc_v_descale / fp8.p_scale;
+  float undo = 1.0f;  // from O's units (the last V block's descale, P's p_scale) to real ones
+  // EXERCISE BEGIN fp8-descale
+  undo = c.acc_v_descale / fp8.p_scale;
+  // EXERCISE END fp8-descale
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float sum = c.row_sum[half];

@@ -19,6 +19,8 @@ add_library(flashlab_hopper_fp8 STATIC ${CMAKE_CURRENT_LIST_DIR}/fp8_prepass.cu 
                                        ${CMAKE_CURRENT_LIST_DIR}/fp8_stage.cu)
 target_link_libraries(flashlab_hopper_fp8 PUBLIC flashlab_gpu_stage CUDA::cudart)
 flashlab_hopper_cuda_target(flashlab_hopper_fp8)
+flashlab_gpu_options(flashlab_hopper_ws_emulated "${FLASHLAB_HOPPER_GENCODE}")
+flashlab_gpu_options(flashlab_hopper_fp8_emulated "${FLASHLAB_HOPPER_GENCODE}")
 
 # The PTX, for the compile-time evidence (HOPPER.md): `cmake --build build --target hopper_ws_ptx`.
 add_library(hopper_ws_ptx OBJECT EXCLUDE_FROM_ALL ${CMAKE_CURRENT_LIST_DIR}/ws_launch.cu)

@@ -17,6 +17,7 @@ endfunction()
 add_library(flashlab_decoding_cuda STATIC ${CMAKE_CURRENT_LIST_DIR}/cuda_split_kv.cu)
 target_link_libraries(flashlab_decoding_cuda PUBLIC flashlab_gpu_stage CUDA::cudart)
 flashlab_decoding_cuda_target(flashlab_decoding_cuda)
+flashlab_gpu_options(flashlab_decoding_cuda_emulated "${FLASHLAB_DECODING_GENCODE};--expt-relaxed-constexpr")
 
 # The PTX and the ptxas report, for the compile-time evidence (decoding/CUDA.md):
 # `cmake --build build --target decoding_cuda_ptx` and `--target decoding_cuda_ptxas`.

@@ -1,18 +1,22 @@
 #include "tests/harness.hpp"
 
+#include <doctest/doctest.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <regex>
 
+#include "common/cuda/device.hpp"
 #include "common/error.hpp"
+#include "common/inputs.hpp"
 #include "common/paged_kv.hpp"
 
 namespace flashlab::testing {
 
-std::vector<const Implementation*> selected_implementations() {
+std::vector<const Implementation*> selected_implementations(bool any_device) {
   const char* filter = std::getenv("FLASHLAB_IMPL");
-  const char* device = std::getenv("FLASHLAB_DEVICE");
+  const char* device = any_device ? nullptr : std::getenv("FLASHLAB_DEVICE");
   std::vector<const Implementation*> selected;
   for (const Implementation& impl : implementations())
     if ((filter == nullptr || std::regex_search(impl.name, std::regex(filter))) &&
@@ -67,6 +71,23 @@ void poison_padding(const Problem& p, AttentionInputs& inputs) {
         inputs.v.data[at] = x % 3 ? nan : inf;
       }
   }
+}
+
+emulator::Counters counted_forward(const Implementation& impl, const Problem& p) {
+  REQUIRE(why_cannot_run(impl, p).empty());
+  const bool forced = cuda::emulation_forced();
+  cuda::force_emulation(true);
+  const AttentionInputs inputs = random_inputs(p, Distribution::normal, 7);
+  emulator::start_counting();
+  run_forward(impl, p, inputs);
+  const emulator::Counters counted = emulator::stop_counting();
+  cuda::force_emulation(forced);
+  return counted;
+}
+
+double counted_forward_bytes(const Implementation& impl, const Problem& p) {
+  const emulator::Counters counted = counted_forward(impl, p);
+  return static_cast<double>(counted.global_read_bytes + counted.global_write_bytes);
 }
 
 void report_case(bool passed, const std::string& impl, DType dtype, const char* pass, const Case& test_case,

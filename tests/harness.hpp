@@ -9,13 +9,15 @@
 #include "common/reference.hpp"
 #include "common/registry.hpp"
 #include "common/tolerance.hpp"
+#include "emulator/counters.hpp"
 #include "tests/case_matrix.hpp"
 
 namespace flashlab::testing {
 
 // The implementations selected by the environment: FLASHLAB_IMPL, a regular expression searched in the name,
-// and FLASHLAB_DEVICE, "cpu" or "cuda" (unset = all of them).
-std::vector<const Implementation*> selected_implementations();
+// and FLASHLAB_DEVICE, "cpu" or "cuda" (unset = all of them). With `any_device`, FLASHLAB_DEVICE is not
+// consulted (checks that run GPU stages in the emulator whatever the device asked for).
+std::vector<const Implementation*> selected_implementations(bool any_device = false);
 
 // A case's inputs (rounded to `dtype`), its fp64 reference and its baseline tolerances, computed once.
 struct PreparedCase {
@@ -39,6 +41,11 @@ bool contains(const std::string& text, const std::string& part);
 
 // Fills the padding of `inputs` (unpaged; attach the paged copy after) with NaN and +-Inf.
 void poison_padding(const Problem& p, AttentionInputs& inputs);
+
+// What one forward pass of a GPU implementation counted in the emulator (emulator/counters.hpp), on random
+// inputs; and the global bytes it moved (read and written).
+emulator::Counters counted_forward(const Implementation& impl, const Problem& p);
+double counted_forward_bytes(const Implementation& impl, const Problem& p);
 
 // With FLASHLAB_VERBOSE set, prints one line per checked case, "  PASS|FAIL <impl> [<dtype>] <pass> on
 // '<case>'

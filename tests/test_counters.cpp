@@ -207,15 +207,7 @@ namespace {
 emulator::Counters counted_forward(const char* name, const Problem& p) {
   const Implementation* impl = find_implementation(name);
   REQUIRE(impl != nullptr);
-  REQUIRE(why_cannot_run(*impl, p).empty());
-  const bool forced = cuda::emulation_forced();
-  cuda::force_emulation(true);
-  const AttentionInputs inputs = random_inputs(p, Distribution::normal, 7);
-  emulator::start_counting();
-  run_forward(*impl, p, inputs);
-  const emulator::Counters counted = emulator::stop_counting();
-  cuda::force_emulation(forced);
-  return counted;
+  return testing::counted_forward(*impl, p);
 }
 
 // The global bytes a forward pass of `name` moved, and its traffic model's.
@@ -240,38 +232,13 @@ Problem windowed(Problem p, int64_t left, int64_t right) {
 
 }  // namespace
 
-// The traffic models the stages declare (bytes_moved, what the roofline places them by) are what their
-// kernels move: FA1's O, l, m re-read and rewritten per K/V block (cuda_v1), FA2's K and V re-read per query
-// block (cuda_v2, cuda_v3_hopper), the decoding kernel's K and V read once per kv head.
-TEST_CASE("the GPU stages move the global bytes their traffic models say") {
+// Where the models are exact: tests/test_traffic.cpp (in the harness, so that a course exercise's copy is
+// held to its model too). Here the two places they are not: cuda_v1 where a mask hides tiles, and the
+// decoding kernel.
+TEST_CASE("the GPU stages' traffic models: a bound for cuda_v1 under a mask, decoding's broadcast reads") {
   if (!emulator::counting_complete()) {
     MESSAGE("skipped: this build (the sanitizer's) does not see every global access of emulated kernels");
     return;
-  }
-  struct Expected {
-    const char* impl;
-    Problem problem;
-  };
-  // Exactly, on shapes without per-batch lengths or an explicit mask (each thread reads those too, and the
-  // models leave them out): causal, windows, GQA, batch 2, and a causal problem whose first query block sees
-  // no key (seqlen_q 300 > seqlen_k 100: the Hopper kernel loads no Q for it, cuda_v2 does).
-  for (const Expected& e : {
-           Expected{"cuda_v1/split_k", shaped(4, 2, 300, 333, 64, DType::f32, false)},
-           Expected{"cuda_v2/split_q_simt", shaped(2, 2, 256, 200, 64, DType::f32, false, 2)},
-           Expected{"cuda_v2/split_q", shaped(2, 2, 256, 256, 128, DType::bf16, false)},
-           Expected{"cuda_v2/split_q", shaped(4, 2, 300, 333, 64, DType::f16, true)},
-           Expected{"cuda_v2/split_q", windowed(shaped(2, 1, 400, 400, 64, DType::bf16, false, 2), 100, 30)},
-           Expected{"cuda_v2/split_q", shaped(2, 2, 300, 100, 64, DType::f16, true)},
-           Expected{"cuda_v3_hopper/ws", shaped(2, 2, 256, 256, 128, DType::bf16, false)},
-           Expected{"cuda_v3_hopper/ws", shaped(4, 2, 300, 333, 64, DType::f16, true)},
-           Expected{"cuda_v3_hopper/ws",
-                    windowed(shaped(2, 1, 400, 400, 64, DType::bf16, false, 2), 100, 30)},
-           Expected{"cuda_v3_hopper/ws", shaped(2, 2, 300, 100, 64, DType::f16, true)},
-       }) {
-    const auto [counted, modeled] = counted_and_modeled(e.impl, e.problem);
-    INFO(std::string(e.impl), " on ", e.problem.describe(), ": counted ", counted, " bytes, the model ",
-         modeled);
-    CHECK(counted == modeled);
   }
   // cuda_v1's model is an upper bound where a mask hides tiles (its blocks skip them).
   {

@@ -23,8 +23,8 @@ namespace flashlab::testing {
 namespace {
 
 // Every tile decision BlockMask makes for (Br, Bc) against common/mask.hpp's Visibility: a tile with a
-// visible key is visited, a tile treated as full has no hidden key, and the element mask of a visited tile
-// is Visibility's. "" when all agree, else the first disagreement.
+// visible key is visited and (without an explicit mask) no other, a tile treated as full has no hidden key,
+// and the element mask of a visited tile is Visibility's. "" when all agree, else the first disagreement.
 template <int kBlockN>
 std::string block_mask_disagreement(const Problem& p, int block_m) {
   const Visibility visibility(p);
@@ -48,6 +48,10 @@ std::string block_mask_disagreement(const Problem& p, int block_m) {
         const std::string where = "b " + std::to_string(b) + ", rows from " + std::to_string(row_begin) +
                                   ", tile " + std::to_string(tile) + ": ";
         if (!visited && cover != TileCover::hidden) return where + "a tile with visible keys is skipped";
+        // Without an explicit mask (which can hide any element) the visited tiles are exactly those with a
+        // visible key: none is loaded for nothing.
+        if (visited && cover == TileCover::hidden && p.mask == nullptr)
+          return where + "a tile no row sees is visited";
         if (visited && block.tile_is_full<kBlockN>(static_cast<int>(key0)) && cover != TileCover::full)
           return where + "a tile that needs a mask is treated as full";
         for (int row = row_begin; visited && row < row_begin + block_m && row < p.seqlen_q; ++row) {

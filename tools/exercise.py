@@ -17,7 +17,9 @@ more files of one stage; the description is given once. No solution exists anywh
 
     exercise.py list
     exercise.py start ID [--dir DIR] [--force]   write a workspace (default exercises/ID)
-    exercise.py check ID [--dir DIR]      build it and run the shared harness on exercise/ID only
+    exercise.py check ID [--dir DIR] [--emulator-only]
+                                          build it and run the shared harness on exercise/ID only (a CUDA
+                                          exercise in the emulator, then on the GPU where there is one)
     exercise.py solution ID               print the reference lines
     exercise.py selftest --build-dir DIR  every skeleton builds and fails; with the solution pasted back it passes
 """
@@ -42,12 +44,24 @@ END = re.compile(r"^\s*//\s*EXERCISE END\s+([a-z0-9-]+)\s*$")
 FIELD = re.compile(r"^\s*//\s*(teaches|difficulty|docs|hint|grades|checks):\s?(.*)$")
 # The harness's test cases a student's copy is checked by: the case matrix, the invariance properties and, for
 # implementations with a backward pass, the backward on the case matrix (tests/test_backward.cpp).
-TEST_CASES = ("*case matrix*,*adding a constant*,*permuting keys*,"
-              "*every backward matches the fp64 reference backward on the case matrix*")
-# An exercise may be graded by the forward's checks only ('checks: forward'): for lines the forward takes through
-# every case already, without the backward's check (slow in the emulator).
-FORWARD_TEST_CASES = "*every implementation matches the fp64 reference on the case matrix*,*adding a constant*,*permuting keys*"
+PROPERTIES = "*adding a constant*,*permuting keys*"
+TEST_CASES = "*case matrix*," + PROPERTIES
+# The optional 'checks:' field, a comma-separated list, changes that: 'forward' grades by the forward's checks
+# only (for lines the forward takes through every case already, without the backward's check, slow in the
+# emulator); 'traffic' adds the GPU stages' traffic models, counted in the emulator (for lines that decide what
+# a kernel loads: a copy that loads what no row needs moves more bytes than its model).
+FORWARD_TEST_CASES = "*every implementation matches the fp64 reference on the case matrix*," + PROPERTIES
+TRAFFIC_TEST_CASES = "*move the global bytes their traffic models say*"
 
+
+def test_cases(checks):
+    """The harness's test-case filter for an exercise's 'checks:' field."""
+    wanted = {word.strip() for word in (checks or "").split(",") if word.strip()}
+    unknown = wanted - {"forward", "traffic"}
+    if unknown:
+        raise Failure(f"unknown 'checks:' value(s) {', '.join(sorted(unknown))} (forward, traffic)")
+    cases = FORWARD_TEST_CASES if "forward" in wanted else TEST_CASES
+    return cases + ("," + TRAFFIC_TEST_CASES if "traffic" in wanted else "")
 
 class Failure(Exception):
     """A user mistake: printed as one line, exit code 2."""
@@ -229,11 +243,14 @@ def cache_value(build_dir, name):
     return None
 
 
-def configure_with(build_dir, folders):
-    """Adds workspace folders to the build's FLASHLAB_EXERCISE_DIRS (dropping ones that no longer exist)."""
+def configure_with(build_dir, folders, gpu=False):
+    """Adds workspace folders to the build's FLASHLAB_EXERCISE_DIRS (dropping ones that no longer exist); with
+    `gpu`, their CUDA copies get a GPU build too (FLASHLAB_EXERCISE_GPU, cmake/exercises.cmake)."""
     current = [d for d in (cache_value(build_dir, "FLASHLAB_EXERCISE_DIRS") or "").split(";") if d and os.path.isdir(d)]
     wanted = current + [f for f in folders if f not in current]
     args = ["cmake", "-S", ROOT, "-B", build_dir, "-DFLASHLAB_EXERCISE_DIRS=" + ";".join(wanted)]
+    if gpu:
+        args.append("-DFLASHLAB_EXERCISE_GPU=ON")
     if cache_value(build_dir, "CMAKE_BUILD_TYPE") is None:
         args[1:1] = ["--preset", "release"]
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
@@ -248,19 +265,34 @@ def build_target(build_dir, target, quiet=False):
     return result.returncode == 0
 
 
-def run_harness(build_dir, target, exercise_id, grades=None, first_failure=False, checks=None):
+def run_harness(build_dir, target, exercise_id, grades=None, first_failure=False, checks=None, tests=None):
     """Runs the harness on exercise/ID only (and there on the implementations the exercise's optional 'grades:'
-    field names, a regular expression: the ones whose code runs its lines; and by the forward's checks only
-    when its optional 'checks:' field says 'forward'); returns (passed, output). With first_failure, it stops at the
-    first failing check (enough to see a skeleton fail)."""
+    field names, a regular expression: the ones whose code runs its lines; its optional 'checks:' field picks the
+    checks, test_cases()); returns (passed, output). With first_failure, it stops at the
+    first failing check (enough to see a skeleton fail). `tests` replaces the harness's test-case filter."""
     selected = f"^exercise/{exercise_id}/" + (f"({grades})" if grades else "")
     env = dict(os.environ, FLASHLAB_IMPL=selected, FLASHLAB_VERBOSE="1")
     program = os.path.join(build_dir, "exercises", target)
     stop = ["--abort-after=1"] if first_failure else []
-    cases = FORWARD_TEST_CASES if checks == "forward" else TEST_CASES
+    cases = tests or test_cases(checks)
     result = subprocess.run([program, f"--test-case={cases}", "--no-version"] + stop, env=env,
                             capture_output=True, text=True)
     return result.returncode == 0, result.stdout + result.stderr
+
+
+def property_failures(output):
+    """The failed checks of the harness's property tests (doctest's 'TEST CASE:' blocks), each as its name and
+    what it logged; "" when there is none (a crash)."""
+    lines, name, shown = [], None, None
+    for line in output.split("\n"):
+        if line.startswith("TEST CASE:"):
+            name = line.split(":", 1)[1].strip()
+        elif name and line.strip().startswith("logged:"):
+            if name != shown:
+                lines.append(f"  FAIL  {name}")
+                shown = name
+            lines.append("        " + line.strip()[len("logged:"):].strip())
+    return "\n".join(lines)
 
 
 def command_list(_):
@@ -284,20 +316,19 @@ def command_start(args):
     print(f"then: ./flashlab exercise check {args.id}{extra}")
 
 
-def command_check(args):
-    folder = workspace_dir(args.id, args.dir)
-    meta_path = os.path.join(folder, "exercise.json")
-    if not os.path.exists(meta_path):
-        raise Failure(f"no workspace for {args.id} in {folder} (run ./flashlab exercise start {args.id} first)")
-    meta = json.load(open(meta_path))
-    target = meta["target"]
-    build_dir = os.path.join(ROOT, "build")
-    configure_with(build_dir, [folder])
-    print(f"building your copy ({target}) ...", flush=True)
-    if not build_target(build_dir, target):
-        return 1
-    passed, output = run_harness(build_dir, target, args.id, meta.get("grades"), checks=meta.get("checks"))
-    # Group the harness's per-case lines: one line for a case every implementation passes, details for failures.
+def gpu_name():
+    """The first GPU nvidia-smi lists, or None (no driver, no GPU)."""
+    try:
+        result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [line for line in result.stdout.split("\n") if line.startswith("GPU ")]
+    return lines[0] if result.returncode == 0 and lines else None
+
+
+def report(exercise_id, passed, output):
+    """Prints the harness's verdict per case (one line for a case every implementation passes, details for a
+    failure) and for a failed property its name and what it logged; returns the exit code."""
     cases, order = {}, []
     current = None
     for line in output.split("\n"):
@@ -325,14 +356,48 @@ def command_check(args):
                 for line in detail:
                     print("      " + line.strip())
     if passed:
-        print(f"\nexercise {args.id}: every case passed.")
+        print(f"\nexercise {exercise_id}: every case passed.")
         return 0
     if failed_cases == 0:  # failed outside the case matrix (a property), or crashed: show the harness's own words
-        print("\n".join(output.split("\n")[-40:]))
+        failures = property_failures(output)
+        print(failures or "\n".join(output.split("\n")[-40:]))
+        if failures:
+            print(f"\nexercise {exercise_id}: every case of the matrix passed, but the check above did not.")
     else:
-        print(f"\nexercise {args.id}: {failed_cases} of {len(order)} cases failed. Start with the first: its shape and "
-              "mask,\nand the first wrong element, with the reference's value beside yours.")
+        print(f"\nexercise {exercise_id}: {failed_cases} of {len(order)} cases failed. Start with the first: its shape "
+              "and mask,\nand the first wrong element, with the reference's value beside yours.")
     return 1
+
+
+def command_check(args):
+    folder = workspace_dir(args.id, args.dir)
+    meta_path = os.path.join(folder, "exercise.json")
+    if not os.path.exists(meta_path):
+        raise Failure(f"no workspace for {args.id} in {folder} (run ./flashlab exercise start {args.id} first)")
+    meta = json.load(open(meta_path))
+    target = meta["target"]
+    build_dir = os.path.join(ROOT, "build")
+    configure_with(build_dir, [folder])
+    print(f"building your copy ({target}) ...", flush=True)
+    if not build_target(build_dir, target):
+        return 1
+    passed, output = run_harness(build_dir, target, args.id, meta.get("grades"), checks=meta.get("checks"))
+    code = report(args.id, passed, output)
+    # A CUDA exercise is graded in the emulator first on every machine (a deadlock or a race is named there; on a
+    # GPU a deadlock would hang), then, where there is a GPU and the build has nvcc, on the GPU.
+    cuda = "\n  CUDA " in open(os.path.join(folder, "exercise.cmake")).read()
+    gpu = gpu_name() if cuda and not args.emulator_only else None
+    if code != 0 or gpu is None:
+        return code
+    if not cache_value(build_dir, "CMAKE_CUDA_COMPILER") or "NOTFOUND" in cache_value(build_dir, "CMAKE_CUDA_COMPILER"):
+        print(f"\nThis machine has a GPU ({gpu}), but the build has no CUDA compiler: graded in the emulator only.")
+        return code
+    print(f"\nnow on the GPU ({gpu}): building your copy for it ({target}_gpu) ...", flush=True)
+    configure_with(build_dir, [folder], gpu=True)
+    if not build_target(build_dir, target + "_gpu"):
+        return 1
+    passed, output = run_harness(build_dir, target + "_gpu", args.id, meta.get("grades"), checks=meta.get("checks"))
+    return report(args.id, passed, output)
 
 
 def command_solution(args):
@@ -344,8 +409,30 @@ def command_solution(args):
             print("\n".join(lines[solution_start:end]))
 
 
+MISTAKES = os.path.join(ROOT, "tools", "exercise_mistakes.json")
+
+
+def write_mistake(entry, mistake, folder):
+    """A workspace holding the solution with the mistake's replacements made in the exercise's lines."""
+    target = write_workspace(entry, folder, keep_solution=True)
+    for old, new in mistake["replace"].items():
+        found = 0
+        for path, regions in entry["files"].items():
+            lines = open(os.path.join(folder, path)).read().split("\n")
+            for _, solution_start, end in regions:  # the regions' lines are where they were in the stage
+                for n in range(solution_start, end):
+                    found += lines[n].count(old)
+                    lines[n] = lines[n].replace(old, new)
+            with open(os.path.join(folder, path), "w") as out:
+                out.write("\n".join(lines))
+        if not found:
+            raise Failure(f"{MISTAKES}: '{old}' is not in the lines of exercise {entry['id']}")
+    return target
+
+
 def command_selftest(args):
-    """For every exercise: the skeleton builds and fails the check; the solution pasted back passes."""
+    """For every exercise: the skeleton builds and fails the check; the solution pasted back passes; each known
+    mistake (tools/exercise_mistakes.json) fails with the message that names it."""
     build_dir = os.path.abspath(args.build_dir)
     exercises = scan()
     if not exercises:
@@ -359,6 +446,13 @@ def command_selftest(args):
             for variant, keep in (("skeleton", False), ("solution", True)):
                 folder = os.path.join(scratch, variant, exercise_id)
                 plans.append((exercise_id, variant, folder, write_workspace(entry, folder, keep)))
+        mistakes = json.load(open(MISTAKES))["mistakes"]
+        for n, mistake in enumerate(mistakes):
+            if mistake["exercise"] not in exercises:
+                raise Failure(f"{MISTAKES}: no exercise '{mistake['exercise']}'")
+            folder = os.path.join(scratch, f"mistake{n}", mistake["exercise"])
+            plans.append((mistake["exercise"], f"mistake{n}", folder,
+                          write_mistake(exercises[mistake["exercise"]], mistake, folder)))
         configure_with(build_dir, [plan[2] for plan in plans])
         targets = [plan[3] for plan in plans]
         started = time.monotonic()
@@ -372,28 +466,34 @@ def command_selftest(args):
                 failed += 1
                 print(f"  BAD  {exercise_id}: 'docs: {entry['docs']}' names no heading of that chapter")
         for exercise_id, variant, folder, target in plans:
+            mistake = mistakes[int(variant[len("mistake"):])] if variant.startswith("mistake") else None
             # Warning-free, so that a skeleton also compiles where warnings are errors (the ci preset's stages).
             warnings = list(dict.fromkeys(line for line in build.stdout.split("\n")  # once each, in order
                                           if folder + os.sep in line and "warning:" in line))
             started = time.monotonic()
             ok, output = run_harness(build_dir, target, exercise_id, exercises[exercise_id].get("grades"),
-                                     first_failure=variant == "skeleton",
-                                     checks=exercises[exercise_id].get("checks"))
+                                     first_failure=variant != "solution",
+                                     checks=exercises[exercise_id].get("checks"),
+                                     tests=mistake.get("tests") if mistake else None)
             seconds = time.monotonic() - started
             expected = variant == "solution"
-            # A skeleton must fail some case of the harness: on its numbers, or with a fault the emulator names
-            # (a deadlock, a race), not by crashing the program.
-            wrong_numbers = re.search(r"^  FAIL ", output, re.M) is not None
-            good = ok == expected and not warnings and (ok or wrong_numbers)
+            # A skeleton must fail some check of the harness: a case on its numbers or with a fault the emulator
+            # names (a deadlock, a race), or a property; not by crashing the program. A mistake must fail with
+            # the words that name it.
+            wrong_numbers = re.search(r"^  FAIL ", output, re.M) is not None or property_failures(output) != ""
+            named = mistake is None or mistake["says"] in output
+            good = ok == expected and not warnings and (ok or wrong_numbers) and named
             passed, failed = passed + good, failed + (not good)
             verdict = "passes" if ok else "fails"
-            print(f"  {'ok  ' if good else 'BAD '} {exercise_id}: the {variant} {verdict} the check ({seconds:.1f} s)"
-                  + (f", but compiles with {len(warnings)} warning(s):" if warnings else ""))
+            what = f"the mistake '{mistake['mistake']}'" if mistake else f"the {variant}"
+            print(f"  {'ok  ' if good else 'BAD '} {exercise_id}: {what} {verdict} the check ({seconds:.1f} s)"
+                  + (f", but compiles with {len(warnings)} warning(s):" if warnings else "")
+                  + ("" if named else f", but without saying '{mistake['says']}'"))
             for line in warnings:
                 print("       " + line)
             if not ok and not wrong_numbers:
                 print("       but no case failed (a crash, or a property check?):")
-            if ok != expected or not (ok or wrong_numbers):
+            if ok != expected or not (ok or wrong_numbers) or not named:
                 print(output[-3000:])
     finally:
         original = ";".join(d for d in original.split(";") if d and os.path.isdir(d))
@@ -414,6 +514,9 @@ def main():
         p.add_argument("--dir", help="workspace folder (default: exercises/ID)")
         if name == "start":
             p.add_argument("--force", action="store_true", help="overwrite an existing workspace")
+        else:
+            p.add_argument("--emulator-only", action="store_true",
+                           help="grade a CUDA exercise in the emulator only, even where a GPU is")
     p = sub.add_parser("solution", help="print the reference lines (for instructors)")
     p.add_argument("id")
     p = sub.add_parser("selftest", help="prove the mechanism on every exercise")

@@ -1,0 +1,87 @@
+// The GPU stages' traffic models (Implementation::bytes_moved, what the roofline places them by) against the
+// global bytes their kernels move in the emulator, to the byte. Part of the harness: a course exercise's copy
+// of a stage is held to its model too, so a copy that loads tiles no row needs (a block-skip that visits
+// every key tile: right numbers, wasted loads) fails here.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/problem.hpp"
+#include "common/roofline.hpp"
+#include "emulator/counters.hpp"
+#include "tests/harness.hpp"
+
+namespace flashlab::testing {
+
+namespace {
+
+Problem shaped(int64_t heads, int64_t kv_heads, int64_t sq, int64_t sk, int64_t d, DType dtype, bool causal,
+               int64_t batch = 1) {
+  Problem p = problem_shape(batch, heads, kv_heads, sq, sk, d);
+  p.dtype = dtype;
+  p.causal = causal;
+  return p;
+}
+Problem windowed(Problem p, int64_t left, int64_t right) {
+  p.window_left = left;
+  p.window_right = right;
+  return p;
+}
+
+// `name` is the implementation's own name, or a course exercise's copy of it ("exercise/ID/" + name).
+bool is_copy_of(const Implementation& impl, const std::string& name) {
+  return impl.name == name || (impl.name.size() > name.size() &&
+                               impl.name.compare(impl.name.size() - name.size(), name.size(), name) == 0 &&
+                               impl.name[impl.name.size() - name.size() - 1] == '/');
+}
+
+}  // namespace
+
+// FA1's O, l, m re-read and rewritten per K/V block (cuda_v1), FA2's K and V re-read per query block of the
+// tiles it visits (cuda_v2, cuda_v3_hopper). Exactly, on shapes without per-batch lengths or an explicit mask
+// (each thread reads those too, and the models leave them out): causal, windows, GQA, batch 2, and a causal
+// problem whose first query block sees no key (seqlen_q 300 > seqlen_k 100: the Hopper kernel loads no Q for
+// it, cuda_v2 does).
+TEST_CASE("the GPU stages move the global bytes their traffic models say") {
+  if (!emulator::counting_complete()) {
+    MESSAGE("skipped: this build (the sanitizer's) does not see every global access of emulated kernels");
+    return;
+  }
+  struct Expected {
+    const char* impl;
+    Problem problem;
+  };
+  const std::vector<Expected> expected{
+      Expected{"cuda_v1/split_k", shaped(4, 2, 300, 333, 64, DType::f32, false)},
+      Expected{"cuda_v2/split_q_simt", shaped(2, 2, 256, 200, 64, DType::f32, false, 2)},
+      Expected{"cuda_v2/split_q_simt", windowed(shaped(2, 1, 200, 300, 64, DType::f32, true), 70, 0)},
+      Expected{"cuda_v2/split_q", shaped(2, 2, 256, 256, 128, DType::bf16, false)},
+      Expected{"cuda_v2/split_q", shaped(4, 2, 300, 333, 64, DType::f16, true)},
+      Expected{"cuda_v2/split_q", windowed(shaped(2, 1, 400, 400, 64, DType::bf16, false, 2), 100, 30)},
+      Expected{"cuda_v2/split_q", shaped(2, 2, 300, 100, 64, DType::f16, true)},
+      Expected{"cuda_v3_hopper/ws", shaped(2, 2, 256, 256, 128, DType::bf16, false)},
+      Expected{"cuda_v3_hopper/ws", shaped(4, 2, 300, 333, 64, DType::f16, true)},
+      Expected{"cuda_v3_hopper/ws", windowed(shaped(2, 1, 400, 400, 64, DType::bf16, false, 2), 100, 30)},
+      Expected{"cuda_v3_hopper/ws", shaped(2, 2, 300, 100, 64, DType::f16, true)},
+  };
+  // Run in the emulator whatever FLASHLAB_DEVICE asks for (the `harness` test selects the CPU stages).
+  size_t checked = 0;
+  for (const Implementation* impl : selected_implementations(/*any_device=*/true))
+    for (const Expected& e : expected) {
+      if (!is_copy_of(*impl, e.impl) || !why_cannot_run(*impl, e.problem).empty()) continue;
+      ++checked;
+      const auto counted = static_cast<int64_t>(counted_forward_bytes(*impl, e.problem));
+      const auto modeled = static_cast<int64_t>(forward_traffic(*impl, e.problem).bytes);
+      const std::string more =
+          counted > modeled ? " (more: it loads what no row needs, e.g. key tiles no row sees)" : "";
+      INFO(impl->name, " on ", e.problem.describe(), ": moved ", counted,
+           " bytes of global memory, its model ", modeled, more);
+      CHECK(counted == modeled);
+    }
+  if (std::getenv("FLASHLAB_IMPL") == nullptr) CHECK(checked == expected.size());  // every stage is built
+}
+
+}  // namespace flashlab::testing
