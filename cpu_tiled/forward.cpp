@@ -26,6 +26,7 @@ namespace {
 struct Workspace {
   std::vector<float> q_tiles, o_tiles, scores, v_tile, ones, factor, block_max, row_max, block_sum;
   std::vector<SoftmaxState<float>> states;
+  std::vector<KeyRange> column_keys;  // per micro-column of the Q tile: the keys any of its rows sees
 
   Workspace(const TileShape& shape, int64_t d)
       : q_tiles(static_cast<size_t>(shape.heads_per_item * d * shape.br)),
@@ -37,7 +38,8 @@ struct Workspace {
         block_max(ones.size()),
         row_max(ones.size()),
         block_sum(ones.size()),
-        states(static_cast<size_t>(shape.heads_per_item * shape.br)) {}
+        states(static_cast<size_t>(shape.heads_per_item * shape.br)),
+        column_keys(static_cast<size_t>(blocks(shape.br, micro_width<Vec>()))) {}
 };
 
 struct QTile {
@@ -58,8 +60,11 @@ void attend_q_tile(const Problem& p, const Visibility& visibility, const TileSha
     std::fill_n(&ws.o_tiles[g * tile_floats], tile_floats, 0.0f);
     std::fill_n(&ws.states[g * br], br, SoftmaxState<float>{});
   }
-  // K/V tiles that no row of this Q tile sees (causal, window, padding) are never visited.
+  // K/V tiles that no row of this Q tile sees (causal, window, padding) are never visited; within a tile, a
+  // micro-column computes only the keys its own rows see (on a causal diagonal, a prefix of the tile).
   const KeyRange span = tile_key_span(visibility, tile.b, tile.i0, tile.rows);
+  for (int64_t col = 0; col < columns; ++col)
+    ws.column_keys[col] = tile_key_span(visibility, tile.b, tile.i0 + col * W, std::min(W, tile.rows - col * W));
   for (int64_t j0 = span.begin; j0 < span.end; j0 += shape.bc) {  // line 6
     const int64_t nk = std::min(shape.bc, span.end - j0);
     if (visibility.tile(tile.b, tile.i0, tile.i0 + tile.rows, j0, j0 + nk) == TileCover::hidden) continue;
@@ -72,38 +77,41 @@ void attend_q_tile(const Problem& p, const Visibility& visibility, const TileSha
     for (int64_t g = 0; g < tile.heads; ++g) {       // every query head of the group while K_j, V_j are hot
       for (int64_t col = 0; col < columns; ++col) {  // one micro-column of W rows at a time, S^T in L1
         const int64_t lane0 = col * W, i0 = tile.i0 + lane0, rows = std::min(W, tile.rows - lane0);
-        const TileCover cover = visibility.tile(tile.b, i0, i0 + rows, j0, j0 + nk);
+        // The keys [c0, c0 + nc) of the tile that some row of the micro-column sees.
+        const int64_t c0 = std::max(j0, ws.column_keys[col].begin);
+        const int64_t nc = std::min(j0 + nk, ws.column_keys[col].end) - c0;
+        if (nc <= 0) continue;
+        const TileCover cover = visibility.tile(tile.b, i0, i0 + rows, c0, c0 + nc);
         if (cover == TileCover::hidden) continue;
         SoftmaxState<float>* state = &ws.states[g * br + lane0];
         float* o_tile = &ws.o_tiles[g * tile_floats + lane0 * d];
         // line 8: S = Q_i K_j^T (scaled), then the mask, only where it cuts this tile
-        scores_column<Vec>(&ws.q_tiles[g * tile_floats + lane0 * d], W, k_j, kv_stride, nk, d, scale,
-                           ws.scores.data());
-        if (cover == TileCover::partial) mask_tile(visibility, tile.b, i0, rows, j0, nk, ws.scores.data(), W);
+        scores_column<Vec>(&ws.q_tiles[g * tile_floats + lane0 * d], W, k_j + (c0 - j0) * kv_stride, kv_stride,
+                           nc, d, scale, ws.scores.data());
+        if (cover == TileCover::partial) mask_tile(visibility, tile.b, i0, rows, c0, nc, ws.scores.data(), W);
         // line 9: m_new = max(m, rowmax S), P~ = exp(S - m_new), l = exp(m - m_new) l + rowsum P~
-        online_softmax_tile<Vec>(ws.scores.data(), W, nk, W, state, ws.factor.data(),
+        online_softmax_tile<Vec>(ws.scores.data(), W, nc, W, state, ws.factor.data(),
                                  {ws.block_max.data(), ws.row_max.data(), ws.block_sum.data()});
         // line 10: O~ = diag(exp(m - m_new)) O~ + P~ V_j, the rescale fused into the product's store
-        output_column<Vec>(ws.scores.data(), ws.v_tile.data(), v_tile_stride(d), nk, d, ws.factor.data(),
-                           ws.ones.data(), o_tile, W);
+        output_column<Vec>(ws.scores.data(), ws.v_tile.data() + (c0 - j0) * v_tile_stride(d), v_tile_stride(d),
+                           nc, d, ws.factor.data(), ws.ones.data(), o_tile, W);
       }
     }
   }
-  for (int64_t g = 0; g < tile.heads;
-       ++g) {  // lines 12-15: O_i = diag(l)^-1 O~_i, L_i = m + log l, written once
-    const float* o_tile = &ws.o_tiles[g * tile_floats];
+  // lines 12-15: O_i = diag(l)^-1 O~_i, L_i = m + log l, written once. Micro-column by micro-column: lane r
+  // of column c is row c * W + r, its d values W floats apart in the column (in L1), written as one row of O.
+  for (int64_t g = 0; g < tile.heads; ++g) {
     const SoftmaxState<float>* state = &ws.states[g * br];
     const int64_t h = tile.first_head + g;
-    float inverse[16];
-    for (int64_t r0 = 0; r0 < tile.rows; r0 += 16) {  // 16 rows at a time: one line of O~^T per k
-      const int64_t r1 = std::min(tile.rows, r0 + 16);
-      for (int64_t r = r0; r < r1; ++r) {
-        inverse[r - r0] = state[r].normalizer();
-        out.lse_at(p, tile.b, h, tile.i0 + r) = state[r].lse();
+    for (int64_t lane0 = 0; lane0 < tile.rows; lane0 += W) {
+      const float* column = &ws.o_tiles[g * tile_floats + lane0 * d];
+      for (int64_t r = 0; r < std::min(W, tile.rows - lane0); ++r) {
+        const int64_t i = tile.i0 + lane0 + r;
+        const float inverse = state[lane0 + r].normalizer();
+        out.lse_at(p, tile.b, h, i) = state[lane0 + r].lse();
+        float* o = out.o_row(p, tile.b, i, h);
+        for (int64_t k = 0; k < d; ++k) o[k] = column[k * W + r] * inverse;
       }
-      for (int64_t k = 0; k < d; ++k)
-        for (int64_t r = r0; r < r1; ++r)
-          out.o_row(p, tile.b, tile.i0 + r, h)[k] = o_tile[column_index(r, k, d)] * inverse[r - r0];
     }
   }
 }

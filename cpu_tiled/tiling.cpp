@@ -29,9 +29,11 @@ TileShape tile_shape(const Problem& p) {
   const CacheSizes& cache = cache_sizes();
   const int64_t d = p.head_dim;
   TileShape shape;
-  // Bc: a micro-column of S^T = P^T (Bc x W floats) stays in L1 from the score product through the softmax
-  // to the output product, which reads it once per MR head dims: half of L1 for it. A multiple of MR.
-  int64_t bc = (cache.l1d / 2) / (f32 * W) / MR * MR;
+  // Bc: a micro-column of S^T = P^T (Bc x W floats) as large as L1, a multiple of MR. It stays in L1 (or
+  // close, in L2) from the score product through the softmax to the output product; the larger the tile,
+  // the fewer times each row's per-tile work (its softmax statistics, the rescale of O~) is paid. Half of
+  // L1, the earlier rule, measured slower at d 64 (docs/02-cpu-tiled.md, section 7).
+  const int64_t bc = cache.l1d / (f32 * W) / MR * MR;
   shape.bc = std::clamp<int64_t>(bc, MR, 256 / MR * MR);
   // GQA: the query heads that share a K/V tile keep their Q^T and O~^T tiles (2 d Br floats each) in half of
   // L2.
