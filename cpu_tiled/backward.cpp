@@ -28,6 +28,7 @@
 #include "common/mask.hpp"
 #include "common/registry.hpp"
 #include "common/softmax_state.hpp"
+#include "cpu_tiled/simd.hpp"
 
 namespace flashlab::cpu_tiled {
 
@@ -114,7 +115,7 @@ void probabilities_and_score_gradients(const TilePair& t, Workspace& ws, Tile& P
   const float scale = static_cast<float>(t.p.softmax_scale());
   score_tile(t.Q, t.K, scale, P);  // S = scale Q_i K_j^T (line 9)
   // P = exp(S - LSE_i) (line 10): the forward's P, recomputed from its saved log-sum-exp.
-  P.array() = (P.array().colwise() - t.lse).exp();
+  for (int64_t r = 0; r < rows; ++r) exp_weights<Vec>(&P(r, 0), cols, t.lse[r]);
   if (t.cover == TileCover::partial) {
     // Masked entries weigh exactly 0. This also clears every entry of a row that sees no key, whose
     // LSE = -inf made exp() above give inf or NaN.
@@ -336,7 +337,7 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
                 S.row(r).setZero();
                 continue;
               }
-              S.row(r).array() = (S.row(r).array() - states[r].row_max).exp();  // P~ = exp(S - m_new)
+              exp_weights<Vec>(&S(r, 0), cols, states[r].row_max);  // P~ = exp(S - m_new)
               states[r].add(S.row(r).sum());                                    // l += rowsum(P~)
             }
             acc.noalias() += S * V;  // O~ += P~ V_j

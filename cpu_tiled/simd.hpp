@@ -156,6 +156,21 @@ struct VecPortable {
   }
 };
 
+// x[c] = exp(x[c] - m) for the n values of a row, a -inf value weighing 0 (V::exp_weight); the last partial
+// vector goes through a padded copy, so that every value of the row takes the same arithmetic.
+template <class V>
+void exp_weights(float* x, int64_t n, float m) {
+  constexpr int L = V::lanes;
+  const V max = V::splat(m);
+  int64_t c = 0;
+  for (; c + L <= n; c += L) V::exp_weight(V::load(x + c), max).store(x + c);
+  if (c == n) return;
+  float tail[L];
+  for (int i = 0; i < L; ++i) tail[i] = c + i < n ? x[c + i] : -INFINITY;
+  V::exp_weight(V::load(tail), max).store(tail);
+  for (int64_t i = 0; c + i < n; ++i) x[c + i] = tail[i];
+}
+
 #if defined(__AVX512F__)
 using Vec = VecAvx512;
 #elif defined(__AVX2__) && defined(__FMA__)
