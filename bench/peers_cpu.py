@@ -6,7 +6,7 @@ grouped heads and decoding), and PyTorch's scaled_dot_product_attention when ask
 install). They are installed, pinned, into a virtual environment under the build folder (build/peers/), which
 this script creates on first use and re-runs itself in.
 
-    python3 bench/peers_cpu.py OUTDIR [--with-torch] [--rounds 5] [--repeat 3] [--quick]
+    python3 bench/peers_cpu.py OUTDIR [--with-torch] [--rounds 5] [--repeat 3] [--quick] [--only REGEX]
 
 Steps: (1) on small shapes, each peer and flashlab compute attention from the same .npy inputs and their
 outputs must agree (max abs difference, recorded; the run stops when a peer disagrees); (2) every shape is
@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -279,6 +280,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="four small shapes (a smoke test of the script)")
+    parser.add_argument("--only", help="time only the shapes whose name this regular expression finds")
     args = parser.parse_args()
     ensure_venv(args.with_torch)
     import onnxruntime
@@ -299,6 +301,8 @@ def main():
     checks = check_agreement(peers, env)
     rows = []
     for s in timed_shapes(args.quick):
+        if args.only and not re.search(args.only, s["name"]):
+            continue
         q, k, v = random_inputs(s, 7)
         contenders = [("flashlab/" + flashlab_impl(s), None)]
         skipped = []
