@@ -59,6 +59,13 @@ void Problem::validate() const {
     fail("mask has ", mask->size(), " entries but must be [seqlen_q, seqlen_k] = [", seqlen_q, ", ", seqlen_k,
          "]");
   if (page_size < 0) fail("page_size (", page_size, ") must be >= 1, or 0 for contiguous K/V");
+  if (!(softcap >= 0.0) || !std::isfinite(softcap))
+    fail("softcap (", softcap, ") must be a positive number, or 0 for none");
+  if (!alibi_slopes.empty() && static_cast<int64_t>(alibi_slopes.size()) != heads_q)
+    fail("alibi_slopes has ", alibi_slopes.size(), " entries but heads_q is ", heads_q,
+         " (one slope per query head)");
+  for (size_t h = 0; h < alibi_slopes.size(); ++h)
+    if (!std::isfinite(alibi_slopes[h])) fail("alibi_slopes[", h, "] (", alibi_slopes[h], ") must be finite");
 }
 
 double Problem::softmax_scale() const {
@@ -75,6 +82,8 @@ std::string Problem::describe() const {
   if (!seqlens_k.empty()) out << " ragged-k";
   if (mask) out << " mask";
   if (page_size > 0) out << " page=" << page_size;
+  if (softcap > 0.0) out << " softcap=" << softcap;
+  if (!alibi_slopes.empty()) out << " alibi";
   out << " " << to_string(dtype);
   return out.str();
 }

@@ -37,6 +37,10 @@ struct Problem {
   // Explicit boolean mask [seqlen_q, seqlen_k], 1 = visible, shared by every batch element and head.
   std::shared_ptr<const std::vector<uint8_t>> mask;
   int64_t page_size = 0;  // > 0: K/V are stored in pages of this many tokens (decoding stages)
+  // Score modifications (common/score_mod.hpp): logit soft-capping s -> softcap * tanh(s / softcap) after the
+  // scale (0 = off), and ALiBi's per-query-head slopes (empty = off).
+  double softcap = 0.0;
+  std::vector<float> alibi_slopes;
   DType dtype = DType::f32;
 
   // Throws Error naming the first field that breaks a rule.

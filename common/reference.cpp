@@ -5,6 +5,7 @@
 
 #include "common/error.hpp"
 #include "common/mask.hpp"
+#include "common/score_mod.hpp"
 
 namespace flashlab {
 
@@ -12,6 +13,7 @@ ScoreRow reference_score_row(const Problem& p, const AttentionInputs& in, const 
                              int64_t b, int64_t i, int64_t h, double* scores, uint8_t* seen) {
   const int64_t d = p.head_dim, hk = p.kv_head(h);
   const double scale = p.softmax_scale();
+  const ScoreMod mod(p);
   const float* q = in.q_row(p, b, i, h);
   ScoreRow row{-std::numeric_limits<double>::infinity(), false};
   bool has_nan = false;
@@ -22,7 +24,7 @@ ScoreRow reference_score_row(const Problem& p, const AttentionInputs& in, const 
     double dot = 0.0;
 #pragma omp simd reduction(+ : dot)
     for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * static_cast<double>(k[c]);
-    scores[j] = dot * scale;
+    scores[j] = mod.apply(dot * scale, b, h, i, j);
     has_nan |= std::isnan(scores[j]);
     row.max = std::max(row.max, scores[j]);  // std::max drops a NaN, hence has_nan
     row.any = true;

@@ -25,7 +25,8 @@ ReferenceResult reference_attention(const Problem& problem, const AttentionInput
 
 class Visibility;
 
-// The fp64 score row that both references start from: scores[j] = scale * q_i . k_j (q_i of query head h)
+// The fp64 score row that both references start from: scores[j] = scale * q_i . k_j (q_i of query head h),
+// modified by the problem's soft-capping and ALiBi (common/score_mod.hpp),
 // for each key j that row i of batch element b sees (seen[j] = 1), seen[j] = 0 for the others. Returns the
 // row's max over the seen keys (NaN when a score is NaN, so that a NaN input poisons its row) and whether any
 // key is seen (none: a fully masked row).

@@ -5,6 +5,7 @@
 
 #include "common/mask.hpp"
 #include "common/reference.hpp"
+#include "common/score_mod.hpp"
 
 namespace flashlab {
 
@@ -13,6 +14,7 @@ ReferenceGradients reference_backward(const Problem& p, const AttentionInputs& i
   const Visibility visibility(p);
   const int64_t d = p.head_dim;
   const double scale = p.softmax_scale();
+  const ScoreMod mod(p);
   ReferenceGradients grad;
   grad.dq.assign(static_cast<size_t>(p.q_elements()), 0.0);
   grad.dk.assign(static_cast<size_t>(p.kv_elements()), 0.0);
@@ -53,7 +55,9 @@ ReferenceGradients reference_backward(const Problem& p, const AttentionInputs& i
             const float* v = in.v_row(p, b, j, hk);
             double dP = 0.0;  // dP_ij = dO_i . v_j
             for (int64_t c = 0; c < d; ++c) dP += static_cast<double>(dout[c]) * static_cast<double>(v[c]);
-            const double dS = weights[j] * (dP - D);
+            // dS with respect to the scaled score s: the softmax's P (dP - D), times the modification's
+            // derivative (1 - tanh^2 under soft-capping; ALiBi adds a constant)
+            const double dS = weights[j] * (dP - D) * mod.derivative(scores[j], b, h, i, j);
             const int64_t kv = bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
             for (int64_t c = 0; c < d; ++c) {
               grad.dv[kv + c] += weights[j] * static_cast<double>(dout[c]);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "common/error.hpp"
+#include "common/score_mod.hpp"
 
 // A program may rename everything it registers by defining this function: the course exercises register a
 // student's copy of a stage as "exercise/ID/<name>" (tools/exercise.py). Ordinary programs do not define it.
@@ -57,6 +58,8 @@ std::string why_cannot_run(const Implementation& impl, const Problem& problem) {
     for (DType dtype : impl.dtypes) offered += (offered.empty() ? "" : ", ") + std::string(to_string(dtype));
     return "dtype " + std::string(to_string(problem.dtype)) + " is not offered (" + offered + ")";
   }
+  if (std::string reason = score_mod_refusal(problem, impl.score_mods, impl.name); !reason.empty())
+    return reason;
   if (impl.supports) return impl.supports(problem);
   return "";
 }

@@ -64,6 +64,9 @@ struct Implementation {
   // True when the kernel rounds P to its dtype before the P V product (tensor cores): the tolerance baseline
   // then rounds P the same way.
   bool rounds_p = false;
+  // True when its passes apply the score modifications (soft-capping, ALiBi; common/score_mod.hpp); a problem
+  // with one is refused by name otherwise.
+  bool score_mods = false;
 
   // "" when the implementation can run on this machine, else why not (no GPU, built without CUDA, ...).
   std::function<std::string()> availability;

@@ -8,6 +8,7 @@
 #include "common/error.hpp"
 #include "common/mask.hpp"
 #include "common/number_format.hpp"
+#include "common/score_mod.hpp"
 
 namespace flashlab {
 
@@ -114,13 +115,14 @@ HostTensor quantize_per_tensor_e4m3(const HostTensor& tensor) {
 }  // namespace
 
 // The baselines' score row, in float from inputs rounded by `rounded`: s[j] = scale q_i . k_j over the keys
-// row i sees, -inf for the others. Returns the row max: NaN when a score is NaN (it poisons its row), -inf
-// for a fully masked row.
+// row i sees (with the problem's score modifications, common/score_mod.hpp), -inf for the others. Returns the
+// row max: NaN when a score is NaN (it poisons its row), -inf for a fully masked row.
 template <class Round>
 float baseline_score_row(const Problem& p, const AttentionInputs& in, const Visibility& visibility, int64_t b,
                          int64_t i, int64_t h, Round rounded, float* s) {
   const int64_t d = p.head_dim, hk = p.kv_head(h);
   const float scale = static_cast<float>(p.softmax_scale());
+  const ScoreMod mod(p);
   const float* q = in.q_row(p, b, i, h);
   float row_max = -INFINITY;
   for (int64_t j = 0; j < p.seqlen_k; ++j) {
@@ -131,7 +133,7 @@ float baseline_score_row(const Problem& p, const AttentionInputs& in, const Visi
     const float* k = in.k_row(p, b, j, hk);
     float dot = 0.0f;
     for (int64_t c = 0; c < d; ++c) dot += rounded(q[c]) * rounded(k[c]);
-    s[j] = dot * scale;
+    s[j] = mod.apply(dot * scale, b, h, i, j);
     row_max = std::isnan(s[j]) ? s[j] : std::max(row_max, s[j]);
   }
   return row_max;
@@ -266,6 +268,7 @@ AttentionGradients baseline_backward(const Problem& p, const AttentionInputs& in
   const Visibility visibility(p);
   const int64_t d = p.head_dim;
   const float scale = static_cast<float>(p.softmax_scale());
+  const ScoreMod mod(p);
   AttentionGradients grad = AttentionGradients::poisoned(p);
   std::fill(grad.dk.data.begin(), grad.dk.data.end(), 0.0f);
   std::fill(grad.dv.data.begin(), grad.dv.data.end(), 0.0f);
@@ -317,7 +320,7 @@ AttentionGradients baseline_backward(const Problem& p, const AttentionInputs& in
             const float weight = std::exp(s[j] - lse);
             float dP = 0.0f;  // dP_ij = dO_i . v_j
             for (int64_t c = 0; c < d; ++c) dP += rounded(dout[c]) * rounded(v[c]);
-            float dS = scale * weight * (dP - D);
+            float dS = scale * weight * (dP - D) * mod.derivative(s[j], b, h, i, j);
             float p_used = weight;  // P as it enters dV = P^T dO
             if (rounds_p) {
               dS = rounded(dS);

@@ -27,6 +27,7 @@
 
 #include "common/mask.hpp"
 #include "common/registry.hpp"
+#include "common/score_mod.hpp"
 #include "common/softmax_state.hpp"
 #include "cpu_tiled/simd.hpp"
 
@@ -49,12 +50,14 @@ constexpr int64_t kBc = 128;  // keys per K/V tile (B_c)
 // Per-thread workspace: O(B_r B_c + B_c d), cache resident.
 struct Workspace {
   std::vector<float> scores, d_scores;     // S then P; dS (B_r x B_c)
+  std::vector<float> derivative;           // ds"/ds of the score modifications, when there are any
   std::vector<float> dk, dv;               // dK_j, dV_j accumulators (B_c x d)
   std::vector<double> d_probs;             // dP (B_r x B_c), in double: see probabilities_and_score_gradients
   std::vector<double> v_wide, d_out_wide;  // V_j (B_c x d) and dO_i (B_r x d) widened for the dP product
   explicit Workspace(int64_t head_dim)
       : scores(kBr * kBc),
         d_scores(kBr * kBc),
+        derivative(kBr * kBc),
         dk(kBc * head_dim),
         dv(kBc * head_dim),
         d_probs(kBr * kBc),
@@ -72,9 +75,15 @@ struct Shapes {
 // S = scale Q_i K_j^T for one tile. The forward and the backward both call this on the same tile grid, so the
 // recomputed S is bitwise the forward's: P = exp(S - LSE) then matches the forward's P exactly, where a
 // rounding difference in S (about 1e-2 when scores reach 1e4) would scale P by exp(1e-2).
-void score_tile(const ConstView& Q, const ConstView& K, float scale, Tile& S) {
+// With the problem's score modifications (soft-capping, ALiBi; common/score_mod.hpp) after the scale: S is
+// then the modified scores of rows i0.. and keys j0.. of batch element b, query head h.
+void score_tile(const ConstView& Q, const ConstView& K, float scale, const ScoreMod& mod, int64_t b,
+                int64_t h, int64_t i0, int64_t j0, Tile& S) {
   S.noalias() = Q * K.transpose();
   S.array() *= scale;
+  if (!mod.active()) return;
+  for (int64_t r = 0; r < S.rows(); ++r)
+    for (int64_t c = 0; c < S.cols(); ++c) S(r, c) = mod.apply(S(r, c), b, h, i0 + r, j0 + c);
 }
 
 // D_i = dO_i . O_i = rowsum(dO * O) (FA2 Alg. 2 line 4), laid out like LSE [batch, heads_q, seqlen_q], in
@@ -101,7 +110,7 @@ struct TilePair {
   const Problem& p;
   const Visibility& visibility;
   TileCover cover;
-  int64_t b, i0, j0;
+  int64_t b, h, i0, j0;
   ConstView Q, dO, K;
   const TileD& V_wide;
   Column lse;
@@ -113,7 +122,12 @@ struct TilePair {
 void probabilities_and_score_gradients(const TilePair& t, Workspace& ws, Tile& P, Tile& dS) {
   const int64_t rows = t.Q.rows(), cols = t.K.rows(), d = t.p.head_dim;
   const float scale = static_cast<float>(t.p.softmax_scale());
-  score_tile(t.Q, t.K, scale, P);  // S = scale Q_i K_j^T (line 9)
+  const ScoreMod mod(t.p);
+  score_tile(t.Q, t.K, scale, mod, t.b, t.h, t.i0, t.j0, P);  // S = scale Q_i K_j^T, modified (line 9)
+  Tile derivative(ws.derivative.data(), rows, mod.active() ? cols : 0);  // ds"/ds of the modifications
+  for (int64_t r = 0; r < derivative.rows(); ++r)
+    for (int64_t c = 0; c < derivative.cols(); ++c)
+      derivative(r, c) = mod.derivative(P(r, c), t.b, t.h, t.i0 + r, t.j0 + c);
   // P = exp(S - LSE_i) (line 10): the forward's P, recomputed from its saved log-sum-exp.
   for (int64_t r = 0; r < rows; ++r) exp_weights<Vec>(&P(r, 0), cols, t.lse[r]);
   if (t.cover == TileCover::partial) {
@@ -136,6 +150,7 @@ void probabilities_and_score_gradients(const TilePair& t, Workspace& ws, Tile& P
   dP.noalias() = dO_wide * t.V_wide.transpose();
   // dS = scale P * (dP - D_i) (line 13), the scale of S = scale Q K^T folded in once for dQ and dK.
   dS.array() = scale * P.array() * (dP.array().colwise() - t.row_dot).cast<float>();
+  if (mod.active()) dS.array() *= derivative.array();  // the gradient of the scaled score
   if (t.cover == TileCover::partial)  // a masked key takes no part, even when its V holds a NaN (0 * NaN)
     dS = (P.array() == 0.0f).select(0.0f, dS);
 }
@@ -175,6 +190,7 @@ void kv_tile_backward(const Problem& p, const Visibility& visibility, const Atte
                           visibility,
                           cover,
                           b,
+                          h,
                           i0,
                           j0,
                           ConstView(in.q.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride())),
@@ -228,6 +244,7 @@ void q_tile_dq(const Problem& p, const Visibility& visibility, const AttentionIn
                         visibility,
                         cover,
                         b,
+                        h,
                         i0,
                         j0,
                         ConstView(in.q.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride())),
@@ -297,6 +314,7 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
   const Shapes shapes{p};
   const int64_t d = p.head_dim;
   const float scale = static_cast<float>(p.softmax_scale());
+  const ScoreMod mod(p);
   const int64_t q_tiles = (p.seqlen_q + kBr - 1) / kBr;
 #pragma omp parallel
   {
@@ -321,7 +339,7 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
             const ConstView K(in.k_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
             const ConstView V(in.v_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
             Tile S(scores.data(), rows, cols);
-            score_tile(Q, K, scale, S);  // Alg. 1 line 8
+            score_tile(Q, K, scale, mod, b, h, i0, j0, S);  // Alg. 1 line 8
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = i0 + r;
               if (cover == TileCover::partial) {
@@ -338,7 +356,7 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
                 continue;
               }
               exp_weights<Vec>(&S(r, 0), cols, states[r].row_max);  // P~ = exp(S - m_new)
-              states[r].add(S.row(r).sum());                                    // l += rowsum(P~)
+              states[r].add(S.row(r).sum());                        // l += rowsum(P~)
             }
             acc.noalias() += S * V;  // O~ += P~ V_j
           }
@@ -353,7 +371,8 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
 const Registration backward{{
     .name = "cpu_tiled/backward",
     .summary = "FlashAttention-2 backward: K/V tiles outer in parallel, P recomputed from LSE, dQ partials",
-    .constraints = "any shape, every mask; O(N d) memory",
+    .constraints = "any shape, every mask, softcap, ALiBi; O(N d) memory",
+    .score_mods = true,
     .forward = tiled_forward,
     .backward = flash_backward<DqSchedule::partials>,
 }};
@@ -363,7 +382,8 @@ const Registration backward_dq_pass{{
     .name = "cpu_tiled/backward_dq_pass",
     .summary =
         "the same with a separate Q-tile-outer dQ pass: no partial buffers, 7 tile products instead of 5",
-    .constraints = "any shape, every mask; O(N d) memory",
+    .constraints = "any shape, every mask, softcap, ALiBi; O(N d) memory",
+    .score_mods = true,
     .forward = tiled_forward,
     .backward = flash_backward<DqSchedule::separate>,
 }};

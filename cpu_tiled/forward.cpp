@@ -52,6 +52,7 @@ void attend_q_tile(const Problem& p, const Visibility& visibility, const TileSha
   constexpr int64_t W = micro_width<Vec>();
   const int64_t d = p.head_dim, br = shape.br, tile_floats = d * br, columns = blocks(tile.rows, W);
   const float scale = static_cast<float>(p.softmax_scale());
+  const ScoreMod mod(p);
   const int64_t q_stride = p.heads_q * d, kv_stride = p.heads_kv * d;
 
   for (int64_t g = 0; g < tile.heads; ++g) {  // lines 4-5: load Q_i; O~_i = 0, l_i = 0, m_i = -inf
@@ -64,7 +65,8 @@ void attend_q_tile(const Problem& p, const Visibility& visibility, const TileSha
   // micro-column computes only the keys its own rows see (on a causal diagonal, a prefix of the tile).
   const KeyRange span = tile_key_span(visibility, tile.b, tile.i0, tile.rows);
   for (int64_t col = 0; col < columns; ++col)
-    ws.column_keys[col] = tile_key_span(visibility, tile.b, tile.i0 + col * W, std::min(W, tile.rows - col * W));
+    ws.column_keys[col] =
+        tile_key_span(visibility, tile.b, tile.i0 + col * W, std::min(W, tile.rows - col * W));
   for (int64_t j0 = span.begin; j0 < span.end; j0 += shape.bc) {  // line 6
     const int64_t nk = std::min(shape.bc, span.end - j0);
     if (visibility.tile(tile.b, tile.i0, tile.i0 + tile.rows, j0, j0 + nk) == TileCover::hidden) continue;
@@ -86,15 +88,17 @@ void attend_q_tile(const Problem& p, const Visibility& visibility, const TileSha
         SoftmaxState<float>* state = &ws.states[g * br + lane0];
         float* o_tile = &ws.o_tiles[g * tile_floats + lane0 * d];
         // line 8: S = Q_i K_j^T (scaled), then the mask, only where it cuts this tile
-        scores_column<Vec>(&ws.q_tiles[g * tile_floats + lane0 * d], W, k_j + (c0 - j0) * kv_stride, kv_stride,
-                           nc, d, scale, ws.scores.data());
+        scores_column<Vec>(&ws.q_tiles[g * tile_floats + lane0 * d], W, k_j + (c0 - j0) * kv_stride,
+                           kv_stride, nc, d, scale, ws.scores.data());
+        if (mod.active())
+          modify_scores(mod, tile.b, tile.first_head + g, i0, rows, c0, nc, ws.scores.data(), W);
         if (cover == TileCover::partial) mask_tile(visibility, tile.b, i0, rows, c0, nc, ws.scores.data(), W);
         // line 9: m_new = max(m, rowmax S), P~ = exp(S - m_new), l = exp(m - m_new) l + rowsum P~
         online_softmax_tile<Vec>(ws.scores.data(), W, nc, W, state, ws.factor.data(),
                                  {ws.block_max.data(), ws.row_max.data(), ws.block_sum.data()});
         // line 10: O~ = diag(exp(m - m_new)) O~ + P~ V_j, the rescale fused into the product's store
-        output_column<Vec>(ws.scores.data(), ws.v_tile.data() + (c0 - j0) * v_tile_stride(d), v_tile_stride(d),
-                           nc, d, ws.factor.data(), ws.ones.data(), o_tile, W);
+        output_column<Vec>(ws.scores.data(), ws.v_tile.data() + (c0 - j0) * v_tile_stride(d),
+                           v_tile_stride(d), nc, d, ws.factor.data(), ws.ones.data(), o_tile, W);
       }
     }
   }
@@ -147,7 +151,9 @@ void forward(const Problem& p, const AttentionInputs& in, AttentionOutputs& out)
 const Registration registration{{
     .name = "cpu_tiled/forward",
     .summary = "FlashAttention-2 loop order on the CPU: Q tiles outer, SIMD tile products, OpenMP",
-    .constraints = std::string("any shape, every mask; O(N d) memory; ") + Vec::name + " micro-kernel",
+    .constraints =
+        std::string("any shape, every mask, softcap, ALiBi; O(N d) memory; ") + Vec::name + " micro-kernel",
+    .score_mods = true,
     .forward = forward,
     .bytes_moved = fa2_order_bytes,
 }};

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "common/mask.hpp"
+#include "common/score_mod.hpp"
 #include "common/softmax_state.hpp"
 #include "cpu_tiled/micro_kernel.hpp"
 
@@ -103,6 +104,14 @@ inline void mask_tile(const Visibility& visibility, int64_t b, int64_t i0, int64
     for (int64_t c = lo; c < hi; ++c)
       if (!visibility.mask_allows(i, j0 + c)) st[c * ld + r] = -INFINITY;
   }
+}
+
+// The score modifications (soft-capping, ALiBi; common/score_mod.hpp) on a tile of S^T (nk keys from j0 x
+// `rows` query rows from i0 of head h), after the scale and before the mask.
+inline void modify_scores(const ScoreMod& mod, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0,
+                          int64_t nk, float* st, int64_t ld) {
+  for (int64_t c = 0; c < nk; ++c)
+    for (int64_t r = 0; r < rows; ++r) st[c * ld + r] = mod.apply(st[c * ld + r], b, h, i0 + r, j0 + c);
 }
 
 // Scratch for online_softmax_tile, one float per lane each.

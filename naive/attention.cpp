@@ -15,6 +15,7 @@
 #include "common/flops.hpp"
 #include "common/mask.hpp"
 #include "common/registry.hpp"
+#include "common/score_mod.hpp"
 #include "common/softmax_state.hpp"
 #include "naive/attention.hpp"
 #include "naive/softmax.hpp"
@@ -75,6 +76,7 @@ void one_pass_attention(const Problem& p, const AttentionInputs& in, AttentionOu
   const Visibility visibility(p);
   const int64_t d = p.head_dim;
   const float scale = static_cast<float>(p.softmax_scale());
+  const ScoreMod mod(p);  // soft-capping and ALiBi (common/score_mod.hpp)
 #pragma omp parallel for collapse(3) schedule(dynamic, 16)
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < p.heads_q; ++h) {
@@ -92,7 +94,7 @@ void one_pass_attention(const Problem& p, const AttentionInputs& in, AttentionOu
           for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
           // [[maybe_unused]]: read only by exercise one-pass's lines; a student's copy without them must
           // still compile warning-free.
-          [[maybe_unused]] const float score = dot * scale;
+          [[maybe_unused]] const float score = mod.apply(dot * scale, b, h, i, j);
           [[maybe_unused]] const float* v = in.v_row(p, b, j, hk);
           // EXERCISE BEGIN one-pass
           // teaches: the one-pass output recurrence that removes S: acc' = acc exp(m - m') + exp(s - m') v
@@ -116,7 +118,8 @@ void one_pass_attention(const Problem& p, const AttentionInputs& in, AttentionOu
 
 namespace {
 
-// Eigen GEMMs over strided views of the BSHD tensors: S = scale Q K^T, mask, row softmax, O = P V. The
+// Eigen GEMMs over strided views of the BSHD tensors: S = scale Q K^T, its modifications, mask, row softmax,
+// O = P V. The
 // products run over a batch element's real keys only: what lies past them is padding that may hold anything,
 // and a masked (zero) weight times a NaN there would still be NaN.
 void standard_gemm_attention(const Problem& p, const AttentionInputs& in, AttentionOutputs& out) {
@@ -126,6 +129,7 @@ void standard_gemm_attention(const Problem& p, const AttentionInputs& in, Attent
   const Visibility visibility(p);
   const int64_t sq = p.seqlen_q, d = p.head_dim;
   const float scale = static_cast<float>(p.softmax_scale());
+  const ScoreMod mod(p);  // soft-capping and ALiBi, after the scale and before the mask
   // Parallel over (batch, head) when there are enough of them; otherwise Eigen parallelizes each GEMM itself.
   const bool outer_parallel = p.batch * p.heads_q >= omp_get_max_threads();
 #pragma omp parallel for collapse(2) schedule(dynamic) if (outer_parallel)
@@ -139,7 +143,8 @@ void standard_gemm_attention(const Problem& p, const AttentionInputs& in, Attent
       Matrix S = scale * (Q * K.transpose());
       for (int64_t i = 0; i < sq; ++i) {
         for (int64_t j = 0; j < sk; ++j)
-          if (!visibility.visible(b, i, j)) S(i, j) = -INFINITY;
+          S(i, j) = visibility.visible(b, i, j) ? (mod.active() ? mod.apply(S(i, j), b, h, i, j) : S(i, j))
+                                                : -INFINITY;
         float* row = S.data() + i * sk;  // not &S(i, 0): with seqlen_k == 0 there is no element (i, 0)
         out.lse_at(p, b, h, i) = softmax_three_pass({row, size_t(sk)}, {row, size_t(sk)});
       }
@@ -202,7 +207,8 @@ const Registration online_softmax{{
 const Registration one_pass{{
     .name = "naive/one_pass",
     .summary = "no S: one pass over the keys per row with running max, sum and output",
-    .constraints = "any shape, every mask; O(head_dim) state per row",
+    .constraints = "any shape, every mask, softcap, ALiBi; O(head_dim) state per row",
+    .score_mods = true,
     .forward = one_pass_attention,
     // No S: the inputs read once and the outputs written once, K and V of one head staying in cache across
     // query rows (when they do not fit, every row re-reads them: the traffic tiling removes).
@@ -212,7 +218,8 @@ const Registration one_pass{{
 const Registration standard_gemm{{
     .name = "naive/standard_gemm",
     .summary = "Eigen GEMMs for QK^T and PV around a row softmax: the practitioner's baseline",
-    .constraints = "any shape, every mask; O(seqlen_q x seqlen_k) memory per head",
+    .constraints = "any shape, every mask, softcap, ALiBi; O(seqlen_q x seqlen_k) memory per head",
+    .score_mods = true,
     .supports = [](const Problem& p) { return fits_in_memory(p, 1); },
     .forward = standard_gemm_attention,
     .bytes_moved = [](const Problem& p) { return materialized_bytes(p, kGemmMatrixPasses); },

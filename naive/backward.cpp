@@ -15,6 +15,7 @@
 
 #include "common/mask.hpp"
 #include "common/registry.hpp"
+#include "common/score_mod.hpp"
 #include "naive/attention.hpp"
 #include "naive/softmax.hpp"
 
@@ -43,6 +44,7 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
   const Visibility visibility(p);
   const int64_t sq = p.seqlen_q, sk = p.seqlen_k, d = p.head_dim;
   const float scale = static_cast<float>(p.softmax_scale());
+  const ScoreMod mod(p);
   auto d_out_row = [&](int64_t b, int64_t i, int64_t h) {
     return d_out.ptr() + bshd_offset(b, i, h, sq, p.heads_q, d);
   };
@@ -62,6 +64,8 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
       std::vector<float> P(static_cast<size_t>(sq * sk)), dS(static_cast<size_t>(sq * sk));
+      // The score modifications' derivative ds"/ds per (i, j) (common/score_mod.hpp), when there are any.
+      std::vector<float> derivative(mod.active() ? static_cast<size_t>(sq * sk) : 0);
       for (int64_t j = 0; j < sk; ++j) {
         std::fill(dk_row(b, j, hk), dk_row(b, j, hk) + d, 0.0f);
         std::fill(dv_row(b, j, hk), dv_row(b, j, hk) + d, 0.0f);
@@ -69,9 +73,14 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
       for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h) {
         for (int64_t i = 0; i < sq; ++i) {  // P = softmax(scale q_i K^T), recomputed in full
           float* row = P.data() + i * sk;   // not &P[i * sk]: with seqlen_k == 0 there is no element
-          for (int64_t j = 0; j < sk; ++j)
-            row[j] = visibility.visible(b, i, j) ? scale * dot(in.q_row(p, b, i, h), in.k_row(p, b, j, hk), d)
-                                                 : -INFINITY;
+          for (int64_t j = 0; j < sk; ++j) {
+            if (!visibility.visible(b, i, j)) {
+              row[j] = -INFINITY;
+              continue;
+            }
+            row[j] = mod.apply(scale * dot(in.q_row(p, b, i, h), in.k_row(p, b, j, hk), d), b, h, i, j);
+            if (mod.active()) derivative[i * sk + j] = mod.derivative(row[j], b, h, i, j);
+          }
           softmax_three_pass({row, size_t(sk)}, {row, size_t(sk)});
         }
         for (int64_t i = 0; i < sq; ++i)  // dV = P^T dO
@@ -95,6 +104,8 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
             dS[i * sk + j] = weight == 0.0f ? 0.0f : weight * (dot(dout, in.v_row(p, b, j, hk), d) - D);
           }
           // EXERCISE END backward-ds
+          if (mod.active())  // the gradient of the scaled score: through the modification
+            for (int64_t j = 0; j < sk; ++j) dS[i * sk + j] *= derivative[i * sk + j];
         }
         for (int64_t i = 0; i < sq; ++i) {  // dQ = scale dS K
           float* dq = dq_row(b, i, h);
@@ -114,8 +125,10 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
 const Registration backward{{
     .name = "naive/backward",
     .summary = "materialized backward: P recomputed in full, dV = P^T dO, dS = P * (dP - D), dQ, dK",
-    .constraints =
-        "any shape, every mask; forward naive/one_pass; backward O(seqlen_q x seqlen_k) per kv head",
+    .constraints = "any shape, every mask, softcap, ALiBi; forward naive/one_pass; backward O(seqlen_q x "
+                   "seqlen_k) per kv "
+                   "head",
+    .score_mods = true,
     .forward = one_pass_attention,
     .supports_backward = [](const Problem& p) { return fits_in_memory(p, 2); },
     .backward = materialized_backward,

@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include "common/score_mod.hpp"
+
 namespace flashlab::testing {
 
 std::vector<uint8_t> tree_mask(int64_t seqlen_q, int64_t prefix, uint64_t seed) {
@@ -39,6 +41,16 @@ Problem padded(Problem p, std::vector<int64_t> seqlens_q, std::vector<int64_t> s
 
 Problem paged(Problem p, int64_t page_size) {
   p.page_size = page_size;
+  return p;
+}
+
+Problem softcapped(Problem p, double cap) {
+  p.softcap = cap;
+  return p;
+}
+
+Problem with_alibi(Problem p) {
+  p.alibi_slopes = alibi_slopes(p.heads_q);
   return p;
 }
 
@@ -147,6 +159,19 @@ std::vector<Case> build_matrix() {
     add("explicit scale 0.5", p);
   }
   add_decode_cases(add);
+  // Score modifications (common/score_mod.hpp), last so that the cases above keep their seeds: soft-capping
+  // where tanh bends the scores and where it saturates them, ALiBi causal and not, and both with a window,
+  // padding and GQA. Stages without them refuse.
+  add("softcap 2, causal, GQA 6/2", softcapped(causal(problem_shape(1, 6, 2, 120, 150, 64)), 2.0));
+  add("softcap 5, large magnitude: scores ~ 1e4 saturated",
+      softcapped(problem_shape(1, 2, 2, 97, 97, 64), 5.0), Distribution::large);
+  add("ALiBi, causal, GQA 8/2", with_alibi(causal(problem_shape(1, 8, 2, 100, 100, 64))));
+  add("ALiBi, seqlen_q < seqlen_k", with_alibi(problem_shape(2, 2, 2, 60, 130, 128)));
+  add("ALiBi + softcap 3 + window (32, 8) + padding + GQA",
+      softcapped(with_alibi(window(padded(problem_shape(2, 4, 2, 90, 110, 64), {90, 37}, {110, 64}), 32, 8)),
+                 3.0));
+  add("decode: ALiBi + softcap 10, GQA 8/2",
+      softcapped(with_alibi(problem_shape(1, 8, 2, 1, 1500, 128)), 10.0));
   return cases;
 }
 

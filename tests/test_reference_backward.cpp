@@ -8,6 +8,7 @@
 #include "common/inputs.hpp"
 #include "common/reference.hpp"
 #include "common/reference_backward.hpp"
+#include "common/score_mod.hpp"
 
 namespace flashlab {
 
@@ -114,6 +115,38 @@ TEST_CASE("reference backward matches finite differences: no mask, seqlen_q < se
   p.seqlen_k = 6;
   p.head_dim = 5;
   check_problem(p, 61);
+}
+
+// The score modifications (common/score_mod.hpp): soft-capping's tanh and its derivative, ALiBi's constant
+// shift (bottom-right aligned with each batch element's own lengths), and both together under GQA and a
+// causal mask. A scale of 2 puts the scores where tanh(s / cap) bends (cap 1.5).
+TEST_CASE("reference backward matches finite differences: soft-capping, ALiBi, both with GQA and padding") {
+  Problem p;
+  p.heads_q = 2;
+  p.heads_kv = 1;
+  p.seqlen_q = 5;
+  p.seqlen_k = 7;
+  p.head_dim = 4;
+  p.scale = 2.0;
+  p.softcap = 1.5;
+  check_problem(p, 71);
+
+  p.softcap = 0.0;
+  p.alibi_slopes = {0.5f, 0.125f};
+  p.window_left = 4;
+  check_problem(p, 72);
+
+  Problem both = p;
+  both.batch = 2;
+  both.heads_q = 4;
+  both.heads_kv = 2;
+  both.alibi_slopes = alibi_slopes(4);
+  both.softcap = 1.5;
+  both.causal = true;
+  both.window_left = -1;
+  both.seqlens_q = {5, 3};
+  both.seqlens_k = {7, 4};
+  check_problem(both, 73);
 }
 
 }  // namespace flashlab

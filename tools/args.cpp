@@ -2,12 +2,17 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <exception>
+#include <string>
+#include <vector>
 
 #include "common/cuda/device.hpp"
 #include "common/error.hpp"
 #include "common/npy.hpp"
 #include "common/paged_kv.hpp"
+#include "common/score_mod.hpp"
 
 namespace flashlab::cli {
 
@@ -76,15 +81,41 @@ double Args::get_double(const std::string& flag, double fallback) const {
   return value;
 }
 
+namespace {
+
+// "0.5,0.25" into ALiBi slopes; throws Error naming --alibi-slopes.
+std::vector<float> parse_slopes(const std::string& text) {
+  std::vector<float> slopes;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    size_t used = 0;
+    double value = 0.0;
+    try {
+      value = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || !std::isfinite(value))
+      fail("--alibi-slopes entry '", item, "' is not a finite number");
+    slopes.push_back(static_cast<float>(value));
+    start = comma + 1;
+  }
+  return slopes;
+}
+
+}  // namespace
+
 std::set<std::string> problem_flags() {
   return {"--batch",     "--heads",       "--kv-heads",     "--seqlen-q",     "--seqlen-k",  "--head-dim",
           "--scale",     "--window-left", "--window-right", "--seqlens-q",    "--seqlens-k", "--mask",
           "--page-size", "--dtype",       "--seed",         "--distribution", "--q",         "--k",
-          "--v"};
+          "--v",         "--softcap",     "--alibi-slopes"};
 }
 
 std::set<std::string> problem_switches() {
-  return {"--causal", "--emulate"};
+  return {"--causal", "--emulate", "--alibi"};
 }
 
 // Copies a .npy array into `tensor`, whose shape the problem fixed: refuses any other shape.
@@ -146,6 +177,13 @@ ProblemSetup problem_from_args(const Args& args, bool with_inputs) {
   if (auto text = args.get("--seqlens-k")) p.seqlens_k = parse_lengths(*text, "--seqlens-k");
   p.page_size = args.get_int("--page-size", 0);
   if (auto text = args.get("--dtype")) p.dtype = parse_dtype(*text);
+  if (args.has("--softcap")) {
+    p.softcap = args.get_double("--softcap", 0.0);
+    if (!(p.softcap > 0.0)) fail("--softcap (", p.softcap, ") must be > 0");
+  }
+  if (args.has("--alibi") && args.has("--alibi-slopes")) fail("--alibi and --alibi-slopes: give one of them");
+  if (args.has("--alibi")) p.alibi_slopes = alibi_slopes(p.heads_q);
+  if (auto text = args.get("--alibi-slopes")) p.alibi_slopes = parse_slopes(*text);
   // Sizes are checked before anything is allocated from them.
   p.validate();
   if (auto path = args.get("--mask")) {

@@ -20,6 +20,9 @@ problem flags (defaults: batch 1, 8 heads, 1024 x 1024, head_dim 64, f32, random
   --batch N --heads N --kv-heads N --seqlen-q N --seqlen-k N --head-dim N --scale X --causal
   --window-left N --window-right N --seqlens-q a,b,.. --seqlens-k a,b,.. --mask F.npy (bool [SQ,SK])
   --page-size P --dtype f32|f16|bf16|e4m3 --seed N --distribution normal|large|outliers
+  --softcap C   logit soft-capping after the scale, s -> C tanh(s / C) (C > 0)
+  --alibi       ALiBi with the ALiBi paper's slopes for the query heads; --alibi-slopes a,b,.. gives them
+                (one per query head): s -> s - slope_h |i + seqlen_k - seqlen_q - j|
   --emulate   GPU stages run in the CPU emulator even where a GPU could run them (without a GPU they always
               do; emulated times are labelled and never compared with measured speeds)
 

@@ -1,0 +1,38 @@
+#include "common/score_mod.hpp"
+
+#include <cmath>
+#include <sstream>
+
+namespace flashlab {
+
+std::vector<float> alibi_slopes(int64_t heads) {
+  const auto power_of_two = [](int64_t n) {
+    std::vector<float> slopes;
+    const double start = std::exp2(-8.0 / static_cast<double>(n));
+    for (int64_t k = 1; k <= n; ++k)
+      slopes.push_back(static_cast<float>(std::pow(start, static_cast<double>(k))));
+    return slopes;
+  };
+  if (heads < 1) return {};
+  int64_t closest = 1;
+  while (closest * 2 <= heads) closest *= 2;
+  std::vector<float> slopes = power_of_two(closest);
+  if (closest == heads) return slopes;
+  const std::vector<float> doubled = power_of_two(2 * closest);
+  for (int64_t k = 0; static_cast<int64_t>(slopes.size()) < heads; k += 2)
+    slopes.push_back(doubled[static_cast<size_t>(k)]);
+  return slopes;
+}
+
+std::string score_mod_refusal(const Problem& p, bool supported, const std::string& name) {
+  if (supported) return "";
+  if (p.softcap > 0.0) {
+    std::ostringstream out;
+    out << "softcap (" << p.softcap << ") is not supported by " << name;
+    return out.str();
+  }
+  if (!p.alibi_slopes.empty()) return "alibi_slopes (ALiBi) are not supported by " + name;
+  return "";
+}
+
+}  // namespace flashlab

@@ -1,0 +1,89 @@
+// The score modifications (common/score_mod.hpp) against what their definitions say, computed by hand: the
+// ALiBi paper's slopes, the fp64 reference on a row of two keys in closed form, ALiBi's bottom-right distance
+// with per-batch lengths, the problem's validation naming the field, and the refusal of a stage without them.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/reference.hpp"
+#include "common/registry.hpp"
+#include "common/score_mod.hpp"
+#include "tests/harness.hpp"
+
+namespace flashlab::testing {
+
+TEST_CASE("ALiBi slopes are the ALiBi paper's") {
+  // n a power of two: 2^(-8k/n), k = 1..n.
+  const std::vector<float> eight = alibi_slopes(8);
+  REQUIRE(eight.size() == 8);
+  for (int k = 1; k <= 8; ++k) CHECK(eight[static_cast<size_t>(k - 1)] == std::ldexp(1.0f, -k));
+  // n = 6: the four of n = 4 (2^-2, 2^-4, 2^-6, 2^-8), then every other of n = 8 (2^-1, 2^-3).
+  CHECK(alibi_slopes(6) == std::vector<float>{0.25f, 0.0625f, 0.015625f, 0.00390625f, 0.5f, 0.125f});
+  CHECK(alibi_slopes(1) == std::vector<float>{0.00390625f});
+}
+
+TEST_CASE("the reference applies soft-capping and ALiBi as defined: one row, two keys, in closed form") {
+  // q = (1, 0), k_0 = (3, 0), k_1 = (-1, 0), scale 1: raw scores 3 and -1; V rows (1, 0) and (0, 1).
+  Problem p = problem_shape(1, 1, 1, 1, 2, 2);
+  p.scale = 1.0;
+  AttentionInputs in{HostTensor({1, 1, 1, 2}), HostTensor({1, 2, 1, 2}), HostTensor({1, 2, 1, 2}), nullptr};
+  in.q.data = {1, 0};
+  in.k.data = {3, 0, -1, 0};
+  in.v.data = {1, 0, 0, 1};
+  const auto expect = [&](double s0, double s1) {
+    const ReferenceResult r = reference_attention(p, in);
+    const double m = std::max(s0, s1), l = std::exp(s0 - m) + std::exp(s1 - m);
+    INFO(p.describe(), ": scores ", s0, ", ", s1);
+    CHECK(r.o[0] == doctest::Approx(std::exp(s0 - m) / l).epsilon(1e-14));
+    CHECK(r.o[1] == doctest::Approx(std::exp(s1 - m) / l).epsilon(1e-14));
+    CHECK(r.lse[0] == doctest::Approx(m + std::log(l)).epsilon(1e-14));
+  };
+  expect(3.0, -1.0);
+  p.softcap = 2.0;  // s -> 2 tanh(s / 2)
+  expect(2.0 * std::tanh(1.5), 2.0 * std::tanh(-0.5));
+  p.softcap = 0.0;
+  p.alibi_slopes = {0.5f};  // one query row, two keys: bottom-right, row 0 stands at key 1: distances 1, 0
+  expect(3.0 - 0.5, -1.0);
+  p.softcap = 2.0;  // soft-capping first, then ALiBi
+  expect(2.0 * std::tanh(1.5) - 0.5, 2.0 * std::tanh(-0.5));
+}
+
+TEST_CASE("ALiBi's distance is bottom-right aligned with each batch element's own lengths") {
+  Problem p = problem_shape(2, 1, 1, 4, 6, 8);
+  p.alibi_slopes = {1.0f};
+  p.seqlens_q = {4, 2};
+  p.seqlens_k = {6, 5};
+  const ScoreMod mod(p);
+  CHECK(mod.distance(0, 3, 5) == 0);  // the last row stands at the last key
+  CHECK(mod.distance(0, 0, 2) == 0);  // row 0 stands at key 6 - 4 = 2
+  CHECK(mod.distance(0, 0, 5) == 3);  // keys after it count too (non-causal)
+  CHECK(mod.distance(1, 1, 4) == 0);  // batch 1: 2 rows, 5 keys
+  CHECK(mod.distance(1, 0, 0) == 3);
+  CHECK(mod.apply(2.0f, 1, 0, 0, 0) == -1.0f);
+}
+
+TEST_CASE("bad score modifications are refused naming the field; stages without them refuse by name") {
+  Problem p = problem_shape(1, 2, 1, 8, 8, 16);
+  p.softcap = -1.0;
+  CHECK(contains(error_of([&] { p.validate(); }), "softcap (-1)"));
+  p.softcap = 30.0;
+  p.alibi_slopes = {0.5f};
+  CHECK(contains(error_of([&] { p.validate(); }), "alibi_slopes has 1 entries but heads_q is 2"));
+  p.alibi_slopes = {0.5f, NAN};
+  CHECK(contains(error_of([&] { p.validate(); }), "alibi_slopes[1]"));
+  p.alibi_slopes = {0.5f, 0.25f};
+  p.validate();
+  const Implementation* three_pass = find_implementation("naive/three_pass");
+  REQUIRE(three_pass != nullptr);
+  CHECK(why_cannot_run(*three_pass, p) == "softcap (30) is not supported by naive/three_pass");
+  p.softcap = 0.0;
+  CHECK(why_cannot_run(*three_pass, p) == "alibi_slopes (ALiBi) are not supported by naive/three_pass");
+  const Implementation* tiled = find_implementation("cpu_tiled/forward");
+  REQUIRE(tiled != nullptr);
+  CHECK(why_cannot_run(*tiled, p) == "");
+}
+
+}  // namespace flashlab::testing
