@@ -61,6 +61,7 @@ void Problem::validate() const {
   if (page_size < 0) fail("page_size (", page_size, ") must be >= 1, or 0 for contiguous K/V");
   if (!(softcap >= 0.0) || !std::isfinite(softcap))
     fail("softcap (", softcap, ") must be a positive number, or 0 for none");
+  if (!(dropout_p >= 0.0 && dropout_p < 1.0)) fail("dropout_p (", dropout_p, ") must be in [0, 1)");
   if (!alibi_slopes.empty() && static_cast<int64_t>(alibi_slopes.size()) != heads_q)
     fail("alibi_slopes has ", alibi_slopes.size(), " entries but heads_q is ", heads_q,
          " (one slope per query head)");
@@ -84,6 +85,7 @@ std::string Problem::describe() const {
   if (page_size > 0) out << " page=" << page_size;
   if (softcap > 0.0) out << " softcap=" << softcap;
   if (!alibi_slopes.empty()) out << " alibi";
+  if (dropout_p > 0.0) out << " dropout=" << dropout_p << "/" << dropout_seed;
   out << " " << to_string(dtype);
   return out.str();
 }

@@ -41,6 +41,10 @@ struct Problem {
   // scale (0 = off), and ALiBi's per-query-head slopes (empty = off).
   double softcap = 0.0;
   std::vector<float> alibi_slopes;
+  // Dropout on the attention weights (common/dropout.hpp): probability p in [0, 1) (0 = off) and the seed of
+  // its counter-based generator.
+  double dropout_p = 0.0;
+  uint64_t dropout_seed = 0;
   DType dtype = DType::f32;
 
   // Throws Error naming the first field that breaks a rule.

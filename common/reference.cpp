@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/dropout.hpp"
 #include "common/error.hpp"
 #include "common/mask.hpp"
 #include "common/score_mod.hpp"
@@ -41,6 +42,7 @@ ReferenceResult reference_attention(const Problem& p, const AttentionInputs& in,
   p.validate();
   if (row_step < 1) fail("row_step (", row_step, ") must be >= 1");
   const Visibility visibility(p);
+  const Dropout dropout(p);
   const int64_t d = p.head_dim;
   ReferenceResult result;
   result.o.assign(static_cast<size_t>(p.q_elements()), 0.0);
@@ -63,7 +65,10 @@ ReferenceResult reference_attention(const Problem& p, const AttentionInputs& in,
           const double weight = std::exp(scores[j] - row_max);
           row_sum += weight;
           const float* v = in.v_row(p, b, j, hk);
-          for (int64_t c = 0; c < d; ++c) out[c] += weight * static_cast<double>(v[c]);
+          // Dropout (common/dropout.hpp) acts on the weight in O only: the normalizer and the LSE are those
+          // of the undropped weights.
+          const double kept = weight * dropout.factor<double>(b, h, i, j);
+          for (int64_t c = 0; c < d; ++c) out[c] += kept * static_cast<double>(v[c]);
         }
         for (int64_t c = 0; c < d; ++c) out[c] /= row_sum;
         result.lse[(b * p.heads_q + h) * p.seqlen_q + i] = row_max + std::log(row_sum);

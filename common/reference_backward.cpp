@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/dropout.hpp"
 #include "common/mask.hpp"
 #include "common/reference.hpp"
 #include "common/score_mod.hpp"
@@ -15,6 +16,7 @@ ReferenceGradients reference_backward(const Problem& p, const AttentionInputs& i
   const int64_t d = p.head_dim;
   const double scale = p.softmax_scale();
   const ScoreMod mod(p);
+  const Dropout dropout(p);
   ReferenceGradients grad;
   grad.dq.assign(static_cast<size_t>(p.q_elements()), 0.0);
   grad.dk.assign(static_cast<size_t>(p.kv_elements()), 0.0);
@@ -44,7 +46,8 @@ ReferenceGradients reference_backward(const Problem& p, const AttentionInputs& i
             if (!seen[j]) continue;
             weights[j] /= row_sum;
             const float* v = in.v_row(p, b, j, hk);
-            for (int64_t c = 0; c < d; ++c) o[c] += weights[j] * static_cast<double>(v[c]);
+            const double kept = weights[j] * dropout.factor<double>(b, h, i, j);  // dropout: O = (P Z) V
+            for (int64_t c = 0; c < d; ++c) o[c] += kept * static_cast<double>(v[c]);
           }
           double D = 0.0;  // D_i = dO_i . O_i
           for (int64_t c = 0; c < d; ++c) D += static_cast<double>(dout[c]) * o[c];
@@ -53,14 +56,16 @@ ReferenceGradients reference_backward(const Problem& p, const AttentionInputs& i
             if (!seen[j]) continue;  // a hidden key takes no part (a NaN in its K or V must not leak in)
             const float* k = in.k_row(p, b, j, hk);
             const float* v = in.v_row(p, b, j, hk);
-            double dP = 0.0;  // dP_ij = dO_i . v_j
+            double dP = 0.0;  // dP_ij = dO_i . v_j, times the dropout factor Z_ij (the mask, recomputed)
             for (int64_t c = 0; c < d; ++c) dP += static_cast<double>(dout[c]) * static_cast<double>(v[c]);
+            const double z = dropout.factor<double>(b, h, i, j);
+            dP *= z;
             // dS with respect to the scaled score s: the softmax's P (dP - D), times the modification's
             // derivative (1 - tanh^2 under soft-capping; ALiBi adds a constant)
             const double dS = weights[j] * (dP - D) * mod.derivative(scores[j], b, h, i, j);
             const int64_t kv = bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
             for (int64_t c = 0; c < d; ++c) {
-              grad.dv[kv + c] += weights[j] * static_cast<double>(dout[c]);
+              grad.dv[kv + c] += weights[j] * z * static_cast<double>(dout[c]);
               grad.dk[kv + c] += scale * dS * static_cast<double>(q[c]);
               dq[c] += scale * dS * static_cast<double>(k[c]);
             }

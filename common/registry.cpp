@@ -60,6 +60,7 @@ std::string why_cannot_run(const Implementation& impl, const Problem& problem) {
   }
   if (std::string reason = score_mod_refusal(problem, impl.score_mods, impl.name); !reason.empty())
     return reason;
+  if (std::string reason = dropout_refusal(problem, impl.dropout, impl.name); !reason.empty()) return reason;
   if (impl.supports) return impl.supports(problem);
   return "";
 }

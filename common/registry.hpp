@@ -67,6 +67,8 @@ struct Implementation {
   // True when its passes apply the score modifications (soft-capping, ALiBi; common/score_mod.hpp); a problem
   // with one is refused by name otherwise.
   bool score_mods = false;
+  // True when its passes apply dropout (common/dropout.hpp); refused by name otherwise.
+  bool dropout = false;
 
   // "" when the implementation can run on this machine, else why not (no GPU, built without CUDA, ...).
   std::function<std::string()> availability;

@@ -35,4 +35,11 @@ std::string score_mod_refusal(const Problem& p, bool supported, const std::strin
   return "";
 }
 
+std::string dropout_refusal(const Problem& p, bool supported, const std::string& name) {
+  if (supported || p.dropout_p <= 0.0) return "";
+  std::ostringstream out;
+  out << "dropout_p (" << p.dropout_p << ") is not supported by " << name;
+  return out.str();
+}
+
 }  // namespace flashlab

@@ -70,5 +70,7 @@ std::vector<float> alibi_slopes(int64_t heads);
 // "" when implementation `name` may run `problem`'s score modifications, given whether it supports them;
 // else the reason, naming the field: "softcap (30) is not supported by naive/three_pass".
 std::string score_mod_refusal(const Problem& problem, bool supported, const std::string& name);
+// The same for dropout: "dropout_p (0.1) is not supported by naive/one_pass".
+std::string dropout_refusal(const Problem& problem, bool supported, const std::string& name);
 
 }  // namespace flashlab

@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 
+#include "common/dropout.hpp"
 #include "common/error.hpp"
 #include "common/mask.hpp"
 #include "common/number_format.hpp"
@@ -152,6 +153,7 @@ AttentionOutputs baseline_attention(const Problem& p, const AttentionInputs& giv
                  quantize_per_tensor_e4m3(given.v)};
   const AttentionInputs& in = fp8 ? quantized : given;
   const Visibility visibility(p);
+  const Dropout dropout(p);
   const int64_t d = p.head_dim;
   AttentionOutputs out = AttentionOutputs::poisoned(p);
   auto rounded = [dtype, fp8](float x) { return fp8 ? x : round_to(dtype, x); };  // inputs already quantized
@@ -180,7 +182,7 @@ AttentionOutputs baseline_attention(const Problem& p, const AttentionInputs& giv
           if (s[j] == -INFINITY) continue;
           const float weight = std::exp(s[j] - row_max);
           row_sum += weight;
-          const float p_used = rounds_p ? rounded_p(weight) : weight;
+          const float p_used = (rounds_p ? rounded_p(weight) : weight) * dropout.factor<float>(b, h, i, j);
           const float* v = in.v_row(p, b, j, hk);
           for (int64_t c = 0; c < d; ++c) acc[c] += p_used * rounded(v[c]);
         }
@@ -269,6 +271,7 @@ AttentionGradients baseline_backward(const Problem& p, const AttentionInputs& in
   const int64_t d = p.head_dim;
   const float scale = static_cast<float>(p.softmax_scale());
   const ScoreMod mod(p);
+  const Dropout dropout(p);
   AttentionGradients grad = AttentionGradients::poisoned(p);
   std::fill(grad.dk.data.begin(), grad.dk.data.end(), 0.0f);
   std::fill(grad.dv.data.begin(), grad.dv.data.end(), 0.0f);
@@ -307,7 +310,7 @@ AttentionGradients baseline_backward(const Problem& p, const AttentionInputs& in
             for (int64_t j = 0; j < p.seqlen_k; ++j) {  // O = P V with P = exp(S - LSE)
               if (s[j] == -INFINITY) continue;
               const float* v = in.v_row(p, b, j, hk);
-              const float weight = std::exp(s[j] - lse);
+              const float weight = std::exp(s[j] - lse) * dropout.factor<float>(b, h, i, j);
               for (int64_t c = 0; c < d; ++c) own_o[c] += weight * rounded(v[c]);
             }
           }
@@ -320,11 +323,13 @@ AttentionGradients baseline_backward(const Problem& p, const AttentionInputs& in
             const float weight = std::exp(s[j] - lse);
             float dP = 0.0f;  // dP_ij = dO_i . v_j
             for (int64_t c = 0; c < d; ++c) dP += rounded(dout[c]) * rounded(v[c]);
+            const float z = dropout.factor<float>(b, h, i, j);  // dropout's mask, recomputed
+            dP *= z;
             float dS = scale * weight * (dP - D) * mod.derivative(s[j], b, h, i, j);
-            float p_used = weight;  // P as it enters dV = P^T dO
+            float p_used = weight * z;  // P (with dropout's mask) as it enters dV = (P Z)^T dO
             if (rounds_p) {
               dS = rounded(dS);
-              p_used = rounded(weight);
+              p_used = rounded(weight) * z;
             }
             float* dk = grad.dk.ptr() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
             float* dv = grad.dv.ptr() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);

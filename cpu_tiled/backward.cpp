@@ -25,6 +25,7 @@
 #include <Eigen/Dense>
 #include <vector>
 
+#include "common/dropout.hpp"
 #include "common/mask.hpp"
 #include "common/registry.hpp"
 #include "common/score_mod.hpp"
@@ -51,6 +52,7 @@ constexpr int64_t kBc = 128;  // keys per K/V tile (B_c)
 struct Workspace {
   std::vector<float> scores, d_scores;     // S then P; dS (B_r x B_c)
   std::vector<float> derivative;           // ds"/ds of the score modifications, when there are any
+  std::vector<float> keep;                 // dropout's factors Z (0 or 1 / (1 - p)), when there is dropout
   std::vector<float> dk, dv;               // dK_j, dV_j accumulators (B_c x d)
   std::vector<double> d_probs;             // dP (B_r x B_c), in double: see probabilities_and_score_gradients
   std::vector<double> v_wide, d_out_wide;  // V_j (B_c x d) and dO_i (B_r x d) widened for the dP product
@@ -58,6 +60,7 @@ struct Workspace {
       : scores(kBr * kBc),
         d_scores(kBr * kBc),
         derivative(kBr * kBc),
+        keep(kBr * kBc),
         dk(kBc * head_dim),
         dv(kBc * head_dim),
         d_probs(kBr * kBc),
@@ -148,11 +151,21 @@ void probabilities_and_score_gradients(const TilePair& t, Workspace& ws, Tile& P
   TileD dO_wide(ws.d_out_wide.data(), rows, d), dP(ws.d_probs.data(), rows, cols);
   dO_wide = t.dO.cast<double>();
   dP.noalias() = dO_wide * t.V_wide.transpose();
+  // Dropout (common/dropout.hpp): O = (P Z) V, so dP is Z dO V^T, and dV below takes P Z; the mask Z is
+  // recomputed from the seed, never stored.
+  const Dropout dropout(t.p);
+  Tile keep(ws.keep.data(), rows, dropout.active() ? cols : 0);
+  for (int64_t r = 0; r < keep.rows(); ++r)
+    for (int64_t c = 0; c < keep.cols(); ++c) {
+      keep(r, c) = dropout.factor<float>(t.b, t.h, t.i0 + r, t.j0 + c);
+      dP(r, c) *= keep(r, c);
+    }
   // dS = scale P * (dP - D_i) (line 13), the scale of S = scale Q K^T folded in once for dQ and dK.
   dS.array() = scale * P.array() * (dP.array().colwise() - t.row_dot).cast<float>();
   if (mod.active()) dS.array() *= derivative.array();  // the gradient of the scaled score
   if (t.cover == TileCover::partial)  // a masked key takes no part, even when its V holds a NaN (0 * NaN)
     dS = (P.array() == 0.0f).select(0.0f, dS);
+  if (dropout.active()) P.array() *= keep.array();  // P Z, what dV = (P Z)^T dO takes
 }
 
 // How dQ is accumulated without a race (see the file header).
@@ -315,10 +328,13 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
   const int64_t d = p.head_dim;
   const float scale = static_cast<float>(p.softmax_scale());
   const ScoreMod mod(p);
+  const Dropout dropout(p);
   const int64_t q_tiles = (p.seqlen_q + kBr - 1) / kBr;
 #pragma omp parallel
   {
-    std::vector<float> scores(kBr * kBc), accumulator(kBr * d);
+    // Aligned to a cache line: Eigen's vectorized row sums peel a number of leading elements that depends on
+    // the buffer's alignment, which would make l (and the LSE) differ in its last bits from run to run.
+    std::vector<float, Eigen::aligned_allocator<float>> scores(kBr * kBc), accumulator(kBr * d);
     std::vector<SoftmaxState<float>> states(kBr);
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < p.batch; ++b)
@@ -357,6 +373,8 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
               }
               exp_weights<Vec>(&S(r, 0), cols, states[r].row_max);  // P~ = exp(S - m_new)
               states[r].add(S.row(r).sum());                        // l += rowsum(P~)
+              if (dropout.active())  // after the normalizer: dropout leaves l and the LSE alone
+                for (int64_t c = 0; c < cols; ++c) S(r, c) *= dropout.factor<float>(b, h, i, j0 + c);
             }
             acc.noalias() += S * V;  // O~ += P~ V_j
           }
@@ -371,8 +389,9 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
 const Registration backward{{
     .name = "cpu_tiled/backward",
     .summary = "FlashAttention-2 backward: K/V tiles outer in parallel, P recomputed from LSE, dQ partials",
-    .constraints = "any shape, every mask, softcap, ALiBi; O(N d) memory",
+    .constraints = "any shape, every mask, softcap, ALiBi, dropout; O(N d) memory",
     .score_mods = true,
+    .dropout = true,
     .forward = tiled_forward,
     .backward = flash_backward<DqSchedule::partials>,
 }};
@@ -382,8 +401,9 @@ const Registration backward_dq_pass{{
     .name = "cpu_tiled/backward_dq_pass",
     .summary =
         "the same with a separate Q-tile-outer dQ pass: no partial buffers, 7 tile products instead of 5",
-    .constraints = "any shape, every mask, softcap, ALiBi; O(N d) memory",
+    .constraints = "any shape, every mask, softcap, ALiBi, dropout; O(N d) memory",
     .score_mods = true,
+    .dropout = true,
     .forward = tiled_forward,
     .backward = flash_backward<DqSchedule::separate>,
 }};

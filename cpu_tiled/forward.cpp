@@ -53,6 +53,7 @@ void attend_q_tile(const Problem& p, const Visibility& visibility, const TileSha
   const int64_t d = p.head_dim, br = shape.br, tile_floats = d * br, columns = blocks(tile.rows, W);
   const float scale = static_cast<float>(p.softmax_scale());
   const ScoreMod mod(p);
+  const Dropout dropout(p);
   const int64_t q_stride = p.heads_q * d, kv_stride = p.heads_kv * d;
 
   for (int64_t g = 0; g < tile.heads; ++g) {  // lines 4-5: load Q_i; O~_i = 0, l_i = 0, m_i = -inf
@@ -96,6 +97,8 @@ void attend_q_tile(const Problem& p, const Visibility& visibility, const TileSha
         // line 9: m_new = max(m, rowmax S), P~ = exp(S - m_new), l = exp(m - m_new) l + rowsum P~
         online_softmax_tile<Vec>(ws.scores.data(), W, nc, W, state, ws.factor.data(),
                                  {ws.block_max.data(), ws.row_max.data(), ws.block_sum.data()});
+        if (dropout.active())  // after the row sums: dropout leaves l and the LSE alone
+          drop_weights(dropout, tile.b, tile.first_head + g, i0, rows, c0, nc, ws.scores.data(), W);
         // line 10: O~ = diag(exp(m - m_new)) O~ + P~ V_j, the rescale fused into the product's store
         output_column<Vec>(ws.scores.data(), ws.v_tile.data() + (c0 - j0) * v_tile_stride(d),
                            v_tile_stride(d), nc, d, ws.factor.data(), ws.ones.data(), o_tile, W);
@@ -151,9 +154,10 @@ void forward(const Problem& p, const AttentionInputs& in, AttentionOutputs& out)
 const Registration registration{{
     .name = "cpu_tiled/forward",
     .summary = "FlashAttention-2 loop order on the CPU: Q tiles outer, SIMD tile products, OpenMP",
-    .constraints =
-        std::string("any shape, every mask, softcap, ALiBi; O(N d) memory; ") + Vec::name + " micro-kernel",
+    .constraints = std::string("any shape, every mask, softcap, ALiBi, dropout; O(N d) memory; ") +
+                   Vec::name + " micro-kernel",
     .score_mods = true,
+    .dropout = true,
     .forward = forward,
     .bytes_moved = fa2_order_bytes,
 }};

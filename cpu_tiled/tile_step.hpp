@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/dropout.hpp"
 #include "common/mask.hpp"
 #include "common/score_mod.hpp"
 #include "common/softmax_state.hpp"
@@ -112,6 +113,14 @@ inline void modify_scores(const ScoreMod& mod, int64_t b, int64_t h, int64_t i0,
                           int64_t nk, float* st, int64_t ld) {
   for (int64_t c = 0; c < nk; ++c)
     for (int64_t r = 0; r < rows; ++r) st[c * ld + r] = mod.apply(st[c * ld + r], b, h, i0 + r, j0 + c);
+}
+
+// Dropout (common/dropout.hpp) on a tile of P^T, after the softmax has added it to the row sums: each weight
+// times its factor Z (0, or 1 / (1 - p)), before the output product.
+inline void drop_weights(const Dropout& dropout, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0,
+                         int64_t nk, float* pt, int64_t ld) {
+  for (int64_t c = 0; c < nk; ++c)
+    for (int64_t r = 0; r < rows; ++r) pt[c * ld + r] *= dropout.factor<float>(b, h, i0 + r, j0 + c);
 }
 
 // Scratch for online_softmax_tile, one float per lane each.

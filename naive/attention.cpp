@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "common/dropout.hpp"
 #include "common/flops.hpp"
 #include "common/mask.hpp"
 #include "common/registry.hpp"
@@ -130,6 +131,7 @@ void standard_gemm_attention(const Problem& p, const AttentionInputs& in, Attent
   const int64_t sq = p.seqlen_q, d = p.head_dim;
   const float scale = static_cast<float>(p.softmax_scale());
   const ScoreMod mod(p);  // soft-capping and ALiBi, after the scale and before the mask
+  const Dropout dropout(p);
   // Parallel over (batch, head) when there are enough of them; otherwise Eigen parallelizes each GEMM itself.
   const bool outer_parallel = p.batch * p.heads_q >= omp_get_max_threads();
 #pragma omp parallel for collapse(2) schedule(dynamic) if (outer_parallel)
@@ -147,6 +149,8 @@ void standard_gemm_attention(const Problem& p, const AttentionInputs& in, Attent
                                                 : -INFINITY;
         float* row = S.data() + i * sk;  // not &S(i, 0): with seqlen_k == 0 there is no element (i, 0)
         out.lse_at(p, b, h, i) = softmax_three_pass({row, size_t(sk)}, {row, size_t(sk)});
+        if (dropout.active())  // on P, after its normalizer: the LSE is that of the undropped weights
+          for (int64_t j = 0; j < sk; ++j) row[j] *= dropout.factor<float>(b, h, i, j);
       }
       O.noalias() = S * V;
     }
@@ -218,8 +222,9 @@ const Registration one_pass{{
 const Registration standard_gemm{{
     .name = "naive/standard_gemm",
     .summary = "Eigen GEMMs for QK^T and PV around a row softmax: the practitioner's baseline",
-    .constraints = "any shape, every mask, softcap, ALiBi; O(seqlen_q x seqlen_k) memory per head",
+    .constraints = "any shape, every mask, softcap, ALiBi, dropout; O(seqlen_q x seqlen_k) memory per head",
     .score_mods = true,
+    .dropout = true,
     .supports = [](const Problem& p) { return fits_in_memory(p, 1); },
     .forward = standard_gemm_attention,
     .bytes_moved = [](const Problem& p) { return materialized_bytes(p, kGemmMatrixPasses); },

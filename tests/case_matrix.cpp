@@ -54,6 +54,12 @@ Problem with_alibi(Problem p) {
   return p;
 }
 
+Problem dropped(Problem p, double probability, uint64_t seed) {
+  p.dropout_p = probability;
+  p.dropout_seed = seed;
+  return p;
+}
+
 Problem with_tree_mask(Problem p, uint64_t seed) {
   p.mask = std::make_shared<const std::vector<uint8_t>>(tree_mask(p.seqlen_q, p.seqlen_k - p.seqlen_q, seed));
   return p;
@@ -172,6 +178,15 @@ std::vector<Case> build_matrix() {
                  3.0));
   add("decode: ALiBi + softcap 10, GQA 8/2",
       softcapped(with_alibi(problem_shape(1, 8, 2, 1, 1500, 128)), 10.0));
+  // Dropout (common/dropout.hpp): its mask is a function of the seed, so every stage that supports it drops
+  // the same weights and matches the reference.
+  add("dropout 0.1, causal, GQA 6/2", dropped(causal(problem_shape(1, 6, 2, 110, 130, 64)), 0.1, 7));
+  add("dropout 0.5 + softcap 3 + ALiBi + window + padding",
+      dropped(softcapped(
+                  with_alibi(window(padded(problem_shape(2, 2, 2, 80, 96, 128), {80, 33}, {96, 50}), 20, 4)),
+                  3.0),
+              0.5, 8));
+  add("decode: dropout 0.2, GQA 8/2", dropped(problem_shape(1, 8, 2, 1, 1200, 64), 0.2, 9));
   return cases;
 }
 

@@ -120,7 +120,8 @@ TEST_CASE("reference backward matches finite differences: no mask, seqlen_q < se
 // The score modifications (common/score_mod.hpp): soft-capping's tanh and its derivative, ALiBi's constant
 // shift (bottom-right aligned with each batch element's own lengths), and both together under GQA and a
 // causal mask. A scale of 2 puts the scores where tanh(s / cap) bends (cap 1.5).
-TEST_CASE("reference backward matches finite differences: soft-capping, ALiBi, both with GQA and padding") {
+TEST_CASE(
+    "reference backward matches finite differences: soft-capping, ALiBi, dropout, with GQA and padding") {
   Problem p;
   p.heads_q = 2;
   p.heads_kv = 1;
@@ -147,6 +148,12 @@ TEST_CASE("reference backward matches finite differences: soft-capping, ALiBi, b
   both.seqlens_q = {5, 3};
   both.seqlens_k = {7, 4};
   check_problem(both, 73);
+
+  // Dropout (common/dropout.hpp): the reference backward recomputes the same mask; with soft-capping too.
+  Problem dropped = both;
+  dropped.dropout_p = 0.3;
+  dropped.dropout_seed = 11;
+  check_problem(dropped, 74);
 }
 
 }  // namespace flashlab

@@ -1,13 +1,17 @@
 // The score modifications (common/score_mod.hpp) against what their definitions say, computed by hand: the
 // ALiBi paper's slopes, the fp64 reference on a row of two keys in closed form, ALiBi's bottom-right distance
 // with per-batch lengths, the problem's validation naming the field, and the refusal of a stage without them.
+// Dropout (common/dropout.hpp): Philox4x32-10 against the published known answers, the keep rate, the LSE
+// left alone, p = 0 bit for bit.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "common/dropout.hpp"
 #include "common/error.hpp"
+#include "common/inputs.hpp"
 #include "common/reference.hpp"
 #include "common/registry.hpp"
 #include "common/score_mod.hpp"
@@ -84,6 +88,72 @@ TEST_CASE("bad score modifications are refused naming the field; stages without 
   const Implementation* tiled = find_implementation("cpu_tiled/forward");
   REQUIRE(tiled != nullptr);
   CHECK(why_cannot_run(*tiled, p) == "");
+}
+
+// Random123's known-answer vectors for Philox4x32-10 (its kat_vectors file: counter, key, output).
+TEST_CASE("Philox4x32-10 gives the published known answers") {
+  CHECK(philox4x32({0, 0, 0, 0}, {0, 0}) == PhiloxCounter{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8});
+  CHECK(philox4x32({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff}) ==
+        PhiloxCounter{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd});
+  CHECK(philox4x32({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}) ==
+        PhiloxCounter{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1});
+}
+
+TEST_CASE("dropout keeps 1 - p of the weights, scaled by 1 / (1 - p), as a pure function of its counter") {
+  Problem p = problem_shape(2, 4, 2, 64, 64, 16);
+  p.dropout_p = 0.3;
+  p.dropout_seed = 99;
+  const Dropout dropout(p);
+  int64_t kept = 0, total = 0;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t i = 0; i < 64; ++i)
+        for (int64_t j = 0; j < 64; ++j) {
+          const float z = dropout.factor<float>(b, h, i, j);
+          CHECK((z == 0.0f || z == static_cast<float>(1.0 / 0.7)));
+          CHECK(z == dropout.factor<float>(b, h, i, j));  // the same answer every time: recomputable
+          kept += z != 0.0f;
+          ++total;
+        }
+  // 32768 Bernoulli(0.7) draws: the standard deviation of the kept share is 0.0025.
+  CHECK(static_cast<double>(kept) / static_cast<double>(total) == doctest::Approx(0.7).epsilon(0.015));
+  p.dropout_seed = 100;  // another seed, another mask
+  const Dropout other(p);
+  int64_t differ = 0;
+  for (int64_t j = 0; j < 64; ++j)
+    differ += other.factor<float>(0, 0, 0, j) != dropout.factor<float>(0, 0, 0, j);
+  CHECK(differ > 10);
+  p.dropout_p = 0.0;
+  CHECK(Dropout(p).factor<float>(0, 0, 0, 0) == 1.0f);
+}
+
+TEST_CASE("dropout leaves the LSE alone and changes O; p = 0 is no dropout, bit for bit, on every stage") {
+  Problem p = problem_shape(1, 4, 2, 70, 90, 64);
+  p.causal = true;
+  const AttentionInputs in = random_inputs(p, Distribution::normal, 3);
+  for (const char* name : {"cpu_tiled/forward", "naive/standard_gemm", "cpu_tiled/backward"}) {
+    INFO(std::string(name));
+    const Implementation* impl = find_implementation(name);
+    REQUIRE(impl != nullptr);
+    const AttentionOutputs plain = run_forward(*impl, p, in);
+    Problem zero = p;
+    zero.dropout_seed = 12345;  // p = 0: the seed changes nothing
+    const AttentionOutputs with_zero = run_forward(*impl, zero, in);
+    CHECK(plain.o.data == with_zero.o.data);
+    CHECK(plain.lse.data == with_zero.lse.data);
+    Problem dropped = p;
+    dropped.dropout_p = 0.5;
+    dropped.dropout_seed = 7;
+    const AttentionOutputs with_dropout = run_forward(*impl, dropped, in);
+    CHECK(plain.lse.data == with_dropout.lse.data);
+    CHECK(plain.o.data != with_dropout.o.data);
+  }
+  p.dropout_p = 1.0;
+  CHECK(contains(error_of([&] { p.validate(); }), "dropout_p (1) must be in [0, 1)"));
+  p.dropout_p = 0.1;
+  const Implementation* one_pass = find_implementation("naive/one_pass");
+  REQUIRE(one_pass != nullptr);
+  CHECK(why_cannot_run(*one_pass, p) == "dropout_p (0.1) is not supported by naive/one_pass");
 }
 
 }  // namespace flashlab::testing

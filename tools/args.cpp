@@ -111,7 +111,7 @@ std::set<std::string> problem_flags() {
   return {"--batch",     "--heads",       "--kv-heads",     "--seqlen-q",     "--seqlen-k",  "--head-dim",
           "--scale",     "--window-left", "--window-right", "--seqlens-q",    "--seqlens-k", "--mask",
           "--page-size", "--dtype",       "--seed",         "--distribution", "--q",         "--k",
-          "--v",         "--softcap",     "--alibi-slopes"};
+          "--v",         "--softcap",     "--alibi-slopes", "--dropout"};
 }
 
 std::set<std::string> problem_switches() {
@@ -184,6 +184,11 @@ ProblemSetup problem_from_args(const Args& args, bool with_inputs) {
   if (args.has("--alibi") && args.has("--alibi-slopes")) fail("--alibi and --alibi-slopes: give one of them");
   if (args.has("--alibi")) p.alibi_slopes = alibi_slopes(p.heads_q);
   if (auto text = args.get("--alibi-slopes")) p.alibi_slopes = parse_slopes(*text);
+  if (args.has("--dropout")) {
+    p.dropout_p = args.get_double("--dropout", 0.0);
+    if (!(p.dropout_p >= 0.0 && p.dropout_p < 1.0)) fail("--dropout (", p.dropout_p, ") must be in [0, 1)");
+    p.dropout_seed = static_cast<uint64_t>(args.get_int("--seed", 0));  // the inputs' seed seeds the mask too
+  }
   // Sizes are checked before anything is allocated from them.
   p.validate();
   if (auto path = args.get("--mask")) {
