@@ -1,6 +1,7 @@
 #include "common/problem.hpp"
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "common/error.hpp"
@@ -61,6 +62,18 @@ void Problem::validate() const {
   if (page_size < 0) fail("page_size (", page_size, ") must be >= 1, or 0 for contiguous K/V");
   if (!(softcap >= 0.0) || !std::isfinite(softcap))
     fail("softcap (", softcap, ") must be a positive number, or 0 for none");
+  if (bias) {
+    if (bias_batch != 1 && bias_batch != batch)
+      fail("bias batch extent (", bias_batch, ") must be 1 or batch (", batch, ")");
+    if (bias_heads != 1 && bias_heads != heads_q)
+      fail("bias heads extent (", bias_heads, ") must be 1 or heads_q (", heads_q, ")");
+    if (static_cast<int64_t>(bias->size()) != bias_batch * bias_heads * seqlen_q * seqlen_k)
+      fail("bias has ", bias->size(), " entries but must be [", bias_batch, ", ", bias_heads,
+           ", seqlen_q, seqlen_k] = ", bias_batch * bias_heads * seqlen_q * seqlen_k);
+    for (const float x : *bias)
+      if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
+        fail("bias holds ", x, ": its entries must be finite or -inf");
+  }
   if (!(dropout_p >= 0.0 && dropout_p < 1.0)) fail("dropout_p (", dropout_p, ") must be in [0, 1)");
   if (!alibi_slopes.empty() && static_cast<int64_t>(alibi_slopes.size()) != heads_q)
     fail("alibi_slopes has ", alibi_slopes.size(), " entries but heads_q is ", heads_q,
@@ -85,6 +98,8 @@ std::string Problem::describe() const {
   if (page_size > 0) out << " page=" << page_size;
   if (softcap > 0.0) out << " softcap=" << softcap;
   if (!alibi_slopes.empty()) out << " alibi";
+  if (bias) out << " bias";
+  if (bias) out << " bias";
   if (dropout_p > 0.0) out << " dropout=" << dropout_p << "/" << dropout_seed;
   out << " " << to_string(dtype);
   return out.str();

@@ -41,6 +41,11 @@ struct Problem {
   // scale (0 = off), and ALiBi's per-query-head slopes (empty = off).
   double softcap = 0.0;
   std::vector<float> alibi_slopes;
+  // An additive score bias (common/score_mod.hpp), broadcast over batch and heads: [bias_batch, bias_heads,
+  // seqlen_q, seqlen_k] with bias_batch 1 or batch and bias_heads 1 or heads_q; null = none. -inf entries
+  // hide their (row, key) like a mask.
+  std::shared_ptr<const std::vector<float>> bias;
+  int64_t bias_batch = 1, bias_heads = 1;
   // Dropout on the attention weights (common/dropout.hpp): probability p in [0, 1) (0 = off) and the seed of
   // its counter-based generator.
   double dropout_p = 0.0;

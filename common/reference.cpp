@@ -19,7 +19,7 @@ ScoreRow reference_score_row(const Problem& p, const AttentionInputs& in, const 
   ScoreRow row{-std::numeric_limits<double>::infinity(), false};
   bool has_nan = false;
   for (int64_t j = 0; j < p.seqlen_k; ++j) {
-    seen[j] = visibility.visible(b, i, j);
+    seen[j] = visibility.visible(b, i, j) && !mod.hides(b, h, i, j);  // a -inf bias hides like a mask
     if (!seen[j]) continue;
     const float* k = in.k_row(p, b, j, hk);
     double dot = 0.0;

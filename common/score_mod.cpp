@@ -32,6 +32,7 @@ std::string score_mod_refusal(const Problem& p, bool supported, const std::strin
     return out.str();
   }
   if (!p.alibi_slopes.empty()) return "alibi_slopes (ALiBi) are not supported by " + name;
+  if (p.bias) return "bias (an additive score bias) is not supported by " + name;
   return "";
 }
 

@@ -60,6 +60,20 @@ Problem dropped(Problem p, double probability, uint64_t seed) {
   return p;
 }
 
+// A random bias [1, heads, seqlen_q, seqlen_k] (heads 1: shared) in [-2, 2], a tenth of it -inf, and row 3
+// -inf everywhere (hidden entirely by the bias).
+Problem biased(Problem p, int64_t heads, uint64_t seed) {
+  Random random(seed);
+  auto bias = std::make_shared<std::vector<float>>(static_cast<size_t>(heads * p.seqlen_q * p.seqlen_k));
+  for (float& x : *bias)
+    x = random.uniform() < 0.1 ? -INFINITY : static_cast<float>(4.0 * random.uniform() - 2.0);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t j = 0; j < p.seqlen_k; ++j) (*bias)[(h * p.seqlen_q + 3) * p.seqlen_k + j] = -INFINITY;
+  p.bias = std::move(bias);
+  p.bias_heads = heads;
+  return p;
+}
+
 Problem with_tree_mask(Problem p, uint64_t seed) {
   p.mask = std::make_shared<const std::vector<uint8_t>>(tree_mask(p.seqlen_q, p.seqlen_k - p.seqlen_q, seed));
   return p;
@@ -187,6 +201,12 @@ std::vector<Case> build_matrix() {
                   3.0),
               0.5, 8));
   add("decode: dropout 0.2, GQA 8/2", dropped(problem_shape(1, 8, 2, 1, 1200, 64), 0.2, 9));
+  // An additive bias: per head, with -inf entries (one row hidden entirely), under causal and GQA; shared by
+  // every head and batch element, with soft-capping and padding.
+  add("bias per head with -inf entries, causal, GQA 4/2",
+      biased(causal(problem_shape(1, 4, 2, 70, 90, 64)), 4, 21));
+  add("bias shared + softcap 4 + padding",
+      softcapped(biased(padded(problem_shape(2, 2, 2, 60, 75, 128), {60, 20}, {75, 31}), 1, 22), 4.0));
   return cases;
 }
 

@@ -154,6 +154,15 @@ TEST_CASE(
   dropped.dropout_p = 0.3;
   dropped.dropout_seed = 11;
   check_problem(dropped, 74);
+
+  // An additive bias per (head, row, key), finite: a constant of the scores, with soft-capping around it.
+  Problem biased = both;
+  Random random(75);
+  auto bias = std::make_shared<std::vector<float>>(static_cast<size_t>(4 * 5 * 7));
+  for (float& x : *bias) x = static_cast<float>(2.0 * random.uniform() - 1.0);
+  biased.bias = std::move(bias);
+  biased.bias_heads = 4;
+  check_problem(biased, 75);
 }
 
 }  // namespace flashlab

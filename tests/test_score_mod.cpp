@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,21 @@ TEST_CASE("the reference applies soft-capping and ALiBi as defined: one row, two
   expect(3.0 - 0.5, -1.0);
   p.softcap = 2.0;  // soft-capping first, then ALiBi
   expect(2.0 * std::tanh(1.5) - 0.5, 2.0 * std::tanh(-0.5));
+  p.softcap = 0.0;
+  p.alibi_slopes.clear();
+  p.bias = std::make_shared<const std::vector<float>>(std::vector<float>{0.25f, -1.5f});  // [1, 1, 1, 2]
+  expect(3.0 + 0.25, -1.0 - 1.5);
+  // A -inf bias hides its key like a mask; a row it hides entirely is a fully masked row: O = 0, LSE = -inf.
+  p.bias = std::make_shared<const std::vector<float>>(std::vector<float>{-INFINITY, 0.0f});
+  const ReferenceResult one = reference_attention(p, in);
+  CHECK(one.o[0] == 0.0);
+  CHECK(one.o[1] == 1.0);
+  CHECK(one.lse[0] == doctest::Approx(-1.0).epsilon(1e-14));
+  p.bias = std::make_shared<const std::vector<float>>(std::vector<float>{-INFINITY, -INFINITY});
+  const ReferenceResult none = reference_attention(p, in);
+  CHECK(none.o[0] == 0.0);
+  CHECK(none.o[1] == 0.0);
+  CHECK(none.lse[0] == -INFINITY);
 }
 
 TEST_CASE("ALiBi's distance is bottom-right aligned with each batch element's own lengths") {
@@ -85,6 +101,18 @@ TEST_CASE("bad score modifications are refused naming the field; stages without 
   CHECK(why_cannot_run(*three_pass, p) == "softcap (30) is not supported by naive/three_pass");
   p.softcap = 0.0;
   CHECK(why_cannot_run(*three_pass, p) == "alibi_slopes (ALiBi) are not supported by naive/three_pass");
+  Problem biased = problem_shape(2, 2, 1, 8, 8, 16);
+  biased.bias = std::make_shared<const std::vector<float>>(static_cast<size_t>(3 * 64), 0.0f);
+  biased.bias_heads = 3;
+  CHECK(contains(error_of([&] { biased.validate(); }), "bias heads extent (3) must be 1 or heads_q (2)"));
+  biased.bias_heads = 2;
+  CHECK(contains(error_of([&] { biased.validate(); }), "bias has 192 entries but must be [1, 2"));
+  biased.bias = std::make_shared<const std::vector<float>>(std::vector<float>(128, INFINITY));
+  CHECK(contains(error_of([&] { biased.validate(); }), "bias holds inf"));
+  biased.bias = std::make_shared<const std::vector<float>>(std::vector<float>(128, -INFINITY));
+  biased.validate();
+  CHECK(why_cannot_run(*three_pass, biased) ==
+        "bias (an additive score bias) is not supported by naive/three_pass");
   const Implementation* tiled = find_implementation("cpu_tiled/forward");
   REQUIRE(tiled != nullptr);
   CHECK(why_cannot_run(*tiled, p) == "");

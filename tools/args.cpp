@@ -111,7 +111,7 @@ std::set<std::string> problem_flags() {
   return {"--batch",     "--heads",       "--kv-heads",     "--seqlen-q",     "--seqlen-k",  "--head-dim",
           "--scale",     "--window-left", "--window-right", "--seqlens-q",    "--seqlens-k", "--mask",
           "--page-size", "--dtype",       "--seed",         "--distribution", "--q",         "--k",
-          "--v",         "--softcap",     "--alibi-slopes", "--dropout"};
+          "--v",         "--softcap",     "--alibi-slopes", "--dropout",      "--bias"};
 }
 
 std::set<std::string> problem_switches() {
@@ -198,6 +198,18 @@ ProblemSetup problem_from_args(const Args& args, bool with_inputs) {
     auto entries = std::make_shared<std::vector<uint8_t>>(mask.values.size());
     for (size_t i = 0; i < entries->size(); ++i) (*entries)[i] = mask.values[i] != 0.0;
     p.mask = std::move(entries);
+  }
+  if (auto path =
+          args.get("--bias")) {  // [seqlen_q, seqlen_k], [heads | 1, ...] or [batch | 1, heads | 1, ...]
+    const NpyArray bias = read_npy(*path, "--bias");
+    const std::vector<int64_t>& shape = bias.shape;
+    const size_t n = shape.size();
+    if (n < 2 || n > 4 || shape[n - 2] != p.seqlen_q || shape[n - 1] != p.seqlen_k)
+      fail("--bias: ", *path, ": shape must end in [seqlen_q, seqlen_k] = [", p.seqlen_q, ", ", p.seqlen_k,
+           "], with [heads_q or 1] and [batch or 1] before it");
+    p.bias_heads = n >= 3 ? shape[n - 3] : 1;
+    p.bias_batch = n == 4 ? shape[0] : 1;
+    p.bias = std::make_shared<const std::vector<float>>(bias.values.begin(), bias.values.end());
   }
   p.validate();
   // Refuse, rather than be killed by the kernel's OOM killer, when inputs and outputs alone exceed the memory

@@ -24,6 +24,7 @@ problem flags (defaults: batch 1, 8 heads, 1024 x 1024, head_dim 64, f32, random
   --alibi       ALiBi with the ALiBi paper's slopes for the query heads; --alibi-slopes a,b,.. gives them
                 (one per query head): s -> s - slope_h |i + seqlen_k - seqlen_q - j|
   --dropout P   dropout on the attention weights with probability P in [0, 1), its mask seeded by --seed
+  --bias F.npy  an additive score bias, float [SQ,SK], [H or 1,SQ,SK] or [B or 1,H or 1,SQ,SK]; -inf hides a key
   --emulate   GPU stages run in the CPU emulator even where a GPU could run them (without a GPU they always
               do; emulated times are labelled and never compared with measured speeds)
 
