@@ -1,8 +1,10 @@
 #include "common/problem.hpp"
 
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <sstream>
+#include <string>
 
 #include "common/error.hpp"
 
@@ -105,25 +107,45 @@ std::string Problem::describe() const {
   return out.str();
 }
 
-std::vector<int64_t> parse_lengths(std::string_view text, std::string_view field) {
-  std::vector<int64_t> lengths;
+namespace {
+
+// "a,b,c" split at the commas, each item parsed by `parse` (which sets `used` to the characters it read);
+// throws Error naming `field` and the item when one is not entirely a `what`.
+template <typename T, typename Parse>
+std::vector<T> parse_list(std::string_view text, std::string_view field, const char* what, Parse parse) {
+  std::vector<T> values;
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
     if (comma == std::string_view::npos) comma = text.size();
     std::string item(text.substr(start, comma - start));
     size_t used = 0;
-    int64_t value = 0;
+    T value{};
     try {
-      value = std::stoll(item, &used);
+      value = parse(item, used);
     } catch (const std::exception&) {
       used = 0;
     }
-    if (item.empty() || used != item.size()) fail(field, " entry '", item, "' is not an integer");
-    lengths.push_back(value);
+    if (item.empty() || used != item.size()) fail(field, " entry '", item, "' is not ", what);
+    values.push_back(value);
     start = comma + 1;
   }
-  return lengths;
+  return values;
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_lengths(std::string_view text, std::string_view field) {
+  return parse_list<int64_t>(text, field, "an integer",
+                             [](const std::string& item, size_t& used) { return std::stoll(item, &used); });
+}
+
+std::vector<double> parse_numbers(std::string_view text, std::string_view field) {
+  return parse_list<double>(text, field, "a finite number", [](const std::string& item, size_t& used) {
+    const double value = std::stod(item, &used);
+    if (!std::isfinite(value)) used = 0;
+    return value;
+  });
 }
 
 }  // namespace flashlab

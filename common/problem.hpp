@@ -71,6 +71,8 @@ struct Problem {
 
 // Parses "3,5,0" into lengths; throws Error naming `field`.
 std::vector<int64_t> parse_lengths(std::string_view text, std::string_view field);
+// Parses "0.5,0.25" into finite numbers; throws Error naming `field`.
+std::vector<double> parse_numbers(std::string_view text, std::string_view field);
 
 // A problem of these sizes, every other field at its default (no mask, the default scale): where test cases
 // and benchmark shapes start.

@@ -31,11 +31,11 @@ class ScoreMod {
   explicit ScoreMod(const Problem& p)
       : softcap_(p.softcap), slopes_(p.alibi_slopes), bias_(p.bias ? p.bias->data() : nullptr), p_(p) {}
 
-  // Whether the problem modifies its scores at all (a stage without support refuses such a problem).
-  static bool any(const Problem& p) {
-    return p.softcap > 0.0 || !p.alibi_slopes.empty() || p.bias != nullptr;
-  }
+  // Whether the problem modifies its scores at all.
   bool active() const { return softcap_ > 0.0 || !slopes_.empty() || bias_ != nullptr; }
+  // Whether derivative() can differ from 1 (soft-capping; ALiBi and the bias only add constants): a backward
+  // multiplies dS by it only then.
+  bool bends() const { return softcap_ > 0.0; }
 
   // s" from the scaled score s, for query row i and key j of batch element b and query head h.
   template <typename T>

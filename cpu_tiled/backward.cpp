@@ -127,7 +127,7 @@ void probabilities_and_score_gradients(const TilePair& t, Workspace& ws, Tile& P
   const float scale = static_cast<float>(t.p.softmax_scale());
   const ScoreMod mod(t.p);
   score_tile(t.Q, t.K, scale, mod, t.b, t.h, t.i0, t.j0, P);  // S = scale Q_i K_j^T, modified (line 9)
-  Tile derivative(ws.derivative.data(), rows, mod.active() ? cols : 0);  // ds"/ds of the modifications
+  Tile derivative(ws.derivative.data(), rows, mod.bends() ? cols : 0);  // ds"/ds of the modifications
   for (int64_t r = 0; r < derivative.rows(); ++r)
     for (int64_t c = 0; c < derivative.cols(); ++c)
       derivative(r, c) = mod.derivative(P(r, c), t.b, t.h, t.i0 + r, t.j0 + c);
@@ -162,7 +162,7 @@ void probabilities_and_score_gradients(const TilePair& t, Workspace& ws, Tile& P
     }
   // dS = scale P * (dP - D_i) (line 13), the scale of S = scale Q K^T folded in once for dQ and dK.
   dS.array() = scale * P.array() * (dP.array().colwise() - t.row_dot).cast<float>();
-  if (mod.active()) dS.array() *= derivative.array();  // the gradient of the scaled score
+  if (mod.bends()) dS.array() *= derivative.array();  // the gradient of the scaled score
   if (t.cover == TileCover::partial)  // a masked key takes no part, even when its V holds a NaN (0 * NaN)
     dS = (P.array() == 0.0f).select(0.0f, dS);
   if (dropout.active()) P.array() *= keep.array();  // P Z, what dV = (P Z)^T dO takes

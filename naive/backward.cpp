@@ -65,7 +65,7 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
     for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
       std::vector<float> P(static_cast<size_t>(sq * sk)), dS(static_cast<size_t>(sq * sk));
       // The score modifications' derivative ds"/ds per (i, j) (common/score_mod.hpp), when there are any.
-      std::vector<float> derivative(mod.active() ? static_cast<size_t>(sq * sk) : 0);
+      std::vector<float> derivative(mod.bends() ? static_cast<size_t>(sq * sk) : 0);
       for (int64_t j = 0; j < sk; ++j) {
         std::fill(dk_row(b, j, hk), dk_row(b, j, hk) + d, 0.0f);
         std::fill(dv_row(b, j, hk), dv_row(b, j, hk) + d, 0.0f);
@@ -79,7 +79,7 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
               continue;
             }
             row[j] = mod.apply(scale * dot(in.q_row(p, b, i, h), in.k_row(p, b, j, hk), d), b, h, i, j);
-            if (mod.active()) derivative[i * sk + j] = mod.derivative(row[j], b, h, i, j);
+            if (mod.bends()) derivative[i * sk + j] = mod.derivative(row[j], b, h, i, j);
           }
           softmax_three_pass({row, size_t(sk)}, {row, size_t(sk)});
         }
@@ -104,7 +104,7 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
             dS[i * sk + j] = weight == 0.0f ? 0.0f : weight * (dot(dout, in.v_row(p, b, j, hk), d) - D);
           }
           // EXERCISE END backward-ds
-          if (mod.active())  // the gradient of the scaled score: through the modification
+          if (mod.bends())  // the gradient of the scaled score: through the soft-capping
             for (int64_t j = 0; j < sk; ++j) dS[i * sk + j] *= derivative[i * sk + j];
         }
         for (int64_t i = 0; i < sq; ++i) {  // dQ = scale dS K

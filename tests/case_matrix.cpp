@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "common/score_mod.hpp"
+#include "tests/harness.hpp"
 
 namespace flashlab::testing {
 
@@ -24,12 +25,6 @@ namespace {
 
 Problem causal(Problem p) {
   p.causal = true;
-  return p;
-}
-
-Problem window(Problem p, int64_t left, int64_t right) {
-  p.window_left = left;
-  p.window_right = right;
   return p;
 }
 
@@ -93,7 +88,7 @@ void add_decode_cases(Add&& add) {
   add("speculative: seqlen_q 5, causal, GQA 6/2", causal(problem_shape(2, 6, 2, 5, 1500, 64)));
   add("speculative: seqlen_q 16, causal, ragged",
       causal(padded(problem_shape(2, 4, 4, 16, 700, 32), {16, 3}, {700, 9})));
-  add("speculative: seqlen_q 8, window (256, 0)", window(problem_shape(1, 4, 2, 8, 1200, 64), 256, 0));
+  add("speculative: seqlen_q 8, window (256, 0)", windowed(problem_shape(1, 4, 2, 8, 1200, 64), 256, 0));
   add("speculative: tree mask, 2000 prefix + 16 draft, GQA 8/2",
       with_tree_mask(problem_shape(1, 8, 2, 16, 2016, 64), 13));
   add("paged 1: one token per page", paged(problem_shape(2, 4, 2, 1, 300, 64), 1));
@@ -142,18 +137,19 @@ std::vector<Case> build_matrix() {
   add("MQA 4 query heads / 1 kv head, causal", causal(problem_shape(1, 4, 1, 129, 129, 128)));
   add("GQA 8/2 decode, causal", causal(problem_shape(1, 8, 2, 3, 517, 128)));
   // Sliding windows
-  add("window (16, 0)", window(problem_shape(1, 2, 2, 150, 150, 64), 16, 0));
-  add("window (32, 8), seqlen_q < seqlen_k", window(problem_shape(1, 2, 2, 100, 170, 64), 32, 8));
-  add("window (-1, 5)", window(problem_shape(1, 2, 2, 90, 90, 32), -1, 5));
-  add("window (0, 0): diagonal only", window(problem_shape(1, 1, 1, 40, 40, 64), 0, 0));
-  add("window (10, 10) + causal", causal(window(problem_shape(1, 2, 2, 120, 120, 64), 10, 10)));
+  add("window (16, 0)", windowed(problem_shape(1, 2, 2, 150, 150, 64), 16, 0));
+  add("window (32, 8), seqlen_q < seqlen_k", windowed(problem_shape(1, 2, 2, 100, 170, 64), 32, 8));
+  add("window (-1, 5)", windowed(problem_shape(1, 2, 2, 90, 90, 32), -1, 5));
+  add("window (0, 0): diagonal only", windowed(problem_shape(1, 1, 1, 40, 40, 64), 0, 0));
+  add("window (10, 10) + causal", causal(windowed(problem_shape(1, 2, 2, 120, 120, 64), 10, 10)));
   add("window (3, 2), seqlen_q > seqlen_k: rows outside the band",
-      window(problem_shape(1, 2, 2, 80, 20, 64), 3, 2));
+      windowed(problem_shape(1, 2, 2, 80, 20, 64), 3, 2));
   // Padding (per-batch lengths), including 0
   add("padding: ragged lengths including 0",
       padded(problem_shape(3, 2, 2, 97, 113, 64), {97, 0, 50}, {60, 113, 0}));
   add("padding + causal", causal(padded(problem_shape(3, 2, 1, 64, 96, 64), {64, 31, 5}, {96, 17, 40})));
-  add("padding + window + GQA", window(padded(problem_shape(2, 4, 2, 70, 70, 32), {70, 41}, {33, 70}), 8, 4));
+  add("padding + window + GQA",
+      windowed(padded(problem_shape(2, 4, 2, 70, 70, 32), {70, 41}, {33, 70}), 8, 4));
   // Explicit masks
   {
     Problem p = problem_shape(2, 2, 2, 16, 48, 64);
@@ -188,17 +184,18 @@ std::vector<Case> build_matrix() {
   add("ALiBi, causal, GQA 8/2", with_alibi(causal(problem_shape(1, 8, 2, 100, 100, 64))));
   add("ALiBi, seqlen_q < seqlen_k", with_alibi(problem_shape(2, 2, 2, 60, 130, 128)));
   add("ALiBi + softcap 3 + window (32, 8) + padding + GQA",
-      softcapped(with_alibi(window(padded(problem_shape(2, 4, 2, 90, 110, 64), {90, 37}, {110, 64}), 32, 8)),
-                 3.0));
+      softcapped(
+          with_alibi(windowed(padded(problem_shape(2, 4, 2, 90, 110, 64), {90, 37}, {110, 64}), 32, 8)),
+          3.0));
   add("decode: ALiBi + softcap 10, GQA 8/2",
       softcapped(with_alibi(problem_shape(1, 8, 2, 1, 1500, 128)), 10.0));
   // Dropout (common/dropout.hpp): its mask is a function of the seed, so every stage that supports it drops
   // the same weights and matches the reference.
   add("dropout 0.1, causal, GQA 6/2", dropped(causal(problem_shape(1, 6, 2, 110, 130, 64)), 0.1, 7));
   add("dropout 0.5 + softcap 3 + ALiBi + window + padding",
-      dropped(softcapped(
-                  with_alibi(window(padded(problem_shape(2, 2, 2, 80, 96, 128), {80, 33}, {96, 50}), 20, 4)),
-                  3.0),
+      dropped(softcapped(with_alibi(windowed(padded(problem_shape(2, 2, 2, 80, 96, 128), {80, 33}, {96, 50}),
+                                             20, 4)),
+                         3.0),
               0.5, 8));
   add("decode: dropout 0.2, GQA 8/2", dropped(problem_shape(1, 8, 2, 1, 1200, 64), 0.2, 9));
   // An additive bias: per head, with -inf entries (one row hidden entirely), under causal and GQA; shared by

@@ -73,6 +73,20 @@ void poison_padding(const Problem& p, AttentionInputs& inputs) {
   }
 }
 
+Problem shaped(int64_t heads, int64_t kv_heads, int64_t sq, int64_t sk, int64_t d, DType dtype, bool causal,
+               int64_t batch) {
+  Problem p = problem_shape(batch, heads, kv_heads, sq, sk, d);
+  p.dtype = dtype;
+  p.causal = causal;
+  return p;
+}
+
+Problem windowed(Problem p, int64_t left, int64_t right) {
+  p.window_left = left;
+  p.window_right = right;
+  return p;
+}
+
 emulator::Counters counted_forward(const Implementation& impl, const Problem& p) {
   REQUIRE(why_cannot_run(impl, p).empty());
   const bool forced = cuda::emulation_forced();

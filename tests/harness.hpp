@@ -42,6 +42,12 @@ bool contains(const std::string& text, const std::string& part);
 // Fills the padding of `inputs` (unpaged; attach the paged copy after) with NaN and +-Inf.
 void poison_padding(const Problem& p, AttentionInputs& inputs);
 
+// Shapes for the counted GPU passes (tests/test_traffic.cpp, tests/test_counters.cpp): batch x heads/kv_heads
+// x sq x sk x d in `dtype`, causal or not; and the same with a sliding window.
+Problem shaped(int64_t heads, int64_t kv_heads, int64_t sq, int64_t sk, int64_t d, DType dtype, bool causal,
+               int64_t batch = 1);
+Problem windowed(Problem p, int64_t left, int64_t right);
+
 // What one forward pass of a GPU implementation counted in the emulator (emulator/counters.hpp), on random
 // inputs; and the global bytes it moved (read and written).
 emulator::Counters counted_forward(const Implementation& impl, const Problem& p);

@@ -217,19 +217,6 @@ std::pair<double, double> counted_and_modeled(const char* name, const Problem& p
           forward_traffic(*find_implementation(name), p).bytes};
 }
 
-Problem shaped(int64_t heads, int64_t kv_heads, int64_t sq, int64_t sk, int64_t d, DType dtype, bool causal,
-               int64_t batch = 1) {
-  Problem p = problem_shape(batch, heads, kv_heads, sq, sk, d);
-  p.dtype = dtype;
-  p.causal = causal;
-  return p;
-}
-Problem windowed(Problem p, int64_t left, int64_t right) {
-  p.window_left = left;
-  p.window_right = right;
-  return p;
-}
-
 }  // namespace
 
 // Where the models are exact: tests/test_traffic.cpp (in the harness, so that a course exercise's copy is

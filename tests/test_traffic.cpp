@@ -18,19 +18,6 @@ namespace flashlab::testing {
 
 namespace {
 
-Problem shaped(int64_t heads, int64_t kv_heads, int64_t sq, int64_t sk, int64_t d, DType dtype, bool causal,
-               int64_t batch = 1) {
-  Problem p = problem_shape(batch, heads, kv_heads, sq, sk, d);
-  p.dtype = dtype;
-  p.causal = causal;
-  return p;
-}
-Problem windowed(Problem p, int64_t left, int64_t right) {
-  p.window_left = left;
-  p.window_right = right;
-  return p;
-}
-
 // `name` is the implementation's own name, or a course exercise's copy of it ("exercise/ID/" + name).
 bool is_copy_of(const Implementation& impl, const std::string& name) {
   return impl.name == name || (impl.name.size() > name.size() &&

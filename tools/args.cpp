@@ -2,10 +2,8 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <cmath>
-#include <exception>
-#include <string>
+#include <memory>
 #include <vector>
 
 #include "common/cuda/device.hpp"
@@ -80,32 +78,6 @@ double Args::get_double(const std::string& flag, double fallback) const {
     fail(flag, " '", *text, "' is not a finite number");
   return value;
 }
-
-namespace {
-
-// "0.5,0.25" into ALiBi slopes; throws Error naming --alibi-slopes.
-std::vector<float> parse_slopes(const std::string& text) {
-  std::vector<float> slopes;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
-    size_t used = 0;
-    double value = 0.0;
-    try {
-      value = std::stod(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size() || !std::isfinite(value))
-      fail("--alibi-slopes entry '", item, "' is not a finite number");
-    slopes.push_back(static_cast<float>(value));
-    start = comma + 1;
-  }
-  return slopes;
-}
-
-}  // namespace
 
 std::set<std::string> problem_flags() {
   return {"--batch",     "--heads",       "--kv-heads",     "--seqlen-q",     "--seqlen-k",  "--head-dim",
@@ -183,7 +155,9 @@ ProblemSetup problem_from_args(const Args& args, bool with_inputs) {
   }
   if (args.has("--alibi") && args.has("--alibi-slopes")) fail("--alibi and --alibi-slopes: give one of them");
   if (args.has("--alibi")) p.alibi_slopes = alibi_slopes(p.heads_q);
-  if (auto text = args.get("--alibi-slopes")) p.alibi_slopes = parse_slopes(*text);
+  if (auto text = args.get("--alibi-slopes"))
+    for (const double slope : parse_numbers(*text, "--alibi-slopes"))
+      p.alibi_slopes.push_back(static_cast<float>(slope));
   if (args.has("--dropout")) {
     p.dropout_p = args.get_double("--dropout", 0.0);
     if (!(p.dropout_p >= 0.0 && p.dropout_p < 1.0)) fail("--dropout (", p.dropout_p, ") must be in [0, 1)");
