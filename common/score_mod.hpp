@@ -33,6 +33,8 @@ class ScoreMod {
 
   // Whether the problem modifies its scores at all.
   bool active() const { return softcap_ > 0.0 || !slopes_.empty() || bias_ != nullptr; }
+  // Whether hides() can be true anywhere (there is a bias).
+  bool can_hide() const { return bias_ != nullptr; }
   // Whether derivative() can differ from 1 (soft-capping; ALiBi and the bias only add constants): a backward
   // multiplies dS by it only then.
   bool bends() const { return softcap_ > 0.0; }

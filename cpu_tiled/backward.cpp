@@ -23,6 +23,9 @@
 #include <omp.h>
 
 #include <Eigen/Dense>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "common/dropout.hpp"
@@ -53,6 +56,7 @@ struct Workspace {
   std::vector<float> scores, d_scores;     // S then P; dS (B_r x B_c)
   std::vector<float> derivative;           // ds"/ds of the score modifications, when there are any
   std::vector<float> keep;                 // dropout's factors Z (0 or 1 / (1 - p)), when there is dropout
+  std::vector<uint8_t> hidden;             // pairs of a partial tile that do not see each other
   std::vector<float> dk, dv;               // dK_j, dV_j accumulators (B_c x d)
   std::vector<double> d_probs;             // dP (B_r x B_c), in double: see probabilities_and_score_gradients
   std::vector<double> v_wide, d_out_wide;  // V_j (B_c x d) and dO_i (B_r x d) widened for the dP product
@@ -61,6 +65,7 @@ struct Workspace {
         d_scores(kBr * kBc),
         derivative(kBr * kBc),
         keep(kBr * kBc),
+        hidden(kBr * kBc),
         dk(kBc * head_dim),
         dv(kBc * head_dim),
         d_probs(kBr * kBc),
@@ -132,16 +137,26 @@ void probabilities_and_score_gradients(const TilePair& t, Workspace& ws, Tile& P
     for (int64_t c = 0; c < derivative.cols(); ++c)
       derivative(r, c) = mod.derivative(P(r, c), t.b, t.h, t.i0 + r, t.j0 + c);
   // P = exp(S - LSE_i) (line 10): the forward's P, recomputed from its saved log-sum-exp.
-  for (int64_t r = 0; r < rows; ++r) exp_weights<Vec>(&P(r, 0), cols, t.lse[r]);
-  if (t.cover == TileCover::partial) {
-    // Masked entries weigh exactly 0. This also clears every entry of a row that sees no key, whose
-    // LSE = -inf made exp() above give inf or NaN.
+  // exp_weights gives a -inf score the weight 0 whatever the row's max (the forward's masked scores), but a
+  // row whose LSE is NaN (a NaN or Inf reached its scores) has exp(s - LSE) = NaN for every pair, as in the
+  // reference.
+  for (int64_t r = 0; r < rows; ++r) {
+    exp_weights<Vec>(&P(r, 0), cols, t.lse[r]);
+    if (std::isnan(t.lse[r])) P.row(r).setConstant(std::numeric_limits<float>::quiet_NaN());
+  }
+  // Pairs that do not see each other (the mask; a -inf bias) weigh exactly 0. This also clears every entry of
+  // a row that sees no key, whose LSE = -inf made exp() above give inf or NaN.
+  const bool some_hidden = t.cover == TileCover::partial || mod.can_hide();
+  uint8_t* const hidden = ws.hidden.data();
+  if (some_hidden) {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = t.i0 + r;
       const KeyRange keys = t.visibility.key_range(t.b, i);
       for (int64_t c = 0; c < cols; ++c) {
         const int64_t j = t.j0 + c;
-        if (j < keys.begin || j >= keys.end || !t.visibility.mask_allows(i, j)) P(r, c) = 0.0f;
+        hidden[r * cols + c] =
+            j < keys.begin || j >= keys.end || !t.visibility.mask_allows(i, j) || mod.hides(t.b, t.h, i, j);
+        if (hidden[r * cols + c]) P(r, c) = 0.0f;
       }
     }
   }
@@ -163,8 +178,9 @@ void probabilities_and_score_gradients(const TilePair& t, Workspace& ws, Tile& P
   // dS = scale P * (dP - D_i) (line 13), the scale of S = scale Q K^T folded in once for dQ and dK.
   dS.array() = scale * P.array() * (dP.array().colwise() - t.row_dot).cast<float>();
   if (mod.bends()) dS.array() *= derivative.array();  // the gradient of the scaled score
-  if (t.cover == TileCover::partial)  // a masked key takes no part, even when its V holds a NaN (0 * NaN)
-    dS = (P.array() == 0.0f).select(0.0f, dS);
+  if (some_hidden)  // a hidden pair takes no part, even when its V holds a NaN (0 * NaN)
+    for (int64_t e = 0; e < rows * cols; ++e)
+      if (hidden[e]) dS.data()[e] = 0.0f;
   if (dropout.active()) P.array() *= keep.array();  // P Z, what dV = (P Z)^T dO takes
 }
 
@@ -272,6 +288,80 @@ void q_tile_dq(const Problem& p, const Visibility& visibility, const AttentionIn
   }
 }
 
+// Special values, exactly (docs/08, "NaN and Inf"). A hidden pair weighs exactly 0 in the tile products, but
+// they multiply that 0 by its operand all the same: a NaN or Inf in a valid element of Q, K or dO reaches, as
+// 0 x NaN = NaN, the gradients of the pairs of its tile that never see it. Each gradient row holding a NaN or
+// Inf is computed again here from the same LSE and D, pair by pair over the pairs that see each other only,
+// in double, and its elements that are not finite replaced. A finite element is never wrong this way (a leak
+// only adds NaN), so those stay the products'. Nothing to do, and one pass over the gradients, when all are
+// finite.
+void repair_special_values(const Problem& p, const AttentionInputs& in, const AttentionOutputs& fwd,
+                           const HostTensor& d_out, const std::vector<double>& D, AttentionGradients& grad) {
+  const int64_t d = p.head_dim, sq = p.seqlen_q, sk = p.seqlen_k, group = p.group_size();
+  const double scale = p.softmax_scale();
+  const Visibility visibility(p);
+  const ScoreMod mod(p);
+  const Dropout dropout(p);
+  const Shapes shapes{p};
+  const auto special = [d](const float* row) {
+    for (int64_t c = 0; c < d; ++c)
+      if (!std::isfinite(row[c])) return true;
+    return false;
+  };
+  const auto dot = [d](const float* x, const float* y) {
+    double sum = 0.0;
+    for (int64_t c = 0; c < d; ++c) sum += static_cast<double>(x[c]) * static_cast<double>(y[c]);
+    return sum;
+  };
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
+      const auto kv_offset = [&](int64_t j) { return bshd_offset(b, j, hk, sk, p.heads_kv, d); };
+      const auto q_offset = [&](int64_t h, int64_t i) { return bshd_offset(b, i, h, sq, p.heads_q, d); };
+      std::vector<uint8_t> key_rows(static_cast<size_t>(sk)), query_rows(static_cast<size_t>(group * sq));
+      bool any = false;
+      for (int64_t j = 0; j < sk; ++j)
+        any |= key_rows[j] = special(grad.dk.ptr() + kv_offset(j)) || special(grad.dv.ptr() + kv_offset(j));
+      for (int64_t g = 0; g < group; ++g)
+        for (int64_t i = 0; i < sq; ++i)
+          any |= query_rows[g * sq + i] = special(grad.dq.ptr() + q_offset(hk * group + g, i));
+      if (!any) continue;
+      std::vector<double> dk(static_cast<size_t>(sk * d)), dv(static_cast<size_t>(sk * d)), dq(d);
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t h = hk * group + g;
+        for (int64_t i = 0; i < sq; ++i) {
+          const float *q = in.q.ptr() + q_offset(h, i), *dout = d_out.ptr() + q_offset(h, i);
+          const double lse = fwd.lse.data[shapes.row_index(b, h, i)], row_dot = D[shapes.row_index(b, h, i)];
+          std::fill(dq.begin(), dq.end(), 0.0);
+          for (int64_t j = 0; j < sk; ++j) {
+            if (!query_rows[g * sq + i] && !key_rows[j]) continue;
+            if (!visibility.visible(b, i, j) || mod.hides(b, h, i, j)) continue;
+            const float *k = in.k.ptr() + kv_offset(j), *v = in.v.ptr() + kv_offset(j);
+            const double s = mod.apply(scale * dot(q, k), b, h, i, j), weight = std::exp(s - lse);
+            const double z = dropout.factor<double>(b, h, i, j);
+            const double ds = scale * weight * (z * dot(dout, v) - row_dot) * mod.derivative(s, b, h, i, j);
+            for (int64_t c = 0; c < d; ++c) {
+              dq[c] += ds * k[c];
+              dk[j * d + c] += ds * q[c];
+              dv[j * d + c] += weight * z * dout[c];
+            }
+          }
+          float* const dq_row = grad.dq.ptr() + q_offset(h, i);
+          if (query_rows[g * sq + i])
+            for (int64_t c = 0; c < d; ++c)
+              if (!std::isfinite(dq_row[c])) dq_row[c] = static_cast<float>(dq[c]);
+        }
+      }
+      for (int64_t j = 0; j < sk; ++j) {
+        float *dk_row = grad.dk.ptr() + kv_offset(j), *dv_row = grad.dv.ptr() + kv_offset(j);
+        for (int64_t c = 0; c < d && key_rows[j]; ++c) {
+          if (!std::isfinite(dk_row[c])) dk_row[c] = static_cast<float>(dk[j * d + c]);
+          if (!std::isfinite(dv_row[c])) dv_row[c] = static_cast<float>(dv[j * d + c]);
+        }
+      }
+    }
+}
+
 template <DqSchedule schedule>
 void flash_backward(const Problem& p, const AttentionInputs& in, const AttentionOutputs& fwd,
                     const HostTensor& d_out, AttentionGradients& grad) {
@@ -317,6 +407,7 @@ void flash_backward(const Problem& p, const AttentionInputs& in, const Attention
       grad.dq.data[e] = sum;
     }
   }
+  repair_special_values(p, in, fwd, d_out, D, grad);
 }
 
 // The forward the backward needs for O and LSE: FA2 Algorithm 1 on the same B_r x B_c grid, one task per

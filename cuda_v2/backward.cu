@@ -57,6 +57,13 @@ __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+__device__ inline float to_float(__half x) {
+  return __half2float(x);
+}
+__device__ inline float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
 __device__ inline int64_t row_index(const SplitQParams& f, int b, int head, int row) {
   return (static_cast<int64_t>(b) * f.heads_q + head) * f.seqlen_q + row;
 }
@@ -75,6 +82,7 @@ __global__ void __launch_bounds__(kThreads) dot_kernel(const SplitQBackwardParam
   const SplitQParams& f = p.forward;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, quad_lane = lane % 4;
   const int row0 = (blockIdx.x * kWarps + warp) * 16, head = blockIdx.y, b = blockIdx.z;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) *p.nonfinite = 0;
   if (row0 >= f.seqlen_q) return;  // the whole warp
   const int rows_q = valid_rows(f, b);
   const int64_t offset = b * f.o_batch_stride + head * f.o_head_stride;
@@ -322,6 +330,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
           pack2<Element>(dk[nt][2 * half], dk[nt][2 * half + 1]);
       *reinterpret_cast<uint32_t*>(dv_out + key * f.v_row_stride + col) =
           pack2<Element>(dv[nt][2 * half], dv[nt][2 * half + 1]);
+      if (!isfinite(dk[nt][2 * half] + dk[nt][2 * half + 1] + dv[nt][2 * half] + dv[nt][2 * half + 1]))
+        atomicExch(p.nonfinite, 1);  // exact_kernel's cue
     }
 }
 
@@ -350,6 +360,126 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const SplitQBackwardParams
     if (valid && !p.deterministic) value = p.dq_accum[at + c];
     for (int j = first; j < last; ++j) value += p.dq_accum[j * partial_elements + at + c];
     dq[c] = from_float<Element>(value);
+    if (!isfinite(value)) atomicExch(p.nonfinite, 1);
+  }
+}
+
+// Special values, exactly (docs/08, "NaN and Inf"). A hidden pair's weight is exactly 0 in every product of
+// backward_kernel, but a tensor core multiplies it by its operand all the same: a NaN or Inf in a valid
+// element of Q, K or dO reaches, as 0 x NaN = NaN, the gradients of the pairs of its tile that never see it.
+// When an epilogue raised the flag, each gradient row holding a NaN or Inf is computed again here from the
+// same O, LSE and D, pair by pair over the pairs that see each other only, in fp32, and its elements that
+// were not finite are replaced. A finite element is never wrong (a leak only adds NaN), so those stay the
+// tensor cores'. Rows: dQ's (batch, head, row), then dK's and dV's together (batch, kv head, key), every
+// kExactBlocks-th to a block.
+template <typename Element, int kHeadDim>
+__global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardParams p) {
+  static_assert(kHeadDim <= kThreads && kThreads == kExactThreads, "a thread per column");
+  if (*p.nonfinite == 0) return;
+  const SplitQParams& f = p.forward;
+  __shared__ float row_a[kHeadDim], row_b[kHeadDim];  // Q_i and dO_i, or K_j and V_j
+  __shared__ float ds[kThreads], weight[kThreads];    // a chunk's dS and P
+  __shared__ int seen[kThreads];                      // which pairs of the chunk see each other
+  const int t = threadIdx.x, c = t;
+  const int group_size = f.heads_q / f.heads_kv;
+  const int64_t dq_rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
+  const int64_t jobs = dq_rows + static_cast<int64_t>(f.batch) * f.heads_kv * f.seqlen_k;
+  const auto at = [](const void* base, int64_t offset) { return static_cast<const Element*>(base) + offset; };
+  const auto dot = [](const Element* x, const float* y) {
+    float sum = 0.0f;
+    for (int e = 0; e < kHeadDim; ++e) sum += to_float(x[e]) * y[e];
+    return sum;
+  };
+  // P and dS of one pair whose scores meet (S from its dot product), as backward_kernel computes them.
+  const auto pair = [&](float s, float lse, float dp, float d, float& p_out) {
+    p_out = ptx::ex2_approx((__fmul_rn(s, f.softmax_scale) - lse) * kLog2e);
+    return p_out * (dp - d) * f.softmax_scale;
+  };
+  for (int64_t job = blockIdx.x; job < jobs; job += gridDim.x) {
+    if (job < dq_rows) {  // dQ_i = sum over the keys row i sees of dS_ij K_j
+      const int b = static_cast<int>(job / (int64_t(f.heads_q) * f.seqlen_q));
+      const int head = static_cast<int>(job / f.seqlen_q % f.heads_q),
+                row = static_cast<int>(job % f.seqlen_q);
+      Element* const out =
+          static_cast<Element*>(p.dq) + b * f.q_batch_stride + row * f.q_row_stride + head * f.q_head_stride;
+      if (!__syncthreads_or(c < kHeadDim && !isfinite(to_float(out[c])))) continue;
+      const int head_kv = head / group_size;
+      const int64_t k_offset = b * f.k_batch_stride + head_kv * f.k_head_stride;
+      const int64_t v_offset = b * f.v_batch_stride + head_kv * f.v_head_stride;
+      if (c < kHeadDim) {
+        row_a[c] =
+            to_float(*at(f.q, b * f.q_batch_stride + row * f.q_row_stride + head * f.q_head_stride + c));
+        row_b[c] =
+            to_float(*at(p.d_out, b * f.o_batch_stride + row * f.o_row_stride + head * f.o_head_stride + c));
+      }
+      __syncthreads();
+      const float lse = f.lse[row_index(f, b, head, row)], d = p.d_sum[row_index(f, b, head, row)];
+      const int rows_k = f.seqlens_k ? f.seqlens_k[b] : f.seqlen_k;
+      const KeyRange keys =
+          band_key_range(row, valid_rows(f, b), rows_k, f.causal, f.window_left, f.window_right);
+      float sum = 0.0f;
+      for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kThreads) {
+        const int64_t j = j0 + t;
+        seen[t] = j < keys.end && explicit_mask_allows(f.mask, f.seqlen_k, row, j);
+        if (seen[t]) {
+          float p_ij;
+          ds[t] = pair(dot(at(f.k, k_offset + j * f.k_row_stride), row_a), lse,
+                       dot(at(f.v, v_offset + j * f.v_row_stride), row_b), d, p_ij);
+        }
+        __syncthreads();
+        if (c < kHeadDim)
+          for (int e = 0; e < kThreads && j0 + e < keys.end; ++e)
+            if (seen[e]) sum += ds[e] * to_float(*at(f.k, k_offset + (j0 + e) * f.k_row_stride + c));
+        __syncthreads();
+      }
+      if (c < kHeadDim && !isfinite(to_float(out[c]))) out[c] = from_float<Element>(sum);
+    } else {  // dK_j and dV_j: sums over the (head, row) pairs of the group that see key j
+      const int64_t key_job = job - dq_rows;
+      const int b = static_cast<int>(key_job / (int64_t(f.heads_kv) * f.seqlen_k));
+      const int head_kv = static_cast<int>(key_job / f.seqlen_k % f.heads_kv);
+      const int key = static_cast<int>(key_job % f.seqlen_k);
+      Element* const dk_out = static_cast<Element*>(p.dk) + b * f.k_batch_stride + key * f.k_row_stride +
+                              head_kv * f.k_head_stride;
+      Element* const dv_out = static_cast<Element*>(p.dv) + b * f.v_batch_stride + key * f.v_row_stride +
+                              head_kv * f.v_head_stride;
+      if (!__syncthreads_or(c < kHeadDim &&
+                            (!isfinite(to_float(dk_out[c])) || !isfinite(to_float(dv_out[c])))))
+        continue;
+      if (c < kHeadDim) {
+        row_a[c] =
+            to_float(*at(f.k, b * f.k_batch_stride + key * f.k_row_stride + head_kv * f.k_head_stride + c));
+        row_b[c] =
+            to_float(*at(f.v, b * f.v_batch_stride + key * f.v_row_stride + head_kv * f.v_head_stride + c));
+      }
+      __syncthreads();
+      const int rows_q = valid_rows(f, b), rows_k = f.seqlens_k ? f.seqlens_k[b] : f.seqlen_k;
+      float dk_sum = 0.0f, dv_sum = 0.0f;
+      for (int head = head_kv * group_size; head < (head_kv + 1) * group_size; ++head) {
+        const int64_t q_offset = b * f.q_batch_stride + head * f.q_head_stride;
+        const int64_t o_offset = b * f.o_batch_stride + head * f.o_head_stride;
+        for (int i0 = 0; i0 < rows_q; i0 += kThreads) {
+          const int i = i0 + t;
+          const KeyRange keys = band_key_range(i, rows_q, rows_k, f.causal, f.window_left, f.window_right);
+          seen[t] = i < rows_q && key >= keys.begin && key < keys.end &&
+                    explicit_mask_allows(f.mask, f.seqlen_k, i, key);
+          if (seen[t])
+            ds[t] = pair(dot(at(f.q, q_offset + i * f.q_row_stride), row_a), f.lse[row_index(f, b, head, i)],
+                         dot(at(p.d_out, o_offset + i * f.o_row_stride), row_b),
+                         p.d_sum[row_index(f, b, head, i)], weight[t]);
+          __syncthreads();
+          if (c < kHeadDim)
+            for (int e = 0; e < kThreads && i0 + e < rows_q; ++e)
+              if (seen[e]) {
+                dk_sum += ds[e] * to_float(*at(f.q, q_offset + (i0 + e) * f.q_row_stride + c));
+                dv_sum += weight[e] * to_float(*at(p.d_out, o_offset + (i0 + e) * f.o_row_stride + c));
+              }
+          __syncthreads();
+        }
+      }
+      if (c < kHeadDim && !isfinite(to_float(dk_out[c]))) dk_out[c] = from_float<Element>(dk_sum);
+      if (c < kHeadDim && !isfinite(to_float(dv_out[c]))) dv_out[c] = from_float<Element>(dv_sum);
+    }
+    __syncthreads();  // row_a and row_b are the next row's
   }
 }
 
@@ -368,6 +498,7 @@ void launch(const SplitQBackwardParams& p, cudaStream_t stream) {
         dim3(kv_tiles, f.heads_kv, f.batch), dim3(kThreads), smem_bytes<kHeadDim>(), stream, p);
   }
   cuda::launch_kernel<dq_kernel<Element>>(rows_grid, dim3(kThreads), 0, stream, p);
+  cuda::launch_kernel<exact_kernel<Element, kHeadDim>>(dim3(kExactBlocks), dim3(kThreads), 0, stream, p);
 }
 
 template <typename Element>
@@ -400,7 +531,8 @@ void launch_backward(const Problem& problem, const BackwardTensors& tensors, boo
   const size_t rows = static_cast<size_t>(problem.batch * problem.heads_q * problem.seqlen_q);
   char* const scratch = static_cast<char*>(tensors.forward.workspace) + cuda::int_lengths_bytes(problem);
   params.d_sum = reinterpret_cast<float*>(scratch);
-  params.dq_accum = reinterpret_cast<float*>(scratch + (rows * 4 + 15) / 16 * 16);
+  params.nonfinite = reinterpret_cast<int*>(scratch + (rows * 4 + 15) / 16 * 16);
+  params.dq_accum = reinterpret_cast<float*>(scratch + (rows * 4 + 15) / 16 * 16 + 16);
   params.deterministic = deterministic;
   split_q_backward(params, nullptr);
 }

@@ -9,7 +9,10 @@
 //                     group and the Q tiles that see tile j: P recomputed from the forward's LSE, dV_j and
 //                     dK_j accumulated in registers, dQ_i's share added to the accumulator with fp32 atomics
 //                     (or, in the deterministic mode, stored as tile j's partial);
-//   dq_kernel         dQ from the accumulator (or the partials summed in order of j), in the input format.
+//   dq_kernel         dQ from the accumulator (or the partials summed in order of j), in the input format;
+//   exact_kernel      where a gradient came out NaN or Inf, that row again pair by pair over the pairs that
+//                     see each other only, so that a special value reaches what it reaches in the reference
+//                     (docs/08, "NaN and Inf"); it reads one flag and stops when none did.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +39,7 @@ struct SplitQBackwardParams {
   float* d_sum = nullptr;     // D [batch, heads_q, seqlen_q]
   float* dq_accum = nullptr;  // fp32 dQ [batch, heads_q, seqlen_q, head_dim]; with `deterministic`, one such
                               // partial per K/V tile, [kv_tiles][batch, heads_q, seqlen_q, head_dim]
+  int* nonfinite = nullptr;   // raised when a gradient written is NaN or Inf (exact_kernel's cue)
   bool deterministic = false;
 };
 
@@ -44,13 +48,17 @@ inline int backward_kv_tiles(const Problem& p) {
   return static_cast<int>((p.seqlen_k + kBackwardBlockN - 1) / kBackwardBlockN);
 }
 
-// Scratch: the int lengths, D, and dQ's accumulator (or partials).
+// Scratch: the int lengths, D, the special-value flag, and dQ's accumulator (or partials).
 inline size_t backward_workspace_bytes(const Problem& p, bool deterministic) {
   const size_t rows = static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q);
   const size_t accumulators = static_cast<size_t>(deterministic ? backward_kv_tiles(p) : 1);
-  return cuda::int_lengths_bytes(p) + (rows * 4 + 15) / 16 * 16 +
+  return cuda::int_lengths_bytes(p) + (rows * 4 + 15) / 16 * 16 + 16 +
          accumulators * rows * static_cast<size_t>(p.head_dim) * 4;
 }
+
+// exact_kernel's grid: each of its threads reads the flag, then (when it is up) each block takes every
+// kExactBlocks-th row.
+inline constexpr int kExactBlocks = 64, kExactThreads = 128;
 
 // The global traffic of the backward (the atomic mode, the registered one) on a problem without an explicit
 // mask or per-batch lengths (their reads are left out, as in the forward's models): K and V once per key

@@ -142,6 +142,8 @@ BackwardTraffic backward_traffic(const Problem& problem) {
         t.atomic_bytes += heads_q * tile_rows * d * 4;               // dQ_i's share
       }
     }
+  t.bytes +=
+      4 + 4 * kExactBlocks * kExactThreads;  // the special-value flag lowered, then read by exact_kernel
   return t;
 }
 
@@ -154,7 +156,8 @@ void check_split_q_backward(const SplitQBackwardParams& p) {
   for (const auto& [field, pointer] : {std::pair<const char*, const void*>{"d_out", p.d_out},
                                        {"dq", p.dq},
                                        {"d_sum", p.d_sum},
-                                       {"dq_accum", p.dq_accum}})
+                                       {"dq_accum", p.dq_accum},
+                                       {"nonfinite", p.nonfinite}})
     if (pointer == nullptr) fail(field, " must be a device pointer, not null");
   if (p.forward.seqlen_k > 0 && (p.dk == nullptr || p.dv == nullptr))
     fail("dk and dv must be device pointers, not null");

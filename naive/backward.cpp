@@ -11,6 +11,7 @@
 // scale P by exp(1e-2). A tiled backward recomputing from LSE computes S exactly as its forward did
 // (cpu_tiled/backward.cpp).
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "common/mask.hpp"
@@ -64,6 +65,9 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
       std::vector<float> P(static_cast<size_t>(sq * sk)), dS(static_cast<size_t>(sq * sk));
+      // Which pairs see each other (the mask, and a -inf bias). Only they take part in any gradient: a hidden
+      // pair's P is 0, but 0 times a NaN or Inf in dO, Q or K would still be NaN (docs/08, "NaN and Inf").
+      std::vector<uint8_t> seen(static_cast<size_t>(sq * sk));
       // The score modifications' derivative ds"/ds per (i, j) (common/score_mod.hpp), when there are any.
       std::vector<float> derivative(mod.bends() ? static_cast<size_t>(sq * sk) : 0);
       for (int64_t j = 0; j < sk; ++j) {
@@ -74,7 +78,8 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
         for (int64_t i = 0; i < sq; ++i) {  // P = softmax(scale q_i K^T), recomputed in full
           float* row = P.data() + i * sk;   // not &P[i * sk]: with seqlen_k == 0 there is no element
           for (int64_t j = 0; j < sk; ++j) {
-            if (!visibility.visible(b, i, j)) {
+            seen[i * sk + j] = visibility.visible(b, i, j) && !mod.hides(b, h, i, j);
+            if (!seen[i * sk + j]) {
               row[j] = -INFINITY;
               continue;
             }
@@ -85,7 +90,7 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
         }
         for (int64_t i = 0; i < sq; ++i)  // dV = P^T dO
           for (int64_t j = 0; j < sk; ++j)
-            if (P[i * sk + j] != 0.0f) axpy(P[i * sk + j], d_out_row(b, i, h), dv_row(b, j, hk), d);
+            if (seen[i * sk + j]) axpy(P[i * sk + j], d_out_row(b, i, h), dv_row(b, j, hk), d);
         for (int64_t i = 0; i < sq; ++i) {  // dS = P * (dO V^T - D), D_i = dO_i . O_i
           [[maybe_unused]] const float* dout = d_out_row(b, i, h);
           // EXERCISE BEGIN backward-ds
@@ -95,13 +100,13 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
           // docs: docs/08-backward.md#The gradient, step by step
           // hint: for row i: D = dot(dout, row i of the forward output fwd.o, d) (bshd_offset(b, i, h, sq,
           //   p.heads_q, d) is its offset); then for every key j, dP_ij = dot(dout, in.v_row(p, b, j, hk), d)
-          //   and dS[i * sk + j] = P[i * sk + j] * (dP_ij - D). Write 0 where P is 0 (a masked key), not
-          //   0 * (dP - D), which is NaN when that key's V holds a NaN.
+          //   and dS[i * sk + j] = P[i * sk + j] * (dP_ij - D). Write 0 where the pair is hidden
+          //   (seen[i * sk + j] is 0), not 0 * (dP - D), which is NaN when that key's V holds a NaN.
           const float D = dot(dout, fwd.o.ptr() + bshd_offset(b, i, h, sq, p.heads_q, d), d);
           for (int64_t j = 0; j < sk; ++j) {
-            const float weight = P[i * sk + j];
-            // A masked key takes no part: 0, not 0 * (dP - D), which is NaN when its V holds a NaN.
-            dS[i * sk + j] = weight == 0.0f ? 0.0f : weight * (dot(dout, in.v_row(p, b, j, hk), d) - D);
+            // A hidden key takes no part: 0, not 0 * (dP - D), which is NaN when its V holds a NaN.
+            dS[i * sk + j] =
+                seen[i * sk + j] ? P[i * sk + j] * (dot(dout, in.v_row(p, b, j, hk), d) - D) : 0.0f;
           }
           // EXERCISE END backward-ds
           if (mod.bends())  // the gradient of the scaled score: through the soft-capping
@@ -111,12 +116,11 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
           float* dq = dq_row(b, i, h);
           std::fill(dq, dq + d, 0.0f);
           for (int64_t j = 0; j < sk; ++j)
-            if (dS[i * sk + j] != 0.0f) axpy(scale * dS[i * sk + j], in.k_row(p, b, j, hk), dq, d);
+            if (seen[i * sk + j]) axpy(scale * dS[i * sk + j], in.k_row(p, b, j, hk), dq, d);
         }
         for (int64_t i = 0; i < sq; ++i)  // dK = scale dS^T Q
           for (int64_t j = 0; j < sk; ++j)
-            if (dS[i * sk + j] != 0.0f)
-              axpy(scale * dS[i * sk + j], in.q_row(p, b, i, h), dk_row(b, j, hk), d);
+            if (seen[i * sk + j]) axpy(scale * dS[i * sk + j], in.q_row(p, b, i, h), dk_row(b, j, hk), d);
       }
     }
   }

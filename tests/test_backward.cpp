@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -93,6 +95,83 @@ TEST_CASE("every backward matches the fp64 reference backward on the case matrix
     std::printf("\n");
     for (const auto& [reason, count] : counts.skipped)
       std::printf("      skipped %d: %s\n", count, reason.c_str());
+  }
+}
+
+TEST_CASE("NaN and Inf in valid inputs reach exactly the gradients they reach in the reference backward") {
+  // A hidden pair takes no part in the gradients (docs/08), so a non-finite element may reach only the
+  // gradients of pairs that see it. A tile product multiplies a hidden pair's zero by its operand anyway, and
+  // 0 x NaN is NaN: each placement below leaks through one of the products (dK through Q, dQ through K, dV
+  // through dO) in a tile that holds both seen and hidden pairs, unless the backward prevents it. Two
+  // problems: causal (row i sees keys j <= i + 32), and a sliding window with an explicit mask and per-batch
+  // lengths whose padding holds NaN and Inf.
+  Problem causal;
+  causal.batch = 2;
+  causal.heads_q = 4;
+  causal.heads_kv = 2;
+  causal.seqlen_q = 45;
+  causal.seqlen_k = 77;
+  causal.causal = true;
+  Problem windowed = causal;
+  windowed.causal = false;
+  windowed.window_left = 24;
+  windowed.window_right = 6;
+  windowed.seqlens_q = {45, 40};
+  windowed.seqlens_k = {77, 70};
+  auto mask = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(45 * 77));
+  for (size_t e = 0; e < mask->size(); ++e) (*mask)[e] = e % 7 != 3;
+  windowed.mask = std::move(mask);
+  for (const Implementation* impl : selected_implementations()) {
+    if (!impl->backward) continue;
+    for (Problem p : {causal, windowed}) {
+      bool runnable = false;
+      for (int64_t head_dim : {32, 64}) {
+        p.head_dim = head_dim;
+        for (DType dtype : impl->dtypes) {
+          p.dtype = dtype;
+          if (dtype != DType::e4m3 && why_cannot_run_backward(*impl, p).empty()) {
+            runnable = true;
+            break;
+          }
+        }
+        if (runnable) break;
+      }
+      if (!runnable) {
+        MESSAGE(impl->name, ": cannot run ", p.describe(), " backward");
+        continue;
+      }
+      const int64_t d = p.head_dim;
+      AttentionInputs in = random_inputs(p, Distribution::normal, 41);
+      poison_padding(p, in);
+      const HostTensor clean_d_out = random_d_out(p, 42);
+      // The tolerance from the same inputs without the special values.
+      const ReferenceGradients clean = reference_backward(p, in, clean_d_out);
+      const GradientTolerance tolerance = gradient_tolerance_from_baseline(
+          p.dtype,
+          gradient_deviation(p, baseline_backward(p, in, clean_d_out, p.dtype, impl->rounds_p), clean));
+      const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+      auto q_at = [&](int64_t b, int64_t i, int64_t h, int64_t c) -> float& {
+        return in.q.data[((b * p.seqlen_q + i) * p.heads_q + h) * d + c];
+      };
+      auto kv_at = [&](HostTensor& t, int64_t b, int64_t j, int64_t h, int64_t c) -> float& {
+        return t.data[((b * p.seqlen_k + j) * p.heads_kv + h) * d + c];
+      };
+      HostTensor d_out = clean_d_out;
+      q_at(0, 3, 0, 5) = nan;           // dK of keys in row 3's tiles that it does not see
+      q_at(1, 10, 3, 0) = inf;          // the same through +-Inf scores
+      kv_at(in.k, 1, 60, 0, 1) = -inf;  // dQ of rows in key 60's tile that do not see it
+      // dP of every row, where the mask zeroes dS. Causal only: under the window a special value in V
+      // reaches the forward's O of rows in its tile that do not see it (O = P V, 0 x Inf), a gap of the
+      // tiled forwards (docs/08, "NaN and Inf"), not of the backward.
+      if (p.causal) kv_at(in.v, 1, 20, 1, 2) = inf;
+      d_out.data[((0 * p.seqlen_q + 30) * p.heads_q + 2) * d + 7] = nan;  // dV of keys row 30 does not see
+      const ReferenceGradients reference = reference_backward(p, in, d_out);
+      const AttentionOutputs out = run_forward(*impl, p, in);
+      const AttentionGradients grad = run_backward(*impl, p, in, out, d_out);
+      const GradientVerdict verdict = judge_gradients(p, grad, reference, tolerance);
+      INFO(impl->name, " [", to_string(p.dtype), "] on ", p.describe(), ": ", verdict.explain());
+      CHECK(verdict.passed());  // NaN and Inf exactly where the reference has them, accurate elsewhere
+    }
   }
 }
 

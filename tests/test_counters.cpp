@@ -313,7 +313,7 @@ TEST_CASE("the GPU backward moves the global bytes its traffic model says") {
          c.global_atomic_bytes, " in atomics; the model ", model.bytes, " and ", model.atomic_bytes);
     CHECK(static_cast<double>(c.global_read_bytes + c.global_write_bytes) == model.bytes);
     CHECK(static_cast<double>(c.global_atomic_bytes) == model.atomic_bytes);
-    CHECK(c.launches == 3);
+    CHECK(c.launches == 4);
   }
   cuda::force_emulation(forced);
 }
