@@ -33,6 +33,7 @@
 #include "common/registry.hpp"
 #include "common/score_mod.hpp"
 #include "common/softmax_state.hpp"
+#include "common/special_values.hpp"
 #include "cpu_tiled/simd.hpp"
 
 namespace flashlab::cpu_tiled {
@@ -288,80 +289,6 @@ void q_tile_dq(const Problem& p, const Visibility& visibility, const AttentionIn
   }
 }
 
-// Special values, exactly (docs/08, "NaN and Inf"). A hidden pair weighs exactly 0 in the tile products, but
-// they multiply that 0 by its operand all the same: a NaN or Inf in a valid element of Q, K or dO reaches, as
-// 0 x NaN = NaN, the gradients of the pairs of its tile that never see it. Each gradient row holding a NaN or
-// Inf is computed again here from the same LSE and D, pair by pair over the pairs that see each other only,
-// in double, and its elements that are not finite replaced. A finite element is never wrong this way (a leak
-// only adds NaN), so those stay the products'. Nothing to do, and one pass over the gradients, when all are
-// finite.
-void repair_special_values(const Problem& p, const AttentionInputs& in, const AttentionOutputs& fwd,
-                           const HostTensor& d_out, const std::vector<double>& D, AttentionGradients& grad) {
-  const int64_t d = p.head_dim, sq = p.seqlen_q, sk = p.seqlen_k, group = p.group_size();
-  const double scale = p.softmax_scale();
-  const Visibility visibility(p);
-  const ScoreMod mod(p);
-  const Dropout dropout(p);
-  const Shapes shapes{p};
-  const auto special = [d](const float* row) {
-    for (int64_t c = 0; c < d; ++c)
-      if (!std::isfinite(row[c])) return true;
-    return false;
-  };
-  const auto dot = [d](const float* x, const float* y) {
-    double sum = 0.0;
-    for (int64_t c = 0; c < d; ++c) sum += static_cast<double>(x[c]) * static_cast<double>(y[c]);
-    return sum;
-  };
-#pragma omp parallel for collapse(2) schedule(dynamic)
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
-      const auto kv_offset = [&](int64_t j) { return bshd_offset(b, j, hk, sk, p.heads_kv, d); };
-      const auto q_offset = [&](int64_t h, int64_t i) { return bshd_offset(b, i, h, sq, p.heads_q, d); };
-      std::vector<uint8_t> key_rows(static_cast<size_t>(sk)), query_rows(static_cast<size_t>(group * sq));
-      bool any = false;
-      for (int64_t j = 0; j < sk; ++j)
-        any |= key_rows[j] = special(grad.dk.ptr() + kv_offset(j)) || special(grad.dv.ptr() + kv_offset(j));
-      for (int64_t g = 0; g < group; ++g)
-        for (int64_t i = 0; i < sq; ++i)
-          any |= query_rows[g * sq + i] = special(grad.dq.ptr() + q_offset(hk * group + g, i));
-      if (!any) continue;
-      std::vector<double> dk(static_cast<size_t>(sk * d)), dv(static_cast<size_t>(sk * d)), dq(d);
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t h = hk * group + g;
-        for (int64_t i = 0; i < sq; ++i) {
-          const float *q = in.q.ptr() + q_offset(h, i), *dout = d_out.ptr() + q_offset(h, i);
-          const double lse = fwd.lse.data[shapes.row_index(b, h, i)], row_dot = D[shapes.row_index(b, h, i)];
-          std::fill(dq.begin(), dq.end(), 0.0);
-          for (int64_t j = 0; j < sk; ++j) {
-            if (!query_rows[g * sq + i] && !key_rows[j]) continue;
-            if (!visibility.visible(b, i, j) || mod.hides(b, h, i, j)) continue;
-            const float *k = in.k.ptr() + kv_offset(j), *v = in.v.ptr() + kv_offset(j);
-            const double s = mod.apply(scale * dot(q, k), b, h, i, j), weight = std::exp(s - lse);
-            const double z = dropout.factor<double>(b, h, i, j);
-            const double ds = scale * weight * (z * dot(dout, v) - row_dot) * mod.derivative(s, b, h, i, j);
-            for (int64_t c = 0; c < d; ++c) {
-              dq[c] += ds * k[c];
-              dk[j * d + c] += ds * q[c];
-              dv[j * d + c] += weight * z * dout[c];
-            }
-          }
-          float* const dq_row = grad.dq.ptr() + q_offset(h, i);
-          if (query_rows[g * sq + i])
-            for (int64_t c = 0; c < d; ++c)
-              if (!std::isfinite(dq_row[c])) dq_row[c] = static_cast<float>(dq[c]);
-        }
-      }
-      for (int64_t j = 0; j < sk; ++j) {
-        float *dk_row = grad.dk.ptr() + kv_offset(j), *dv_row = grad.dv.ptr() + kv_offset(j);
-        for (int64_t c = 0; c < d && key_rows[j]; ++c) {
-          if (!std::isfinite(dk_row[c])) dk_row[c] = static_cast<float>(dk[j * d + c]);
-          if (!std::isfinite(dv_row[c])) dv_row[c] = static_cast<float>(dv[j * d + c]);
-        }
-      }
-    }
-}
-
 template <DqSchedule schedule>
 void flash_backward(const Problem& p, const AttentionInputs& in, const AttentionOutputs& fwd,
                     const HostTensor& d_out, AttentionGradients& grad) {
@@ -407,7 +334,7 @@ void flash_backward(const Problem& p, const AttentionInputs& in, const Attention
       grad.dq.data[e] = sum;
     }
   }
-  repair_special_values(p, in, fwd, d_out, D, grad);
+  repair_special_gradients(p, in, fwd, d_out, D, grad);  // NaN and Inf as the reference (docs/08)
 }
 
 // The forward the backward needs for O and LSE: FA2 Algorithm 1 on the same B_r x B_c grid, one task per
@@ -475,6 +402,7 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
           }
         }
   }
+  repair_special_rows(p, in, out);  // a NaN or Inf in V reaches only the rows that see it (docs/08)
 }
 
 const Registration backward{{

@@ -14,6 +14,7 @@
 #include "common/mask.hpp"
 #include "common/registry.hpp"
 #include "common/softmax_state.hpp"
+#include "common/special_values.hpp"
 #include "cpu_tiled/micro_kernel.hpp"
 #include "cpu_tiled/tile_step.hpp"
 #include "cpu_tiled/tiling.hpp"
@@ -124,6 +125,7 @@ void fa1_order(const Problem& p, const AttentionInputs& in, AttentionOutputs& ou
       }
     }
   }
+  repair_special_rows(p, in, out);  // a NaN or Inf in V reaches only the rows that see it (docs/08)
 }
 
 const Registration registration{{

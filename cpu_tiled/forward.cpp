@@ -12,6 +12,7 @@
 #include "common/mask.hpp"
 #include "common/registry.hpp"
 #include "common/softmax_state.hpp"
+#include "common/special_values.hpp"
 #include "cpu_tiled/micro_kernel.hpp"
 #include "cpu_tiled/tile_step.hpp"
 #include "cpu_tiled/tiling.hpp"
@@ -149,6 +150,7 @@ void forward(const Problem& p, const AttentionInputs& in, AttentionOutputs& out)
       attend_q_tile(p, visibility, shape, tile, in, out, ws);
     }
   }
+  repair_special_rows(p, in, out);  // a NaN or Inf in V reaches only the rows that see it (docs/08)
 }
 
 const Registration registration{{

@@ -18,6 +18,7 @@
 #include "common/registry.hpp"
 #include "common/score_mod.hpp"
 #include "common/softmax_state.hpp"
+#include "common/special_values.hpp"
 #include "naive/attention.hpp"
 #include "naive/softmax.hpp"
 
@@ -155,6 +156,7 @@ void standard_gemm_attention(const Problem& p, const AttentionInputs& in, Attent
       O.noalias() = S * V;
     }
   }
+  repair_special_rows(p, in, out);  // a NaN or Inf in V reaches only the rows that see it (docs/08)
 }
 
 }  // namespace

@@ -179,6 +179,30 @@ TEST_CASE("NaN and Inf inputs never crash and propagate to the affected rows lik
   }
 }
 
+TEST_CASE("NaN and Inf in a V row reach only the rows that see that key (the CPU stages)") {
+  // O = P V as a tile product multiplies a hidden pair's weight, exactly 0, by its V row all the same, and
+  // 0 x NaN is NaN: key 60 (NaN in V) and key 20 (+Inf) sit in tiles with rows that do not see them (causal
+  // with a window: row i of batch 1 sees keys i + 8 .. i + 32). common/special_values.hpp is the CPU stages'
+  // exact path. The GPU forwards do not have one yet (docs/08-backward.md, "NaN and Inf"), hence CPU only.
+  for (const Implementation* impl : selected_implementations()) {
+    if (impl->device != Device::cpu) continue;
+    Problem base = property_problem(true);
+    base.window_left = 24;
+    const std::optional<Problem> runnable = runnable_problem(*impl, true, base);
+    if (!runnable) continue;
+    const Problem& p = *runnable;
+    PreparedCase c = grid_case(p, p.dtype, 26);
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    c.inputs.v.data[(1 * p.seqlen_k + 60) * p.heads_kv * p.head_dim + 2] = nan;    // batch 1, kv head 0
+    c.inputs.v.data[((1 * p.seqlen_k + 20) * p.heads_kv + 1) * p.head_dim] = inf;  // batch 1, kv head 1
+    c.reference = reference_attention(c.problem, c.inputs);
+    const AttentionOutputs out = run_forward(*impl, c.problem, c.inputs);
+    const Verdict verdict = judge(c.problem, out, c.reference, c.tolerance(impl->rounds_p));
+    INFO(impl->name, " on ", p.describe(), ": ", verdict.explain());
+    CHECK(verdict.passed());  // NaN and Inf exactly where the reference has them, accurate elsewhere
+  }
+}
+
 TEST_CASE("NaN and Inf in the padding past the real lengths reach no visible row") {
   // Batch 0 has every row and key; batch 1 ends early in both. What lies past a batch's real lengths is
   // padding the caller may leave holding anything: here NaN and Inf in Q, K and V.
