@@ -22,6 +22,7 @@
 #include <cmath>
 
 #include "common/cuda/check.hpp"
+#include "common/cuda/convert.cuh"
 #include "common/cuda/int_lengths.hpp"
 #include "common/cuda/launch.cuh"
 #include "common/cuda/ptx.cuh"
@@ -44,24 +45,6 @@ constexpr int kDsPitch = kBlockM + 8;
 template <int kHeadDim>
 constexpr int smem_bytes() {
   return (2 * kBlockN * kHeadDim + 2 * kBlockM * kHeadDim + kBlockN * kDsPitch) * 2 + 2 * kBlockM * 4;
-}
-
-template <typename Element>
-__device__ inline Element from_float(float x);
-template <>
-__device__ inline __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-
-__device__ inline float to_float(__half x) {
-  return __half2float(x);
-}
-__device__ inline float to_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
 }
 
 __device__ inline int64_t row_index(const SplitQParams& f, int b, int head, int row) {
@@ -359,7 +342,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const SplitQBackwardParams
     float value = 0.0f;
     if (valid && !p.deterministic) value = p.dq_accum[at + c];
     for (int j = first; j < last; ++j) value += p.dq_accum[j * partial_elements + at + c];
-    dq[c] = from_float<Element>(value);
+    dq[c] = cuda::from_float<Element>(value);
     if (!isfinite(value)) atomicExch(p.nonfinite, 1);
   }
 }
@@ -387,7 +370,7 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
   const auto at = [](const void* base, int64_t offset) { return static_cast<const Element*>(base) + offset; };
   const auto dot = [](const Element* x, const float* y) {
     float sum = 0.0f;
-    for (int e = 0; e < kHeadDim; ++e) sum += to_float(x[e]) * y[e];
+    for (int e = 0; e < kHeadDim; ++e) sum += cuda::to_float(x[e]) * y[e];
     return sum;
   };
   // P and dS of one pair whose scores meet (S from its dot product), as backward_kernel computes them.
@@ -402,15 +385,15 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
                 row = static_cast<int>(job % f.seqlen_q);
       Element* const out =
           static_cast<Element*>(p.dq) + b * f.q_batch_stride + row * f.q_row_stride + head * f.q_head_stride;
-      if (!__syncthreads_or(c < kHeadDim && !isfinite(to_float(out[c])))) continue;
+      if (!__syncthreads_or(c < kHeadDim && !isfinite(cuda::to_float(out[c])))) continue;
       const int head_kv = head / group_size;
       const int64_t k_offset = b * f.k_batch_stride + head_kv * f.k_head_stride;
       const int64_t v_offset = b * f.v_batch_stride + head_kv * f.v_head_stride;
       if (c < kHeadDim) {
-        row_a[c] =
-            to_float(*at(f.q, b * f.q_batch_stride + row * f.q_row_stride + head * f.q_head_stride + c));
-        row_b[c] =
-            to_float(*at(p.d_out, b * f.o_batch_stride + row * f.o_row_stride + head * f.o_head_stride + c));
+        row_a[c] = cuda::to_float(
+            *at(f.q, b * f.q_batch_stride + row * f.q_row_stride + head * f.q_head_stride + c));
+        row_b[c] = cuda::to_float(
+            *at(p.d_out, b * f.o_batch_stride + row * f.o_row_stride + head * f.o_head_stride + c));
       }
       __syncthreads();
       const float lse = f.lse[row_index(f, b, head, row)], d = p.d_sum[row_index(f, b, head, row)];
@@ -429,10 +412,10 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
         __syncthreads();
         if (c < kHeadDim)
           for (int e = 0; e < kThreads && j0 + e < keys.end; ++e)
-            if (seen[e]) sum += ds[e] * to_float(*at(f.k, k_offset + (j0 + e) * f.k_row_stride + c));
+            if (seen[e]) sum += ds[e] * cuda::to_float(*at(f.k, k_offset + (j0 + e) * f.k_row_stride + c));
         __syncthreads();
       }
-      if (c < kHeadDim && !isfinite(to_float(out[c]))) out[c] = from_float<Element>(sum);
+      if (c < kHeadDim && !isfinite(cuda::to_float(out[c]))) out[c] = cuda::from_float<Element>(sum);
     } else {  // dK_j and dV_j: sums over the (head, row) pairs of the group that see key j
       const int64_t key_job = job - dq_rows;
       const int b = static_cast<int>(key_job / (int64_t(f.heads_kv) * f.seqlen_k));
@@ -443,13 +426,13 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
       Element* const dv_out = static_cast<Element*>(p.dv) + b * f.v_batch_stride + key * f.v_row_stride +
                               head_kv * f.v_head_stride;
       if (!__syncthreads_or(c < kHeadDim &&
-                            (!isfinite(to_float(dk_out[c])) || !isfinite(to_float(dv_out[c])))))
+                            (!isfinite(cuda::to_float(dk_out[c])) || !isfinite(cuda::to_float(dv_out[c])))))
         continue;
       if (c < kHeadDim) {
-        row_a[c] =
-            to_float(*at(f.k, b * f.k_batch_stride + key * f.k_row_stride + head_kv * f.k_head_stride + c));
-        row_b[c] =
-            to_float(*at(f.v, b * f.v_batch_stride + key * f.v_row_stride + head_kv * f.v_head_stride + c));
+        row_a[c] = cuda::to_float(
+            *at(f.k, b * f.k_batch_stride + key * f.k_row_stride + head_kv * f.k_head_stride + c));
+        row_b[c] = cuda::to_float(
+            *at(f.v, b * f.v_batch_stride + key * f.v_row_stride + head_kv * f.v_head_stride + c));
       }
       __syncthreads();
       const int rows_q = valid_rows(f, b), rows_k = f.seqlens_k ? f.seqlens_k[b] : f.seqlen_k;
@@ -470,14 +453,14 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
           if (c < kHeadDim)
             for (int e = 0; e < kThreads && i0 + e < rows_q; ++e)
               if (seen[e]) {
-                dk_sum += ds[e] * to_float(*at(f.q, q_offset + (i0 + e) * f.q_row_stride + c));
-                dv_sum += weight[e] * to_float(*at(p.d_out, o_offset + (i0 + e) * f.o_row_stride + c));
+                dk_sum += ds[e] * cuda::to_float(*at(f.q, q_offset + (i0 + e) * f.q_row_stride + c));
+                dv_sum += weight[e] * cuda::to_float(*at(p.d_out, o_offset + (i0 + e) * f.o_row_stride + c));
               }
           __syncthreads();
         }
       }
-      if (c < kHeadDim && !isfinite(to_float(dk_out[c]))) dk_out[c] = from_float<Element>(dk_sum);
-      if (c < kHeadDim && !isfinite(to_float(dv_out[c]))) dv_out[c] = from_float<Element>(dv_sum);
+      if (c < kHeadDim && !isfinite(cuda::to_float(dk_out[c]))) dk_out[c] = cuda::from_float<Element>(dk_sum);
+      if (c < kHeadDim && !isfinite(cuda::to_float(dv_out[c]))) dv_out[c] = cuda::from_float<Element>(dv_sum);
     }
     __syncthreads();  // row_a and row_b are the next row's
   }

@@ -32,11 +32,13 @@ std::string supports(const Problem& p) {
 // to it).
 double simt_bytes_moved(const Problem& p) {
   const QueryKeyTile tile = split_q_simt_tile();
-  return q_block_outer_bytes(p, tile.block_m, tile.block_n, 4.0, TileLoads::cp_async);
+  return q_block_outer_bytes(p, tile.block_m, tile.block_n, 4.0, TileLoads::cp_async) +
+         cuda::exact_rows_scan_bytes(p, 4.0);  // the special-value pass reads O once (docs/08)
 }
 double tensor_core_bytes_moved(const Problem& p) {
   const QueryKeyTile tile = split_q_tile(static_cast<int>(p.head_dim));
-  return q_block_outer_bytes(p, tile.block_m, tile.block_n, 2.0, TileLoads::cp_async);
+  return q_block_outer_bytes(p, tile.block_m, tile.block_n, 2.0, TileLoads::cp_async) +
+         cuda::exact_rows_scan_bytes(p, 2.0);
 }
 
 const Registration split_q_simt{gpu_implementation(

@@ -22,6 +22,7 @@
 #include <cmath>
 
 #include "common/cuda/check.hpp"
+#include "common/cuda/exact_rows.cuh"
 #include "common/cuda/int_lengths.hpp"
 #include "common/cuda/launch.cuh"
 #include "common/cuda/ptx.cuh"
@@ -388,10 +389,14 @@ SplitQParams split_q_params(const Problem& problem, const DeviceTensors& tensors
 
 void split_q_forward(const SplitQParams& params, cudaStream_t stream) {
   check_split_q(params);
-  if (params.dtype == DType::f16)
+  if (params.dtype == DType::f16) {
     dispatch_head_dim<__half>(params, stream);
-  else
+    cuda::exact_rows<__half>(cuda::exact_rows_params(params),
+                             stream);  // NaN and Inf as the reference (docs/08)
+  } else {
     dispatch_head_dim<__nv_bfloat16>(params, stream);
+    cuda::exact_rows<__nv_bfloat16>(cuda::exact_rows_params(params), stream);
+  }
 }
 
 void launch_split_q(const Problem& problem, const DeviceTensors& tensors) {

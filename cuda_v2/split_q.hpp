@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/cuda/exact_rows.hpp"
 #include "common/cuda/int_lengths.hpp"
 #include "common/cuda/target.hpp"
 #include "common/problem.hpp"

@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "common/cuda/check.hpp"
+#include "common/cuda/exact_rows.cuh"
 #include "common/cuda/launch.cuh"
 #include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/split_q.hpp"
@@ -197,12 +198,16 @@ void split_q_simt_forward(const SplitQParams& params, cudaStream_t stream) {
   check_split_q_simt(params);
   switch (params.head_dim) {
     case 64:
-      return launch<64>(params, stream);
+      launch<64>(params, stream);
+      break;
     case 128:
-      return launch<128>(params, stream);
+      launch<128>(params, stream);
+      break;
     case 256:
-      return launch<256>(params, stream);
+      launch<256>(params, stream);
+      break;
   }
+  cuda::exact_rows<float>(cuda::exact_rows_params(params), stream);  // NaN and Inf as the reference (docs/08)
 }
 
 void launch_split_q_simt(const Problem& problem, const DeviceTensors& tensors) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "common/cuda/exact_rows.hpp"
 #include "common/cuda/target.hpp"
 #include "common/problem.hpp"
 
@@ -57,13 +58,13 @@ struct HopperParams {
   int head_dim = 128;  // 64, 128 or 256
   // Strides in elements (the head_dim stride is 1). Packed BSHD: stride_seq = heads * head_dim, stride_head =
   // head_dim, stride_batch = seqlen * heads * head_dim.
-  int64_t q_stride_batch = 0, q_stride_seq = 0, q_stride_head = 0;
-  int64_t k_stride_batch = 0, k_stride_seq = 0, k_stride_head = 0;
-  int64_t v_stride_batch = 0, v_stride_seq = 0, v_stride_head = 0;
-  int64_t o_stride_batch = 0, o_stride_seq = 0, o_stride_head = 0;
-  float scale = 0.0f;    // softmax scale (> 0), usually 1/sqrt(head_dim)
-  bool causal = false;   // bottom-right aligned
-  int window_left = -1;  // sliding window, -1 = unbounded
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
+  int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  float softmax_scale = 0.0f;  // (> 0), usually 1/sqrt(head_dim)
+  bool causal = false;         // bottom-right aligned
+  int window_left = -1;        // sliding window, -1 = unbounded
   int window_right = -1;
   // Per-batch valid lengths (padding), device int arrays of `batch` entries, or null for seqlen_q / seqlen_k.
   const int* seqlens_q = nullptr;

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "common/cuda/check.hpp"
+#include "common/cuda/exact_rows.cuh"
 #include "common/cuda/int_lengths.hpp"
 #include "common/cuda/launch.cuh"
 #include "common/error.hpp"
@@ -52,23 +53,23 @@ void launch(const HopperParams& params, cudaStream_t stream) {
     kv.k = kv.v = params.q;
     kv.seqlen_k = 1;
     kv.heads_kv = params.heads_q;
-    kv.k_stride_batch = kv.v_stride_batch = params.q_stride_batch;
-    kv.k_stride_seq = kv.v_stride_seq = params.q_stride_seq;
-    kv.k_stride_head = kv.v_stride_head = params.q_stride_head;
+    kv.k_batch_stride = kv.v_batch_stride = params.q_batch_stride;
+    kv.k_row_stride = kv.v_row_stride = params.q_row_stride;
+    kv.k_head_stride = kv.v_head_stride = params.q_head_stride;
   }
   const CUtensorMap q_map =
       bshd_tensor_map(params.q, params.dtype, params.head_dim, params.seqlen_q, params.heads_q, params.batch,
-                      params.q_stride_seq, params.q_stride_head, params.q_stride_batch, Config::kBlockM, "q");
+                      params.q_row_stride, params.q_head_stride, params.q_batch_stride, Config::kBlockM, "q");
   const CUtensorMap k_map =
       bshd_tensor_map(kv.k, params.dtype, params.head_dim, kv.seqlen_k, kv.heads_kv, params.batch,
-                      kv.k_stride_seq, kv.k_stride_head, kv.k_stride_batch, Config::kBlockN, "k");
+                      kv.k_row_stride, kv.k_head_stride, kv.k_batch_stride, Config::kBlockN, "k");
   const CUtensorMap v_map =
       bshd_tensor_map(kv.v, params.dtype, params.head_dim, kv.seqlen_k, kv.heads_kv, params.batch,
-                      kv.v_stride_seq, kv.v_stride_head, kv.v_stride_batch, Config::kBlockN, "v");
+                      kv.v_row_stride, kv.v_head_stride, kv.v_batch_stride, Config::kBlockN, "v");
   // Each consumer warpgroup stores its own 64 rows.
   const CUtensorMap o_map =
       bshd_tensor_map(params.o, params.dtype, params.head_dim, params.seqlen_q, params.heads_q, params.batch,
-                      params.o_stride_seq, params.o_stride_head, params.o_stride_batch, 64, "o");
+                      params.o_row_stride, params.o_head_stride, params.o_batch_stride, 64, "o");
   WsArgs args{};
   args.lse = params.lse;
   args.seqlens_q = params.seqlens_q;
@@ -81,7 +82,7 @@ void launch(const HopperParams& params, cudaStream_t stream) {
   args.window_left = params.window_left;
   args.window_right = params.window_right;
   args.num_m_blocks = num_m_blocks;
-  args.scale_log2 = params.scale * 1.4426950408889634f;  // log2(e)
+  args.scale_log2 = params.softmax_scale * 1.4426950408889634f;  // log2(e)
 
   // More than 48 KB of dynamic shared memory must be asked for, once per kernel.
   static const bool configured = [] {
@@ -144,14 +145,19 @@ void hopper_ws_forward(const HopperParams& params, cudaStream_t stream) {
   const bool bf16 = params.dtype == HopperDType::bf16;
   switch (params.head_dim) {
     case 64:
-      return bf16 ? launch_rung<__nv_bfloat16, 64>(params, stream) : launch_rung<__half, 64>(params, stream);
+      bf16 ? launch_rung<__nv_bfloat16, 64>(params, stream) : launch_rung<__half, 64>(params, stream);
+      break;
     case 128:
-      return bf16 ? launch_rung<__nv_bfloat16, 128>(params, stream)
-                  : launch_rung<__half, 128>(params, stream);
+      bf16 ? launch_rung<__nv_bfloat16, 128>(params, stream) : launch_rung<__half, 128>(params, stream);
+      break;
     default:
-      return bf16 ? launch_rung<__nv_bfloat16, 256>(params, stream)
-                  : launch_rung<__half, 256>(params, stream);
+      bf16 ? launch_rung<__nv_bfloat16, 256>(params, stream) : launch_rung<__half, 256>(params, stream);
   }
+  // NaN and Inf as the reference (docs/08, "NaN and Inf")
+  if (bf16)
+    cuda::exact_rows<__nv_bfloat16>(cuda::exact_rows_params(params), stream);
+  else
+    cuda::exact_rows<__half>(cuda::exact_rows_params(params), stream);
 }
 
 void launch_ws(const Problem& problem, const DeviceTensors& tensors) {

@@ -7,12 +7,12 @@
 namespace flashlab::hopper {
 
 void set_packed_strides(HopperParams& p) {
-  p.q_stride_head = p.o_stride_head = p.head_dim;
-  p.q_stride_seq = p.o_stride_seq = static_cast<int64_t>(p.heads_q) * p.head_dim;
-  p.q_stride_batch = p.o_stride_batch = p.q_stride_seq * p.seqlen_q;
-  p.k_stride_head = p.v_stride_head = p.head_dim;
-  p.k_stride_seq = p.v_stride_seq = static_cast<int64_t>(p.heads_kv) * p.head_dim;
-  p.k_stride_batch = p.v_stride_batch = p.k_stride_seq * p.seqlen_k;
+  p.q_head_stride = p.o_head_stride = p.head_dim;
+  p.q_row_stride = p.o_row_stride = static_cast<int64_t>(p.heads_q) * p.head_dim;
+  p.q_batch_stride = p.o_batch_stride = p.q_row_stride * p.seqlen_q;
+  p.k_head_stride = p.v_head_stride = p.head_dim;
+  p.k_row_stride = p.v_row_stride = static_cast<int64_t>(p.heads_kv) * p.head_dim;
+  p.k_batch_stride = p.v_batch_stride = p.k_row_stride * p.seqlen_k;
 }
 
 HopperParams ws_params(const Problem& problem) {
@@ -25,7 +25,7 @@ HopperParams ws_params(const Problem& problem) {
   params.seqlen_k = static_cast<int>(problem.seqlen_k);
   params.head_dim = static_cast<int>(problem.head_dim);
   set_packed_strides(params);
-  params.scale = static_cast<float>(problem.softmax_scale());
+  params.softmax_scale = static_cast<float>(problem.softmax_scale());
   params.causal = problem.causal;
   params.window_left = static_cast<int>(problem.window_left);
   params.window_right = static_cast<int>(problem.window_right);
@@ -37,18 +37,19 @@ const char* hopper_ws_unsupported(const HopperParams& p) {
   if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.seqlen_q < 1 || p.seqlen_k < 0)
     return "batch, heads_q, heads_kv and seqlen_q must be >= 1, seqlen_k >= 0";
   if (p.heads_q % p.heads_kv != 0) return "heads_q must be a multiple of heads_kv";
-  if (!(p.scale > 0.0f)) return "scale must be positive (the row maximum is taken on unscaled scores)";
+  if (!(p.softmax_scale > 0.0f))
+    return "softmax_scale must be positive (the row maximum is taken on unscaled scores)";
   if (p.window_left < -1 || p.window_right < -1) return "window_left and window_right must be >= -1";
   // TMA: global addresses 16-byte aligned, strides multiples of 16 bytes.
   for (const void* pointer : {p.q, p.k, p.v, static_cast<const void*>(p.o)})
     if (pointer != nullptr && reinterpret_cast<uintptr_t>(pointer) % 16 != 0)
       return "q, k, v and o must be 16-byte aligned";
   for (int64_t stride :
-       {p.q_stride_batch, p.q_stride_seq, p.q_stride_head, p.o_stride_batch, p.o_stride_seq, p.o_stride_head})
+       {p.q_batch_stride, p.q_row_stride, p.q_head_stride, p.o_batch_stride, p.o_row_stride, p.o_head_stride})
     if (stride <= 0 || stride % 8 != 0) return "strides must be positive multiples of 8 elements (16 bytes)";
   if (p.seqlen_k > 0)  // with no keys K and V are never read
-    for (int64_t stride : {p.k_stride_batch, p.k_stride_seq, p.k_stride_head, p.v_stride_batch,
-                           p.v_stride_seq, p.v_stride_head})
+    for (int64_t stride : {p.k_batch_stride, p.k_row_stride, p.k_head_stride, p.v_batch_stride,
+                           p.v_row_stride, p.v_head_stride})
       if (stride <= 0 || stride % 8 != 0)
         return "strides must be positive multiples of 8 elements (16 bytes)";
   const HopperAblation& a = p.ablation;

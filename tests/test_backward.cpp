@@ -160,10 +160,7 @@ TEST_CASE("NaN and Inf in valid inputs reach exactly the gradients they reach in
       q_at(0, 3, 0, 5) = nan;           // dK of keys in row 3's tiles that it does not see
       q_at(1, 10, 3, 0) = inf;          // the same through +-Inf scores
       kv_at(in.k, 1, 60, 0, 1) = -inf;  // dQ of rows in key 60's tile that do not see it
-      // dP of every row, where the mask zeroes dS. Causal only: under the window a special value in V
-      // reaches the GPU forward's O of rows in its tile that do not see it (O = P V, 0 x Inf), a gap of the
-      // GPU forwards (docs/08, "NaN and Inf"), not of the backward.
-      if (p.causal) kv_at(in.v, 1, 20, 1, 2) = inf;
+      kv_at(in.v, 1, 20, 1, 2) = inf;   // dP of every row, where the mask zeroes dS
       d_out.data[((0 * p.seqlen_q + 30) * p.heads_q + 2) * d + 7] = nan;  // dV of keys row 30 does not see
       const ReferenceGradients reference = reference_backward(p, in, d_out);
       const AttentionOutputs out = run_forward(*impl, p, in);

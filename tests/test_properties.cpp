@@ -179,13 +179,14 @@ TEST_CASE("NaN and Inf inputs never crash and propagate to the affected rows lik
   }
 }
 
-TEST_CASE("NaN and Inf in a V row reach only the rows that see that key (the CPU stages)") {
+TEST_CASE("NaN and Inf in a V row reach only the rows that see that key") {
   // O = P V as a tile product multiplies a hidden pair's weight, exactly 0, by its V row all the same, and
-  // 0 x NaN is NaN: key 60 (NaN in V) and key 20 (+Inf) sit in tiles with rows that do not see them (causal
-  // with a window: row i of batch 1 sees keys i + 8 .. i + 32). common/special_values.hpp is the CPU stages'
-  // exact path. The GPU forwards do not have one yet (docs/08-backward.md, "NaN and Inf"), hence CPU only.
+  // 0 x NaN is NaN. Causal with a window of 24: row i sees keys i + off - 24 .. i + off (off = seqlen_k -
+  // seqlen_q), so the key off - 24 + sq / 2 (NaN in V) is seen by the first half of the rows only and the
+  // key off + sq / 2 (+Inf) by the second half only, both within a tile of rows that do not see them. The
+  // exact paths: common/special_values.hpp on the CPU, common/cuda/exact_rows.cuh on the GPU (docs/08, "NaN
+  // and Inf").
   for (const Implementation* impl : selected_implementations()) {
-    if (impl->device != Device::cpu) continue;
     Problem base = property_problem(true);
     base.window_left = 24;
     const std::optional<Problem> runnable = runnable_problem(*impl, true, base);
@@ -193,8 +194,10 @@ TEST_CASE("NaN and Inf in a V row reach only the rows that see that key (the CPU
     const Problem& p = *runnable;
     PreparedCase c = grid_case(p, p.dtype, 26);
     const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-    c.inputs.v.data[(1 * p.seqlen_k + 60) * p.heads_kv * p.head_dim + 2] = nan;    // batch 1, kv head 0
-    c.inputs.v.data[((1 * p.seqlen_k + 20) * p.heads_kv + 1) * p.head_dim] = inf;  // batch 1, kv head 1
+    const int64_t off = p.seqlen_k - p.seqlen_q, seen_early = off - 24 + p.seqlen_q / 2,
+                  seen_late = off + p.seqlen_q / 2;
+    c.inputs.v.data[(1 * p.seqlen_k + seen_early) * p.heads_kv * p.head_dim + 2] = nan;   // kv head 0
+    c.inputs.v.data[((1 * p.seqlen_k + seen_late) * p.heads_kv + 1) * p.head_dim] = inf;  // kv head 1
     c.reference = reference_attention(c.problem, c.inputs);
     const AttentionOutputs out = run_forward(*impl, c.problem, c.inputs);
     const Verdict verdict = judge(c.problem, out, c.reference, c.tolerance(impl->rounds_p));

@@ -1,0 +1,92 @@
+// The GPU forwards' exact path for special values (docs/08-backward.md, "NaN and Inf"). O = P V as a tile
+// product multiplies a hidden pair's weight, exactly 0, by its V row all the same, and 0 x NaN = 0 x Inf =
+// NaN: a NaN or Inf in a valid V row reaches the rows of its tile that do not see that key. Such a leak only
+// ever adds a NaN, so a finite element of O is right as the kernel left it. After the forward's kernel, this
+// pass reads O, and each row holding a NaN or Inf is computed again, in fp32, over the keys it sees only,
+// from the LSE the forward wrote: O_i = sum_j exp(s_ij scale - LSE_i) v_j; its elements that are not finite
+// are replaced. A warp a row, rows strided over kExactRowsBlocks blocks of 4 warps; a special row's keys 32
+// at a time, a lane a key for the score, then every lane a column for the sum. The CPU stages' counterpart:
+// common/special_values.hpp.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "common/cuda/convert.cuh"
+#include "common/cuda/exact_rows.hpp"
+#include "common/cuda/launch.cuh"
+#include "common/mask.hpp"
+
+namespace flashlab::cuda {
+namespace FLASHLAB_CUDA_TARGET {  // both builds of this code may be linked into one program
+
+namespace exact_rows_detail {
+
+inline constexpr int kWarps = 4, kMaxHeadDim = 256;
+
+template <typename Element>
+__global__ void __launch_bounds__(32 * kWarps) exact_rows_kernel(const ExactRowsParams p) {
+  __shared__ float q_rows[kWarps][kMaxHeadDim];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
+  const int group_size = p.heads_q / p.heads_kv;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kWarps) {
+    // Rows in O's memory order (batch, position, head), so that consecutive warps read consecutive rows.
+    const int head = static_cast<int>(row % p.heads_q), i = static_cast<int>(row / p.heads_q % p.seqlen_q);
+    const int b = static_cast<int>(row / (static_cast<int64_t>(p.heads_q) * p.seqlen_q));
+    Element* const o =
+        static_cast<Element*>(p.o) + b * p.o_batch_stride + i * p.o_row_stride + head * p.o_head_stride;
+    bool special = false;
+    for (int c = lane; c < p.head_dim; c += 32) special |= !isfinite(to_float(o[c]));
+    if (!__any_sync(0xffffffffu, special)) continue;
+
+    const Element* const q =
+        static_cast<const Element*>(p.q) + b * p.q_batch_stride + i * p.q_row_stride + head * p.q_head_stride;
+    for (int c = lane; c < p.head_dim; c += 32) q_rows[warp][c] = to_float(q[c]);
+    __syncwarp();
+    const int head_kv = head / group_size;
+    const Element* const k =
+        static_cast<const Element*>(p.k) + b * p.k_batch_stride + head_kv * p.k_head_stride;
+    const Element* const v =
+        static_cast<const Element*>(p.v) + b * p.v_batch_stride + head_kv * p.v_head_stride;
+    const float lse = p.lse[(static_cast<int64_t>(b) * p.heads_q + head) * p.seqlen_q + i];
+    const int rows_q = p.seqlens_q ? p.seqlens_q[b] : p.seqlen_q;
+    const int rows_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;
+    const KeyRange keys = band_key_range(i, rows_q, rows_k, p.causal, p.window_left, p.window_right);
+    float sum[kMaxHeadDim / 32] = {};
+    for (int64_t j0 = keys.begin; j0 < keys.end; j0 += 32) {
+      const int64_t j = j0 + lane;
+      const bool seen = j < keys.end && explicit_mask_allows(p.mask, p.seqlen_k, i, j);
+      float weight = 0.0f;
+      if (seen) {
+        float s = 0.0f;
+        for (int c = 0; c < p.head_dim; ++c) s += to_float(k[j * p.k_row_stride + c]) * q_rows[warp][c];
+        weight = expf(s * p.softmax_scale - lse);
+      }
+      for (int e = 0; e < 32 && j0 + e < keys.end; ++e) {
+        const float w = __shfl_sync(0xffffffffu, weight, e);
+        if (!__shfl_sync(0xffffffffu, static_cast<int>(seen), e)) continue;  // the same for the whole warp
+        for (int m = 0; m * 32 + lane < p.head_dim; ++m)
+          sum[m] += w * to_float(v[(j0 + e) * p.v_row_stride + m * 32 + lane]);
+      }
+    }
+    for (int m = 0; m * 32 + lane < p.head_dim; ++m)
+      if (!isfinite(to_float(o[m * 32 + lane]))) o[m * 32 + lane] = from_float<Element>(sum[m]);
+    __syncwarp();  // q_rows[warp] is the next row's
+  }
+}
+
+}  // namespace exact_rows_detail
+
+// Enqueues the pass on `stream`, after the forward that wrote O and the LSE.
+template <typename Element>
+void exact_rows(const ExactRowsParams& params, cudaStream_t stream) {
+  launch_kernel<exact_rows_detail::exact_rows_kernel<Element>>(
+      dim3(kExactRowsBlocks), dim3(32 * exact_rows_detail::kWarps), 0, stream, params);
+}
+
+}  // namespace FLASHLAB_CUDA_TARGET
+
+}  // namespace flashlab::cuda
