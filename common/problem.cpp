@@ -101,7 +101,6 @@ std::string Problem::describe() const {
   if (softcap > 0.0) out << " softcap=" << softcap;
   if (!alibi_slopes.empty()) out << " alibi";
   if (bias) out << " bias";
-  if (bias) out << " bias";
   if (dropout_p > 0.0) out << " dropout=" << dropout_p << "/" << dropout_seed;
   out << " " << to_string(dtype);
   return out.str();

@@ -35,7 +35,11 @@ struct DeviceTensors {
   const uint8_t* mask = nullptr;       // [seqlen_q, seqlen_k]
   const int64_t* seqlens_q = nullptr;  // [batch]
   const int64_t* seqlens_k = nullptr;  // [batch]
-  void* workspace = nullptr;           // device_workspace_bytes(problem) bytes, contents undefined
+  // The score modification's tensors (common/score_mod.hpp), float, or nullptr: ALiBi's slopes [heads_q],
+  // the bias [bias_batch, bias_heads, seqlen_q, seqlen_k].
+  const float* alibi_slopes = nullptr;
+  const float* bias = nullptr;
+  void* workspace = nullptr;  // device_workspace_bytes(problem) bytes, contents undefined
   // The paged KV cache when problem.page_size > 0 (AttentionInputs::paged, common/paged_kv.hpp), else
   // nullptr: K and V pages [pages, page_size, heads_kv, head_dim] in the storage format, and the block table
   // int32 [batch, block_table_stride] (a sequence's physical pages; unused slots hold -1).

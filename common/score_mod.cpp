@@ -5,6 +5,18 @@
 
 namespace flashlab {
 
+ScoreModParams score_mod_params(const Problem& p) {
+  ScoreModParams m;
+  m.softcap = p.softcap;
+  m.slopes = p.alibi_slopes.empty() ? nullptr : p.alibi_slopes.data();
+  m.bias = p.bias ? p.bias->data() : nullptr;
+  m.bias_batch = p.bias_batch;
+  m.bias_heads = p.bias_heads;
+  m.seqlen_q = p.seqlen_q;
+  m.seqlen_k = p.seqlen_k;
+  return m;
+}
+
 std::vector<float> alibi_slopes(int64_t heads) {
   const auto power_of_two = [](int64_t n) {
     std::vector<float> slopes;

@@ -22,64 +22,106 @@
 #include <string>
 #include <vector>
 
+#include "common/host_device.hpp"
 #include "common/problem.hpp"
 
 namespace flashlab {
 
-class ScoreMod {
- public:
-  explicit ScoreMod(const Problem& p)
-      : softcap_(p.softcap), slopes_(p.alibi_slopes), bias_(p.bias ? p.bias->data() : nullptr), p_(p) {}
+// The modification's numbers as plain data, and its math: host code reads them through ScoreMod below, the
+// GPU kernels through a copy whose pointers are device pointers (cuda_v2's SplitQParams::mod). `rows_q` and
+// `rows_k` are the batch element's own lengths (ALiBi's distance is bottom-right aligned like the mask).
+struct ScoreModParams {
+  double softcap = 0.0;           // > 0: soft-capping
+  const float* slopes = nullptr;  // ALiBi: one slope per query head, or null
+  const float* bias = nullptr;    // [bias_batch, bias_heads, seqlen_q, seqlen_k], or null
+  int64_t bias_batch = 1, bias_heads = 1, seqlen_q = 0, seqlen_k = 0;
 
-  // Whether the problem modifies its scores at all.
-  bool active() const { return softcap_ > 0.0 || !slopes_.empty() || bias_ != nullptr; }
-  // Whether hides() can be true anywhere (there is a bias).
-  bool can_hide() const { return bias_ != nullptr; }
-  // Whether derivative() can differ from 1 (soft-capping; ALiBi and the bias only add constants): a backward
-  // multiplies dS by it only then.
-  bool bends() const { return softcap_ > 0.0; }
+  FLASHLAB_HOST_DEVICE bool active() const { return softcap > 0.0 || slopes != nullptr || bias != nullptr; }
 
   // s" from the scaled score s, for query row i and key j of batch element b and query head h.
   template <typename T>
-  T apply(T s, int64_t b, int64_t h, int64_t i, int64_t j) const {
-    if (softcap_ > 0.0) s = static_cast<T>(softcap_) * std::tanh(s / static_cast<T>(softcap_));
-    if (!slopes_.empty()) s -= static_cast<T>(slopes_[h]) * static_cast<T>(distance(b, i, j));
-    if (bias_ != nullptr) s += static_cast<T>(bias(b, h, i, j));
+  FLASHLAB_HOST_DEVICE T apply(T s, int64_t b, int64_t h, int64_t i, int64_t j, int64_t rows_q,
+                               int64_t rows_k) const {
+    if (softcap > 0.0) s = static_cast<T>(softcap) * tanh_of(s / static_cast<T>(softcap));
+    if (slopes != nullptr) s -= static_cast<T>(slopes[h]) * static_cast<T>(distance(i, j, rows_q, rows_k));
+    if (bias != nullptr) s += static_cast<T>(bias_at(b, h, i, j));
     return s;
   }
 
   // ds"/ds at the score whose modified value is `modified` (s"): 1 - (s' / cap)^2 with s' = s" + the ALiBi
-  // term.
+  // term - the bias.
   template <typename T>
-  T derivative(T modified, int64_t b, int64_t h, int64_t i, int64_t j) const {
-    if (softcap_ <= 0.0) return T(1);
+  FLASHLAB_HOST_DEVICE T derivative(T modified, int64_t b, int64_t h, int64_t i, int64_t j, int64_t rows_q,
+                                    int64_t rows_k) const {
+    if (softcap <= 0.0) return T(1);
     if (hides(b, h, i, j)) return T(0);  // a -inf bias: the weight is 0 whatever the derivative
-    if (!slopes_.empty()) modified += static_cast<T>(slopes_[h]) * static_cast<T>(distance(b, i, j));
-    if (bias_ != nullptr) modified -= static_cast<T>(bias(b, h, i, j));
-    const T t = modified / static_cast<T>(softcap_);
+    if (slopes != nullptr)
+      modified += static_cast<T>(slopes[h]) * static_cast<T>(distance(i, j, rows_q, rows_k));
+    if (bias != nullptr) modified -= static_cast<T>(bias_at(b, h, i, j));
+    const T t = modified / static_cast<T>(softcap);
     return T(1) - t * t;
   }
 
   // The bias entry of (b, h, i, j), broadcast over batch and heads.
-  float bias(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    const int64_t bb = p_.bias_batch == 1 ? 0 : b, hh = p_.bias_heads == 1 ? 0 : h;
-    return bias_[((bb * p_.bias_heads + hh) * p_.seqlen_q + i) * p_.seqlen_k + j];
+  FLASHLAB_HOST_DEVICE float bias_at(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    const int64_t bb = bias_batch == 1 ? 0 : b, hh = bias_heads == 1 ? 0 : h;
+    return bias[((bb * bias_heads + hh) * seqlen_q + i) * seqlen_k + j];
   }
   // Whether the bias hides (row i, key j) with -inf, as a mask would: such a key takes no part.
-  bool hides(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    return bias_ != nullptr && bias(b, h, i, j) == -std::numeric_limits<float>::infinity();
+  FLASHLAB_HOST_DEVICE bool hides(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    return bias != nullptr && bias_at(b, h, i, j) == -INFINITY;
   }
 
   // |i + rows_k - rows_q - j|: ALiBi's distance, bottom-right aligned like the causal mask.
-  int64_t distance(int64_t b, int64_t i, int64_t j) const {
-    const int64_t d = i + p_.rows_k(b) - p_.rows_q(b) - j;
+  FLASHLAB_HOST_DEVICE static int64_t distance(int64_t i, int64_t j, int64_t rows_q, int64_t rows_k) {
+    const int64_t d = i + rows_k - rows_q - j;
     return d < 0 ? -d : d;
   }
 
  private:
-  double softcap_;
-  const std::vector<float>& slopes_;
-  const float* bias_;
+  template <typename T>
+  FLASHLAB_HOST_DEVICE static T tanh_of(T x) {
+#if defined(__CUDA_ARCH__)
+    return tanh(x);  // CUDA's float and double overloads
+#else
+    return std::tanh(x);
+#endif
+  }
+};
+
+// The problem's modification, for host code (the host pointers of the Problem's slopes and bias).
+ScoreModParams score_mod_params(const Problem& p);
+
+class ScoreMod {
+ public:
+  explicit ScoreMod(const Problem& p) : m_(score_mod_params(p)), p_(p) {}
+
+  // Whether the problem modifies its scores at all.
+  bool active() const { return m_.active(); }
+  // Whether hides() can be true anywhere (there is a bias).
+  bool can_hide() const { return m_.bias != nullptr; }
+  // Whether derivative() can differ from 1 (soft-capping; ALiBi and the bias only add constants): a backward
+  // multiplies dS by it only then.
+  bool bends() const { return m_.softcap > 0.0; }
+
+  // s" from the scaled score s, for query row i and key j of batch element b and query head h.
+  template <typename T>
+  T apply(T s, int64_t b, int64_t h, int64_t i, int64_t j) const {
+    return m_.apply(s, b, h, i, j, p_.rows_q(b), p_.rows_k(b));
+  }
+  // ds"/ds at the score whose modified value is `modified` (s").
+  template <typename T>
+  T derivative(T modified, int64_t b, int64_t h, int64_t i, int64_t j) const {
+    return m_.derivative(modified, b, h, i, j, p_.rows_q(b), p_.rows_k(b));
+  }
+  float bias(int64_t b, int64_t h, int64_t i, int64_t j) const { return m_.bias_at(b, h, i, j); }
+  bool hides(int64_t b, int64_t h, int64_t i, int64_t j) const { return m_.hides(b, h, i, j); }
+  int64_t distance(int64_t b, int64_t i, int64_t j) const {
+    return ScoreModParams::distance(i, j, p_.rows_q(b), p_.rows_k(b));
+  }
+
+ private:
+  ScoreModParams m_;
   const Problem& p_;
 };
 

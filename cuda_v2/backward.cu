@@ -28,6 +28,7 @@
 #include "common/cuda/ptx.cuh"
 #include "cuda_v2/backward.hpp"
 #include "cuda_v2/block_mask.cuh"
+#include "cuda_v2/score_mod.cuh"
 #include "cuda_v2/tensor_core.cuh"
 
 namespace flashlab::cuda_v2 {
@@ -150,7 +151,10 @@ __device__ inline void accumulate_keys_by_dims(float (&acc)[kHeadDim / 8][4],
   }
 }
 
-template <typename Element, int kHeadDim>
+// kModified: the problem has a score modification (soft-capping, ALiBi, a bias). A kernel of its own, since
+// its code costs the head-dim-128 kernel registers it does not have to spare (ptxas -v: 48 to 52 bytes
+// spilled with it, 0 to 16 without).
+template <typename Element, int kHeadDim, bool kModified>
 __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackwardParams p) {
   using Tile = SwizzledTile<kHeadDim>;
   constexpr int kNTilesD = kHeadDim / 8;  // 8-wide n-tiles of a head_dim-wide product (dV, dK)
@@ -224,6 +228,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
       // (nt, e): key warp_key + group + 8 (e / 2), query nt * 8 + 2 quad_lane + e % 2 of the tile.
       const bool full = block.tile_is_full<kBlockN>(key0);
       bool visible[kNTilesM][4];
+      float derivative[kNTilesM][4];  // ds"/ds of the score modification (1 without soft-capping)
 #pragma unroll
       for (int nt = 0; nt < kNTilesM; ++nt)
 #pragma unroll
@@ -232,6 +237,14 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
           const int key = key0 + warp_key + group + 8 * (e / 2);
           visible[nt][e] =
               row < rows_q && (full || element_visible(f, BlockMask::band(f, block, row), row, key));
+          derivative[nt][e] = 1.0f;
+          // The forward's score modification (score_mod.cuh), the same operations on the same S; a key a -inf
+          // bias hides takes no part, like a masked one.
+          if (kModified && row < f.seqlen_q && key < f.seqlen_k) {
+            st[nt][e] = modified_score(f, st[nt][e], b, head, row, key, rows_q, rows_k);
+            derivative[nt][e] = score_derivative(f, st[nt][e], b, head, row, key, rows_q, rows_k);
+            if (f.mod.hides(b, head, row, key)) visible[nt][e] = false;
+          }
           st[nt][e] =
               visible[nt][e] ? ptx::ex2_approx((__fmul_rn(st[nt][e], scale) - sLse[r]) * kLog2e) : 0.0f;
         }
@@ -250,7 +263,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = nt * 8 + 2 * quad_lane + e % 2;
-          st[nt][e] = visible[nt][e] ? st[nt][e] * (dpt[nt][e] - sD[r]) * scale : 0.0f;
+          st[nt][e] = visible[nt][e] ? st[nt][e] * (dpt[nt][e] - sD[r]) * scale * derivative[nt][e] : 0.0f;
         }
 
       // dK_j += dS^T Q_i (line 15): as dV, with dS for P and Q for dO.
@@ -373,10 +386,16 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
     for (int e = 0; e < kHeadDim; ++e) sum += cuda::to_float(x[e]) * y[e];
     return sum;
   };
-  // P and dS of one pair whose scores meet (S from its dot product), as backward_kernel computes them.
-  const auto pair = [&](float s, float lse, float dp, float d, float& p_out) {
+  // P and dS of a pair that see each other (S from its dot product), as backward_kernel computes them.
+  const auto pair = [&](float s, float lse, float dp, float d, float& p_out, int b, int head, int row,
+                        int key, int rows_q, int rows_k) {
+    float derivative = 1.0f;
+    if (f.mod.active()) {
+      s = modified_score(f, s, b, head, row, key, rows_q, rows_k);
+      derivative = score_derivative(f, s, b, head, row, key, rows_q, rows_k);
+    }
     p_out = ptx::ex2_approx((__fmul_rn(s, f.softmax_scale) - lse) * kLog2e);
-    return p_out * (dp - d) * f.softmax_scale;
+    return p_out * (dp - d) * f.softmax_scale * derivative;
   };
   for (int64_t job = blockIdx.x; job < jobs; job += gridDim.x) {
     if (job < dq_rows) {  // dQ_i = sum over the keys row i sees of dS_ij K_j
@@ -403,11 +422,13 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
       float sum = 0.0f;
       for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kThreads) {
         const int64_t j = j0 + t;
-        seen[t] = j < keys.end && explicit_mask_allows(f.mask, f.seqlen_k, row, j);
+        seen[t] =
+            j < keys.end && explicit_mask_allows(f.mask, f.seqlen_k, row, j) && !f.mod.hides(b, head, row, j);
         if (seen[t]) {
           float p_ij;
           ds[t] = pair(dot(at(f.k, k_offset + j * f.k_row_stride), row_a), lse,
-                       dot(at(f.v, v_offset + j * f.v_row_stride), row_b), d, p_ij);
+                       dot(at(f.v, v_offset + j * f.v_row_stride), row_b), d, p_ij, b, head, row,
+                       static_cast<int>(j), valid_rows(f, b), rows_k);
         }
         __syncthreads();
         if (c < kHeadDim)
@@ -444,11 +465,11 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
           const int i = i0 + t;
           const KeyRange keys = band_key_range(i, rows_q, rows_k, f.causal, f.window_left, f.window_right);
           seen[t] = i < rows_q && key >= keys.begin && key < keys.end &&
-                    explicit_mask_allows(f.mask, f.seqlen_k, i, key);
+                    explicit_mask_allows(f.mask, f.seqlen_k, i, key) && !f.mod.hides(b, head, i, key);
           if (seen[t])
             ds[t] = pair(dot(at(f.q, q_offset + i * f.q_row_stride), row_a), f.lse[row_index(f, b, head, i)],
                          dot(at(p.d_out, o_offset + i * f.o_row_stride), row_b),
-                         p.d_sum[row_index(f, b, head, i)], weight[t]);
+                         p.d_sum[row_index(f, b, head, i)], weight[t], b, head, i, key, rows_q, rows_k);
           __syncthreads();
           if (c < kHeadDim)
             for (int e = 0; e < kThreads && i0 + e < rows_q; ++e)
@@ -474,11 +495,20 @@ void launch(const SplitQBackwardParams& p, cudaStream_t stream) {
   cuda::launch_kernel<dot_kernel<Element, kHeadDim>>(tiles_grid, dim3(kThreads), 0, stream, p);
   const int kv_tiles = (f.seqlen_k + kBlockN - 1) / kBlockN;
   if (kv_tiles > 0) {
-    const auto kernel = backward_kernel<Element, kHeadDim>;
-    FLASHLAB_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<kHeadDim>()));
-    cuda::launch_kernel<backward_kernel<Element, kHeadDim>>(
-        dim3(kv_tiles, f.heads_kv, f.batch), dim3(kThreads), smem_bytes<kHeadDim>(), stream, p);
+    const dim3 grid(kv_tiles, f.heads_kv, f.batch);
+    if (f.mod.active()) {
+      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<Element, kHeadDim, true>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               smem_bytes<kHeadDim>()));
+      cuda::launch_kernel<backward_kernel<Element, kHeadDim, true>>(grid, dim3(kThreads),
+                                                                    smem_bytes<kHeadDim>(), stream, p);
+    } else {
+      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<Element, kHeadDim, false>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               smem_bytes<kHeadDim>()));
+      cuda::launch_kernel<backward_kernel<Element, kHeadDim, false>>(grid, dim3(kThreads),
+                                                                     smem_bytes<kHeadDim>(), stream, p);
+    }
   }
   cuda::launch_kernel<dq_kernel<Element>>(rows_grid, dim3(kThreads), 0, stream, p);
   cuda::launch_kernel<exact_kernel<Element, kHeadDim>>(dim3(kExactBlocks), dim3(kThreads), 0, stream, p);

@@ -27,6 +27,7 @@
 #include "common/cuda/launch.cuh"
 #include "common/cuda/ptx.cuh"
 #include "cuda_v2/block_mask.cuh"
+#include "cuda_v2/score_mod.cuh"
 #include "cuda_v2/split_q.hpp"
 #include "cuda_v2/tensor_core.cuh"
 
@@ -210,10 +211,14 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
       }
     }
 
-    // Masks only where the tile is cut by one (the diagonal, a window edge, the ragged end, an explicit
-    // mask).
+    // Soft-capping, ALiBi, a bias (common/score_mod.hpp): the modified score s" = f(s scale), taken back to
+    // the unscaled units the softmax below works in (s" / scale), before the mask and the max; a -inf bias
+    // entry gives -inf, which weighs 0. The backward (backward.cu) recomputes it with the same operations.
+    // Rows and keys past the tensors' ends are left alone: the mask hides them. Then the mask, only where the
+    // tile is cut by one (the diagonal, a window edge, the ragged end, an explicit mask).
     const int key0 = tile * kBlockN;
-    if (!block.tile_is_full<kBlockN>(key0)) {
+    const bool modified = p.mod.active(), cut = !block.tile_is_full<kBlockN>(key0);
+    if (modified || cut) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -221,7 +226,10 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int i = 2 * mt + e / 2, key = key0 + nt * 8 + 2 * quad_lane + e % 2;
-            if (!element_visible(p, KeyRange{keys_begin[i], keys_end[i]}, rows[i], key))
+            if (modified && rows[i] < p.seqlen_q && key < p.seqlen_k)
+              s[mt][nt][e] =
+                  modified_score(p, s[mt][nt][e], b, head, rows[i], key, block.rows_q, block.rows_k);
+            if (cut && !element_visible(p, KeyRange{keys_begin[i], keys_end[i]}, rows[i], key))
               s[mt][nt][e] = -INFINITY;
           }
     }
@@ -381,6 +389,9 @@ SplitQParams split_q_params(const Problem& problem, const DeviceTensors& tensors
   params.o = tensors.o;
   params.lse = tensors.lse;
   params.mask = tensors.mask;
+  params.mod = score_mod_params(problem);
+  params.mod.slopes = tensors.alibi_slopes;  // the device copies
+  params.mod.bias = tensors.bias;
   const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);
   params.seqlens_q = lengths.seqlens_q;
   params.seqlens_k = lengths.seqlens_k;

@@ -16,6 +16,7 @@
 #include "common/cuda/target.hpp"
 #include "common/problem.hpp"
 #include "common/registry.hpp"
+#include "common/score_mod.hpp"
 
 // cudaStream_t without the CUDA headers (the runtime declares it as exactly this pointer type).
 typedef struct CUstream_st* cudaStream_t;
@@ -66,6 +67,9 @@ struct SplitQParams {
       nullptr;  // device [batch] valid query rows per batch element, or null (all seqlen_q)
   const int* seqlens_k = nullptr;  // device [batch] valid keys per batch element, or null (all seqlen_k)
   const uint8_t* mask = nullptr;   // device [seqlen_q, seqlen_k], 1 = visible, shared by all (b, h); or null
+  // Soft-capping, ALiBi and an additive bias (common/score_mod.hpp), device pointers; the tensor-core kernel
+  // and its backward apply them, split_q_simt refuses them.
+  ScoreModParams mod;
 
   // Fills the strides for densely packed BSHD tensors of the sizes above.
   void set_dense_strides();

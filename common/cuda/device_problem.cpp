@@ -45,12 +45,16 @@ DeviceProblem::DeviceProblem(const Problem& problem, const AttentionInputs& inpu
       inputs.v.size() != problem.kv_elements())
     fail("inputs do not match the problem's shapes (", problem.describe(), ")");
   if (problem.mask) mask_ = upload(*problem.mask);
+  if (!problem.alibi_slopes.empty()) alibi_slopes_ = upload(problem.alibi_slopes);
+  if (problem.bias) bias_ = upload(*problem.bias);
   tensors_.q = q_.get();
   tensors_.k = k_.get();
   tensors_.v = v_.get();
   tensors_.o = o_.get();
   tensors_.lse = lse_.get();
   tensors_.mask = problem.mask ? mask_.get() : nullptr;
+  tensors_.alibi_slopes = problem.alibi_slopes.empty() ? nullptr : alibi_slopes_.get();
+  tensors_.bias = problem.bias ? bias_.get() : nullptr;
   tensors_.seqlens_q = problem.seqlens_q.empty() ? nullptr : seqlens_q_.get();
   tensors_.seqlens_k = problem.seqlens_k.empty() ? nullptr : seqlens_k_.get();
   tensors_.workspace = workspace_.get();

@@ -34,7 +34,7 @@ class DeviceProblem {
  private:
   DType dtype_;
   DeviceBuffer<std::byte> q_, k_, v_, o_, workspace_, k_pages_, v_pages_;
-  DeviceBuffer<float> lse_;
+  DeviceBuffer<float> lse_, alibi_slopes_, bias_;
   DeviceBuffer<uint8_t> mask_;
   DeviceBuffer<int64_t> seqlens_q_, seqlens_k_;
   DeviceBuffer<int32_t> block_table_;

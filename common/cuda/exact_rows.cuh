@@ -3,8 +3,9 @@
 // NaN: a NaN or Inf in a valid V row reaches the rows of its tile that do not see that key. Such a leak only
 // ever adds a NaN, so a finite element of O is right as the kernel left it. After the forward's kernel, this
 // pass reads O, and each row holding a NaN or Inf is computed again, in fp32, over the keys it sees only,
-// from the LSE the forward wrote: O_i = sum_j exp(s_ij scale - LSE_i) v_j; its elements that are not finite
-// are replaced. A warp a row, rows strided over kExactRowsBlocks blocks of 4 warps; a special row's keys 32
+// from the LSE the forward wrote: O_i = sum_j exp(s"_ij - LSE_i) v_j, s" the scaled score after the forward's
+// score modification (common/score_mod.hpp, when it applies one); its elements that are not finite are
+// replaced. A warp a row, rows strided over kExactRowsBlocks blocks of 4 warps; a special row's keys 32
 // at a time, a lane a key for the score, then every lane a column for the sum. The CPU stages' counterpart:
 // common/special_values.hpp.
 #pragma once
@@ -58,12 +59,13 @@ __global__ void __launch_bounds__(32 * kWarps) exact_rows_kernel(const ExactRows
     float sum[kMaxHeadDim / 32] = {};
     for (int64_t j0 = keys.begin; j0 < keys.end; j0 += 32) {
       const int64_t j = j0 + lane;
-      const bool seen = j < keys.end && explicit_mask_allows(p.mask, p.seqlen_k, i, j);
+      const bool seen =
+          j < keys.end && explicit_mask_allows(p.mask, p.seqlen_k, i, j) && !p.mod.hides(b, head, i, j);
       float weight = 0.0f;
       if (seen) {
         float s = 0.0f;
         for (int c = 0; c < p.head_dim; ++c) s += to_float(k[j * p.k_row_stride + c]) * q_rows[warp][c];
-        weight = expf(s * p.softmax_scale - lse);
+        weight = expf(p.mod.apply(s * p.softmax_scale, b, head, i, j, rows_q, rows_k) - lse);
       }
       for (int e = 0; e < 32 && j0 + e < keys.end; ++e) {
         const float w = __shfl_sync(0xffffffffu, weight, e);

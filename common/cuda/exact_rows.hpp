@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/problem.hpp"
+#include "common/score_mod.hpp"
 
 namespace flashlab::cuda {
 
@@ -29,6 +30,7 @@ struct ExactRowsParams {
   const int* seqlens_q = nullptr;
   const int* seqlens_k = nullptr;
   const uint8_t* mask = nullptr;
+  ScoreModParams mod;  // soft-capping, ALiBi, a bias (device pointers), when the forward applies them
 };
 
 // A forward's parameters (cuda_v2's SplitQParams, cuda_v3_hopper's HopperParams: the same field names) as the
@@ -66,6 +68,7 @@ ExactRowsParams exact_rows_params(const Params& p) {
   e.seqlens_q = p.seqlens_q;
   e.seqlens_k = p.seqlens_k;
   if constexpr (requires { p.mask; }) e.mask = p.mask;  // cuda_v3_hopper/ws takes no explicit mask
+  if constexpr (requires { p.mod; }) e.mod = p.mod;     // nor score modifications
   return e;
 }
 
