@@ -3,6 +3,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/dropout.hpp"
+
 namespace flashlab {
 
 ScoreModParams score_mod_params(const Problem& p) {
@@ -15,6 +17,16 @@ ScoreModParams score_mod_params(const Problem& p) {
   m.seqlen_q = p.seqlen_q;
   m.seqlen_k = p.seqlen_k;
   return m;
+}
+
+DropoutParams dropout_params(const Problem& p) {
+  DropoutParams d;
+  if (p.dropout_p <= 0.0) return d;
+  d.p = p.dropout_p;
+  d.scale = 1.0 / (1.0 - p.dropout_p);
+  d.seed = p.dropout_seed;
+  d.threshold = static_cast<uint64_t>(std::ceil(p.dropout_p * 0x1p32));  // exact: a power-of-two scaling
+  return d;
 }
 
 std::vector<float> alibi_slopes(int64_t heads) {

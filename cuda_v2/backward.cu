@@ -151,10 +151,10 @@ __device__ inline void accumulate_keys_by_dims(float (&acc)[kHeadDim / 8][4],
   }
 }
 
-// kModified: the problem has a score modification (soft-capping, ALiBi, a bias). A kernel of its own, since
-// its code costs the head-dim-128 kernel registers it does not have to spare (ptxas -v: 48 to 52 bytes
-// spilled with it, 0 to 16 without).
-template <typename Element, int kHeadDim, bool kModified>
+// kVariants: the problem has a score modification (soft-capping, ALiBi, a bias) or dropout. A kernel of its
+// own, since their code costs the head-dim-128 kernel registers it does not have to spare (ptxas -v: spills
+// with it, 0 to 16 bytes without; docs/04 section 4.8).
+template <typename Element, int kHeadDim, bool kVariants>
 __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackwardParams p) {
   using Tile = SwizzledTile<kHeadDim>;
   constexpr int kNTilesD = kHeadDim / 8;  // 8-wide n-tiles of a head_dim-wide product (dV, dK)
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
           derivative[nt][e] = 1.0f;
           // The forward's score modification (score_mod.cuh), the same operations on the same S; a key a -inf
           // bias hides takes no part, like a masked one.
-          if (kModified && row < f.seqlen_q && key < f.seqlen_k) {
+          if (kVariants && row < f.seqlen_q && key < f.seqlen_k) {
             st[nt][e] = modified_score(f, st[nt][e], b, head, row, key, rows_q, rows_k);
             derivative[nt][e] = score_derivative(f, st[nt][e], b, head, row, key, rows_q, rows_k);
             if (f.mod.hides(b, head, row, key)) visible[nt][e] = false;
@@ -250,21 +250,30 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
         }
 
       // dV_j += P^T dO_i (line 11): P^T straight from the accumulators; dO_i is [query][dim] = B row-major.
-      accumulate_keys_by_dims<Element, kHeadDim>(dv, st, sdO, lane);
+      // (With dropout, after dS below: dV takes P Z, dS needs P.)
+      if constexpr (!kVariants) accumulate_keys_by_dims<Element, kHeadDim>(dv, st, sdO, lane);
 
       // dP^T = V_j dO_i^T (line 12): as S^T, with V for K and dO for Q.
       float dpt[kNTilesM][4] = {};
       keys_by_queries<Element, kHeadDim>(dpt, sV, sdO, warp_key, lane);
 
       // dS^T = P^T (dP^T - D) scale (line 13), exactly 0 where hidden (so that a NaN in a hidden dP cannot
-      // come through as 0 * NaN). It replaces P^T in st.
+      // come through as 0 * NaN), times the modification's derivative. It replaces P^T in st. Dropout
+      // (common/ dropout.hpp): the mask Z recomputed, dP is Z dO V^T, and dV takes P Z, which replaces dP^T
+      // in dpt.
 #pragma unroll
       for (int nt = 0; nt < kNTilesM; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = nt * 8 + 2 * quad_lane + e % 2;
-          st[nt][e] = visible[nt][e] ? st[nt][e] * (dpt[nt][e] - sD[r]) * scale * derivative[nt][e] : 0.0f;
+          float keep = 1.0f;
+          if (kVariants && f.dropout.active())
+            keep = f.dropout.factor<float>(b, head, row0 + r, key0 + warp_key + group + 8 * (e / 2));
+          const float p_ij = st[nt][e];
+          st[nt][e] = visible[nt][e] ? p_ij * (dpt[nt][e] * keep - sD[r]) * scale * derivative[nt][e] : 0.0f;
+          if constexpr (kVariants) dpt[nt][e] = p_ij * keep;
         }
+      if constexpr (kVariants) accumulate_keys_by_dims<Element, kHeadDim>(dv, dpt, sdO, lane);
 
       // dK_j += dS^T Q_i (line 15): as dV, with dS for P and Q for dO.
       accumulate_keys_by_dims<Element, kHeadDim>(dk, st, sQ, lane);
@@ -395,7 +404,11 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
       derivative = score_derivative(f, s, b, head, row, key, rows_q, rows_k);
     }
     p_out = ptx::ex2_approx((__fmul_rn(s, f.softmax_scale) - lse) * kLog2e);
-    return p_out * (dp - d) * f.softmax_scale * derivative;
+    const float keep =
+        f.dropout.factor<float>(b, head, row, key);  // dropout's Z: dP is Z dO V^T, dV takes P Z
+    const float d_score = p_out * (dp * keep - d) * f.softmax_scale * derivative;
+    p_out *= keep;
+    return d_score;
   };
   for (int64_t job = blockIdx.x; job < jobs; job += gridDim.x) {
     if (job < dq_rows) {  // dQ_i = sum over the keys row i sees of dS_ij K_j
@@ -496,7 +509,7 @@ void launch(const SplitQBackwardParams& p, cudaStream_t stream) {
   const int kv_tiles = (f.seqlen_k + kBlockN - 1) / kBlockN;
   if (kv_tiles > 0) {
     const dim3 grid(kv_tiles, f.heads_kv, f.batch);
-    if (f.mod.active()) {
+    if (f.mod.active() || f.dropout.active()) {
       FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<Element, kHeadDim, true>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                smem_bytes<kHeadDim>()));

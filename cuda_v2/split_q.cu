@@ -106,7 +106,9 @@ __device__ inline float quad_sum(float x) {
   return x;
 }
 
-template <typename Element, int kHeadDim>
+// kVariants: the problem has a score modification or dropout (section 4.8 of docs/04); a kernel of its own,
+// so that their code takes no register from the plain one.
+template <typename Element, int kHeadDim, bool kVariants>
 __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_kernel(const SplitQParams p) {
   using Shape = SplitQShape<kHeadDim>;
   using Tile = SwizzledTile<kHeadDim>;
@@ -217,7 +219,7 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
     // Rows and keys past the tensors' ends are left alone: the mask hides them. Then the mask, only where the
     // tile is cut by one (the diagonal, a window edge, the ragged end, an explicit mask).
     const int key0 = tile * kBlockN;
-    const bool modified = p.mod.active(), cut = !block.tile_is_full<kBlockN>(key0);
+    const bool modified = kVariants && p.mod.active(), cut = !block.tile_is_full<kBlockN>(key0);
     if (modified || cut) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
@@ -272,6 +274,11 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
           const float weight = fast_exp2(s[mt][nt][2 * r + c] - max_used);
           s[mt][nt][2 * r + c] = weight;  // S becomes P in place
           row_sum[i] += weight;           // l sums P in fp32, before P is rounded for the mma
+          // Dropout (common/dropout.hpp) after the normalizer: l and the LSE are the undropped weights',
+          // O takes P Z.
+          if (kVariants && p.dropout.active())
+            s[mt][nt][2 * r + c] *=
+                p.dropout.factor<float>(b, head, rows[i], key0 + nt * 8 + 2 * quad_lane + c);
         }
     }
 
@@ -353,16 +360,22 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   }
 }
 
-template <typename Element, int kHeadDim>
-void launch(const SplitQParams& p, cudaStream_t stream) {
+template <typename Element, int kHeadDim, bool kVariants>
+void launch_kernel(const SplitQParams& p, cudaStream_t stream) {
   using Shape = SplitQShape<kHeadDim>;
-  const auto kernel = split_q_kernel<Element, kHeadDim>;
+  const auto kernel = split_q_kernel<Element, kHeadDim, kVariants>;
   // Above 48 KiB a kernel must opt in to dynamic shared memory (per device, so on every launch; it is cheap).
   FLASHLAB_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
   const dim3 grid((p.seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM, p.heads_q, p.batch);
-  cuda::launch_kernel<split_q_kernel<Element, kHeadDim>>(grid, dim3(Shape::kThreads), Shape::kSmemBytes,
-                                                         stream, p);
+  cuda::launch_kernel<split_q_kernel<Element, kHeadDim, kVariants>>(grid, dim3(Shape::kThreads),
+                                                                    Shape::kSmemBytes, stream, p);
+}
+
+template <typename Element, int kHeadDim>
+void launch(const SplitQParams& p, cudaStream_t stream) {
+  if (p.mod.active() || p.dropout.active()) return launch_kernel<Element, kHeadDim, true>(p, stream);
+  launch_kernel<Element, kHeadDim, false>(p, stream);
 }
 
 template <typename Element>
@@ -390,6 +403,7 @@ SplitQParams split_q_params(const Problem& problem, const DeviceTensors& tensors
   params.lse = tensors.lse;
   params.mask = tensors.mask;
   params.mod = score_mod_params(problem);
+  params.dropout = dropout_params(problem);
   params.mod.slopes = tensors.alibi_slopes;  // the device copies
   params.mod.bias = tensors.bias;
   const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);

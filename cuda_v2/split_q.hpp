@@ -14,6 +14,7 @@
 #include "common/cuda/exact_rows.hpp"
 #include "common/cuda/int_lengths.hpp"
 #include "common/cuda/target.hpp"
+#include "common/dropout.hpp"
 #include "common/problem.hpp"
 #include "common/registry.hpp"
 #include "common/score_mod.hpp"
@@ -70,6 +71,7 @@ struct SplitQParams {
   // Soft-capping, ALiBi and an additive bias (common/score_mod.hpp), device pointers; the tensor-core kernel
   // and its backward apply them, split_q_simt refuses them.
   ScoreModParams mod;
+  DropoutParams dropout;  // dropout on P (common/dropout.hpp), the same; no pointers
 
   // Fills the strides for densely packed BSHD tensors of the sizes above.
   void set_dense_strides();

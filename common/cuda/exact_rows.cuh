@@ -65,7 +65,8 @@ __global__ void __launch_bounds__(32 * kWarps) exact_rows_kernel(const ExactRows
       if (seen) {
         float s = 0.0f;
         for (int c = 0; c < p.head_dim; ++c) s += to_float(k[j * p.k_row_stride + c]) * q_rows[warp][c];
-        weight = expf(p.mod.apply(s * p.softmax_scale, b, head, i, j, rows_q, rows_k) - lse);
+        weight = expf(p.mod.apply(s * p.softmax_scale, b, head, i, j, rows_q, rows_k) - lse) *
+                 p.dropout.factor<float>(b, head, i, j);
       }
       for (int e = 0; e < 32 && j0 + e < keys.end; ++e) {
         const float w = __shfl_sync(0xffffffffu, weight, e);

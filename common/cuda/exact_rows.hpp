@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "common/dropout.hpp"
 #include "common/problem.hpp"
 #include "common/score_mod.hpp"
 
@@ -30,7 +31,8 @@ struct ExactRowsParams {
   const int* seqlens_q = nullptr;
   const int* seqlens_k = nullptr;
   const uint8_t* mask = nullptr;
-  ScoreModParams mod;  // soft-capping, ALiBi, a bias (device pointers), when the forward applies them
+  ScoreModParams mod;     // soft-capping, ALiBi, a bias (device pointers), when the forward applies them
+  DropoutParams dropout;  // and dropout
 };
 
 // A forward's parameters (cuda_v2's SplitQParams, cuda_v3_hopper's HopperParams: the same field names) as the
@@ -67,8 +69,9 @@ ExactRowsParams exact_rows_params(const Params& p) {
   e.window_right = p.window_right;
   e.seqlens_q = p.seqlens_q;
   e.seqlens_k = p.seqlens_k;
-  if constexpr (requires { p.mask; }) e.mask = p.mask;  // cuda_v3_hopper/ws takes no explicit mask
-  if constexpr (requires { p.mod; }) e.mod = p.mod;     // nor score modifications
+  if constexpr (requires { p.mask; }) e.mask = p.mask;           // cuda_v3_hopper/ws takes no explicit mask
+  if constexpr (requires { p.mod; }) e.mod = p.mod;              // nor score modifications
+  if constexpr (requires { p.dropout; }) e.dropout = p.dropout;  // nor dropout
   return e;
 }
 
