@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
           derivative[nt][e] = 1.0f;
           // The forward's score modification (score_mod.cuh), the same operations on the same S; a key a -inf
           // bias hides takes no part, like a masked one.
-          if (kVariants && row < f.seqlen_q && key < f.seqlen_k) {
+          if (kVariants && f.mod.active() && row < f.seqlen_q && key < f.seqlen_k) {
             st[nt][e] = modified_score(f, st[nt][e], b, head, row, key, rows_q, rows_k);
             derivative[nt][e] = score_derivative(f, st[nt][e], b, head, row, key, rows_q, rows_k);
             if (f.mod.hides(b, head, row, key)) visible[nt][e] = false;
@@ -500,6 +500,15 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
   }
 }
 
+template <typename Element, int kHeadDim, bool kVariants>
+void launch_backward_kernel(dim3 grid, const SplitQBackwardParams& p, cudaStream_t stream) {
+  const auto kernel = backward_kernel<Element, kHeadDim, kVariants>;
+  FLASHLAB_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<kHeadDim>()));
+  cuda::launch_kernel<backward_kernel<Element, kHeadDim, kVariants>>(grid, dim3(kThreads),
+                                                                     smem_bytes<kHeadDim>(), stream, p);
+}
+
 template <typename Element, int kHeadDim>
 void launch(const SplitQBackwardParams& p, cudaStream_t stream) {
   const SplitQParams& f = p.forward;
@@ -509,19 +518,10 @@ void launch(const SplitQBackwardParams& p, cudaStream_t stream) {
   const int kv_tiles = (f.seqlen_k + kBlockN - 1) / kBlockN;
   if (kv_tiles > 0) {
     const dim3 grid(kv_tiles, f.heads_kv, f.batch);
-    if (f.mod.active() || f.dropout.active()) {
-      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<Element, kHeadDim, true>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               smem_bytes<kHeadDim>()));
-      cuda::launch_kernel<backward_kernel<Element, kHeadDim, true>>(grid, dim3(kThreads),
-                                                                    smem_bytes<kHeadDim>(), stream, p);
-    } else {
-      FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<Element, kHeadDim, false>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               smem_bytes<kHeadDim>()));
-      cuda::launch_kernel<backward_kernel<Element, kHeadDim, false>>(grid, dim3(kThreads),
-                                                                     smem_bytes<kHeadDim>(), stream, p);
-    }
+    if (f.has_variants())
+      launch_backward_kernel<Element, kHeadDim, true>(grid, p, stream);
+    else
+      launch_backward_kernel<Element, kHeadDim, false>(grid, p, stream);
   }
   cuda::launch_kernel<dq_kernel<Element>>(rows_grid, dim3(kThreads), 0, stream, p);
   cuda::launch_kernel<exact_kernel<Element, kHeadDim>>(dim3(kExactBlocks), dim3(kThreads), 0, stream, p);

@@ -374,7 +374,7 @@ void launch_kernel(const SplitQParams& p, cudaStream_t stream) {
 
 template <typename Element, int kHeadDim>
 void launch(const SplitQParams& p, cudaStream_t stream) {
-  if (p.mod.active() || p.dropout.active()) return launch_kernel<Element, kHeadDim, true>(p, stream);
+  if (p.has_variants()) return launch_kernel<Element, kHeadDim, true>(p, stream);
   launch_kernel<Element, kHeadDim, false>(p, stream);
 }
 
@@ -416,8 +416,8 @@ void split_q_forward(const SplitQParams& params, cudaStream_t stream) {
   check_split_q(params);
   if (params.dtype == DType::f16) {
     dispatch_head_dim<__half>(params, stream);
-    cuda::exact_rows<__half>(cuda::exact_rows_params(params),
-                             stream);  // NaN and Inf as the reference (docs/08)
+    // NaN and Inf as the reference (docs/08, "NaN and Inf")
+    cuda::exact_rows<__half>(cuda::exact_rows_params(params), stream);
   } else {
     dispatch_head_dim<__nv_bfloat16>(params, stream);
     cuda::exact_rows<__nv_bfloat16>(cuda::exact_rows_params(params), stream);

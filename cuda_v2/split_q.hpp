@@ -75,6 +75,8 @@ struct SplitQParams {
 
   // Fills the strides for densely packed BSHD tensors of the sizes above.
   void set_dense_strides();
+  // Whether the kernels with the variants run it (a score modification or dropout; docs/04 section 4.8).
+  bool has_variants() const { return mod.active() || dropout.active(); }
 };
 
 // Throws flashlab::Error naming the field when a launch cannot run these parameters (dtype, head_dim,
