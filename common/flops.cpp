@@ -43,7 +43,7 @@ double q_block_outer_bytes(const Problem& p, int64_t block_m, int64_t block_n, d
         if (!range.empty()) begin = std::min(begin, range.begin), end = std::max(end, range.end);
       }
       if (begin < end || loads == TileLoads::cp_async)
-        q_rows += static_cast<double>(std::min(block_m, p.seqlen_q - i0));
+        q_rows += static_cast<double>(std::max<int64_t>(0, std::min(block_m, p.stored_rows_q(b) - i0)));
       for (int64_t tile = begin / block_n; begin < end && tile < (end + block_n - 1) / block_n; ++tile)
         keys +=
             static_cast<double>(std::max<int64_t>(0, std::min((tile + 1) * block_n, limit) - tile * block_n));

@@ -86,7 +86,7 @@ AttentionInputs random_inputs(const Problem& p, Distribution distribution, uint6
 
 HostTensor random_d_out(const Problem& p, uint64_t seed) {
   p.validate();
-  HostTensor d_out({p.batch, p.seqlen_q, p.heads_q, p.head_dim});
+  HostTensor d_out(p.q_shape());
   Random random(seed);
   fill(d_out, Distribution::normal, random, p.dtype);
   return d_out;

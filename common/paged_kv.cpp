@@ -39,7 +39,7 @@ PagedKV make_paged_kv(const Problem& p, const HostTensor& k, const HostTensor& v
     table.assign(physical.begin() + next, physical.begin() + next + pages_of[b]);
     next += pages_of[b];
     for (int64_t j = 0; j < p.rows_k(b); ++j) {
-      const int64_t from = bshd_offset(b, j, 0, p.seqlen_k, p.heads_kv, p.head_dim);
+      const int64_t from = p.kv_offset(b, j, 0);
       const int64_t to = paged.token_offset(b, j);
       std::copy_n(k.ptr() + from, paged.token_elements, paged.k_pages.data() + to);
       std::copy_n(v.ptr() + from, paged.token_elements, paged.v_pages.data() + to);

@@ -58,6 +58,31 @@ void Problem::validate() const {
   };
   check_lengths("seqlens_q", seqlens_q, seqlen_q, "seqlen_q");
   check_lengths("seqlens_k", seqlens_k, seqlen_k, "seqlen_k");
+  auto check_cumulative = [&](const char* field, const std::vector<int64_t>& cu, int64_t max,
+                              const char* bound, const std::vector<int64_t>& seqlens,
+                              const char* seqlens_field) {
+    if (cu.empty()) return;
+    if (!seqlens.empty())
+      fail(field, " and ", seqlens_field, " exclude each other: packed sequences have no padding");
+    if (static_cast<int64_t>(cu.size()) != batch + 1)
+      fail(field, " has ", cu.size(), " entries but must have batch + 1 = ", batch + 1);
+    if (cu[0] != 0) fail(field, "[0] (", cu[0], ") must be 0");
+    for (size_t b = 1; b < cu.size(); ++b) {
+      if (cu[b] < cu[b - 1])
+        fail(field, " must not decrease: ", field, "[", b, "] (", cu[b], ") < ", field, "[", b - 1, "] (",
+             cu[b - 1], ")");
+      if (cu[b] - cu[b - 1] > max)
+        fail(field, ": sequence ", b - 1, " has ", cu[b] - cu[b - 1], " tokens, more than ", bound, " (", max,
+             ")");
+    }
+  };
+  if (cu_seqlens_q.empty() != cu_seqlens_k.empty())
+    fail(cu_seqlens_q.empty() ? "cu_seqlens_q" : "cu_seqlens_k", " is missing: packed batches need both ",
+         "cu_seqlens_q and cu_seqlens_k");
+  check_cumulative("cu_seqlens_q", cu_seqlens_q, seqlen_q, "seqlen_q", seqlens_q, "seqlens_q");
+  check_cumulative("cu_seqlens_k", cu_seqlens_k, seqlen_k, "seqlen_k", seqlens_k, "seqlens_k");
+  if (packed() && page_size > 0)
+    fail("page_size (", page_size, ") does not combine with packed batches (cu_seqlens_q/k)");
   if (mask && static_cast<int64_t>(mask->size()) != seqlen_q * seqlen_k)
     fail("mask has ", mask->size(), " entries but must be [seqlen_q, seqlen_k] = [", seqlen_q, ", ", seqlen_k,
          "]");
@@ -84,6 +109,21 @@ void Problem::validate() const {
     if (!std::isfinite(alibi_slopes[h])) fail("alibi_slopes[", h, "] (", alibi_slopes[h], ") must be finite");
 }
 
+std::vector<int64_t> Problem::q_shape() const {
+  if (packed()) return {tokens_q(), heads_q, head_dim};
+  return {batch, seqlen_q, heads_q, head_dim};
+}
+
+std::vector<int64_t> Problem::kv_shape() const {
+  if (packed()) return {tokens_k(), heads_kv, head_dim};
+  return {batch, seqlen_k, heads_kv, head_dim};
+}
+
+std::vector<int64_t> Problem::lse_shape() const {
+  if (packed()) return {heads_q, tokens_q()};
+  return {batch, heads_q, seqlen_q};
+}
+
 double Problem::softmax_scale() const {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
@@ -96,6 +136,7 @@ std::string Problem::describe() const {
   if (window_left >= 0 || window_right >= 0) out << " window=(" << window_left << "," << window_right << ")";
   if (!seqlens_q.empty()) out << " ragged-q";
   if (!seqlens_k.empty()) out << " ragged-k";
+  if (packed()) out << " packed=" << tokens_q() << "/" << tokens_k();
   if (mask) out << " mask";
   if (page_size > 0) out << " page=" << page_size;
   if (softcap > 0.0) out << " softcap=" << softcap;

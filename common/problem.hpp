@@ -3,6 +3,12 @@
 //
 // Layout (SPEC): row-major BSHD. Q and O are [batch, seqlen_q, heads_q, head_dim], K and V are
 // [batch, seqlen_k, heads_kv, head_dim], LSE is [batch, heads_q, seqlen_q] (natural log).
+//
+// Packed variable-length batches (FlashAttention's varlen form, cu_seqlens_q/k set): the sequences lie one
+// after another with no padding, Q and O [total_q, heads_q, head_dim], K and V [total_k, heads_kv, head_dim],
+// LSE [heads_q, total_q]; sequence b holds tokens [cu_seqlens[b], cu_seqlens[b + 1]). seqlen_q and seqlen_k
+// are then the longest sequences (the extent of an explicit mask or bias). Code reaches elements through
+// q_offset, kv_offset and lse_offset and visits rows [0, stored_rows_q(b)), which covers both layouts.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +40,10 @@ struct Problem {
   int64_t window_right = -1;
   std::vector<int64_t> seqlens_q;  // per-batch valid lengths (padding); empty = all seqlen_q
   std::vector<int64_t> seqlens_k;  // empty = all seqlen_k
+  // Packed variable-length batches: cumulative lengths [batch + 1], from 0 to the token count (empty = the
+  // padded layout). Given together, and never with seqlens_q/k.
+  std::vector<int64_t> cu_seqlens_q;
+  std::vector<int64_t> cu_seqlens_k;
   // Explicit boolean mask [seqlen_q, seqlen_k], 1 = visible, shared by every batch element and head.
   std::shared_ptr<const std::vector<uint8_t>> mask;
   int64_t page_size = 0;  // > 0: K/V are stored in pages of this many tokens (decoding stages)
@@ -58,12 +68,43 @@ struct Problem {
   double softmax_scale() const;
   int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head (GQA)
   int64_t kv_head(int64_t head_q) const { return head_q / group_size(); }
-  int64_t rows_q(int64_t b) const { return seqlens_q.empty() ? seqlen_q : seqlens_q[b]; }
-  int64_t rows_k(int64_t b) const { return seqlens_k.empty() ? seqlen_k : seqlens_k[b]; }
+  bool packed() const { return !cu_seqlens_q.empty(); }
+  // Batch element b's real lengths (its query rows and keys).
+  int64_t rows_q(int64_t b) const {
+    if (packed()) return cu_seqlens_q[b + 1] - cu_seqlens_q[b];
+    return seqlens_q.empty() ? seqlen_q : seqlens_q[b];
+  }
+  int64_t rows_k(int64_t b) const {
+    if (packed()) return cu_seqlens_k[b + 1] - cu_seqlens_k[b];
+    return seqlens_k.empty() ? seqlen_k : seqlens_k[b];
+  }
+  // The rows of batch element b that Q/O (K/V) hold: every seqlen_q (seqlen_k) in the padded layout, the real
+  // ones packed. Stages write O and LSE for exactly these rows and read no key past them.
+  int64_t stored_rows_q(int64_t b) const { return packed() ? rows_q(b) : seqlen_q; }
+  int64_t stored_rows_k(int64_t b) const { return packed() ? rows_k(b) : seqlen_k; }
 
-  int64_t q_elements() const { return batch * seqlen_q * heads_q * head_dim; }
-  int64_t kv_elements() const { return batch * seqlen_k * heads_kv * head_dim; }
-  int64_t lse_elements() const { return batch * heads_q * seqlen_q; }
+  // Tokens in Q and O (K and V): batch * seqlen, or the packed total.
+  int64_t tokens_q() const { return packed() ? cu_seqlens_q.back() : batch * seqlen_q; }
+  int64_t tokens_k() const { return packed() ? cu_seqlens_k.back() : batch * seqlen_k; }
+  // The token of row i (key j) of batch element b: the first index of Q/O (K/V) in either layout.
+  int64_t q_token(int64_t b, int64_t i) const { return (packed() ? cu_seqlens_q[b] : b * seqlen_q) + i; }
+  int64_t k_token(int64_t b, int64_t j) const { return (packed() ? cu_seqlens_k[b] : b * seqlen_k) + j; }
+  // Offsets of element (b, i, h, 0) of Q/O, (b, j, hk, 0) of K/V, and of LSE (b, h, i).
+  int64_t q_offset(int64_t b, int64_t i, int64_t h) const { return (q_token(b, i) * heads_q + h) * head_dim; }
+  int64_t kv_offset(int64_t b, int64_t j, int64_t hk) const {
+    return (k_token(b, j) * heads_kv + hk) * head_dim;
+  }
+  int64_t lse_offset(int64_t b, int64_t h, int64_t i) const {
+    return packed() ? h * tokens_q() + q_token(b, i) : (b * heads_q + h) * seqlen_q + i;
+  }
+
+  int64_t q_elements() const { return tokens_q() * heads_q * head_dim; }
+  int64_t kv_elements() const { return tokens_k() * heads_kv * head_dim; }
+  int64_t lse_elements() const { return heads_q * tokens_q(); }
+  // The tensors' shapes in this problem's layout.
+  std::vector<int64_t> q_shape() const;
+  std::vector<int64_t> kv_shape() const;
+  std::vector<int64_t> lse_shape() const;
 
   // One line, e.g. "b=1 h=8/8 sq=1024 sk=1024 d=64 causal f32".
   std::string describe() const;

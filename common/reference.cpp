@@ -54,12 +54,12 @@ ReferenceResult reference_attention(const Problem& p, const AttentionInputs& in,
       const int64_t hk = p.kv_head(h);
       std::vector<double> scores(static_cast<size_t>(p.seqlen_k));
       std::vector<uint8_t> seen(static_cast<size_t>(p.seqlen_k));
-      for (int64_t i = 0; i < p.seqlen_q; i += row_step) {
+      for (int64_t i = 0; i < p.stored_rows_q(b); i += row_step) {
         const auto [row_max, any] =
             reference_score_row(p, in, visibility, b, i, h, scores.data(), seen.data());
         if (!any) continue;  // fully masked: O = 0, LSE = -inf (already set)
         double row_sum = 0.0;
-        double* out = &result.o[bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d)];
+        double* out = &result.o[p.q_offset(b, i, h)];
         for (int64_t j = 0; j < p.seqlen_k; ++j) {
           if (!seen[j]) continue;
           const double weight = std::exp(scores[j] - row_max);
@@ -71,7 +71,7 @@ ReferenceResult reference_attention(const Problem& p, const AttentionInputs& in,
           for (int64_t c = 0; c < d; ++c) out[c] += kept * static_cast<double>(v[c]);
         }
         for (int64_t c = 0; c < d; ++c) out[c] /= row_sum;
-        result.lse[(b * p.heads_q + h) * p.seqlen_q + i] = row_max + std::log(row_sum);
+        result.lse[p.lse_offset(b, h, i)] = row_max + std::log(row_sum);
       }
     }
   }

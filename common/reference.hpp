@@ -10,8 +10,8 @@
 namespace flashlab {
 
 struct ReferenceResult {
-  std::vector<double> o;    // [batch, seqlen_q, heads_q, head_dim]
-  std::vector<double> lse;  // [batch, heads_q, seqlen_q]; -inf for a fully masked row
+  std::vector<double> o;    // Problem::q_shape(): [batch, seqlen_q, heads_q, head_dim] or packed
+  std::vector<double> lse;  // Problem::lse_shape(); -inf for a fully masked row
 };
 
 // Standard attention in double precision, from the float inputs as given: S = scale * Q K^T over visible

@@ -31,9 +31,9 @@ ReferenceGradients reference_backward(const Problem& p, const AttentionInputs& i
       std::vector<uint8_t> seen(static_cast<size_t>(p.seqlen_k));
       std::vector<double> o(static_cast<size_t>(d));
       for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h) {
-        for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        for (int64_t i = 0; i < p.stored_rows_q(b); ++i) {
           const float* q = in.q_row(p, b, i, h);
-          const float* dout = d_out.ptr() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
+          const float* dout = d_out.ptr() + p.q_offset(b, i, h);
           // Forward, in fp64: S over the visible keys, its max, the normalizer.
           const auto [row_max, any] =
               reference_score_row(p, in, visibility, b, i, h, scores.data(), seen.data());
@@ -51,7 +51,7 @@ ReferenceGradients reference_backward(const Problem& p, const AttentionInputs& i
           }
           double D = 0.0;  // D_i = dO_i . O_i
           for (int64_t c = 0; c < d; ++c) D += static_cast<double>(dout[c]) * o[c];
-          double* dq = &grad.dq[bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d)];
+          double* dq = &grad.dq[p.q_offset(b, i, h)];
           for (int64_t j = 0; j < p.seqlen_k; ++j) {
             if (!seen[j]) continue;  // a hidden key takes no part (a NaN in its K or V must not leak in)
             const float* k = in.k_row(p, b, j, hk);
@@ -63,7 +63,7 @@ ReferenceGradients reference_backward(const Problem& p, const AttentionInputs& i
             // dS with respect to the scaled score s: the softmax's P (dP - D), times the modification's
             // derivative (1 - tanh^2 under soft-capping; ALiBi adds a constant)
             const double dS = weights[j] * (dP - D) * mod.derivative(scores[j], b, h, i, j);
-            const int64_t kv = bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
+            const int64_t kv = p.kv_offset(b, j, hk);
             for (int64_t c = 0; c < d; ++c) {
               grad.dv[kv + c] += weights[j] * z * static_cast<double>(dout[c]);
               grad.dk[kv + c] += scale * dS * static_cast<double>(q[c]);

@@ -61,6 +61,8 @@ std::string why_cannot_run(const Implementation& impl, const Problem& problem) {
   if (std::string reason = score_mod_refusal(problem, impl.score_mods, impl.name); !reason.empty())
     return reason;
   if (std::string reason = dropout_refusal(problem, impl.dropout, impl.name); !reason.empty()) return reason;
+  if (problem.packed() && !impl.packed)
+    return "cu_seqlens_q/k (packed variable-length batches) are not supported by " + impl.name;
   if (impl.supports) return impl.supports(problem);
   return "";
 }
@@ -89,7 +91,8 @@ AttentionGradients run_backward(const Implementation& impl, const Problem& probl
   const std::string reason = why_cannot_run_backward(impl, problem);
   if (!reason.empty()) fail(impl.name, " cannot run this problem backward: ", reason);
   if (d_out.size() != problem.q_elements())
-    fail("dO must have the shape of O [batch, seqlen_q, heads_q, head_dim]");
+    fail("dO must have the shape of O ",
+         problem.packed() ? "[total_q, heads_q, head_dim]" : "[batch, seqlen_q, heads_q, head_dim]");
   AttentionGradients gradients = AttentionGradients::poisoned(problem);
   impl.backward(problem, inputs, forward, d_out, gradients);
   return gradients;

@@ -23,8 +23,9 @@ std::string_view to_string(Device device);
 
 // A problem's tensors in GPU memory, for the device entry of GPU implementations (Implementation::
 // forward_device). Q, K, V and O hold elements of the problem's dtype (float for f32, __half for f16,
-// __nv_bfloat16 for bf16) in BSHD layout; LSE is float32 [batch, heads_q, seqlen_q]. The mask and the
-// per-batch lengths are the problem's own, copied to the device; nullptr when the problem has none.
+// __nv_bfloat16 for bf16) in the problem's layout (BSHD or packed); LSE is float32 Problem::lse_shape(). The
+// mask, the per-batch lengths and the cumulative lengths are the problem's own, copied to the device; nullptr
+// when the problem has none.
 // common/cuda/device_problem.hpp builds one from host inputs.
 struct DeviceTensors {
   const void* q = nullptr;
@@ -32,9 +33,11 @@ struct DeviceTensors {
   const void* v = nullptr;
   void* o = nullptr;
   float* lse = nullptr;
-  const uint8_t* mask = nullptr;       // [seqlen_q, seqlen_k]
-  const int64_t* seqlens_q = nullptr;  // [batch]
-  const int64_t* seqlens_k = nullptr;  // [batch]
+  const uint8_t* mask = nullptr;          // [seqlen_q, seqlen_k]
+  const int64_t* seqlens_q = nullptr;     // [batch]
+  const int64_t* seqlens_k = nullptr;     // [batch]
+  const int64_t* cu_seqlens_q = nullptr;  // [batch + 1], packed problems only
+  const int64_t* cu_seqlens_k = nullptr;
   // The score modification's tensors (common/score_mod.hpp), float, or nullptr: ALiBi's slopes [heads_q],
   // the bias [bias_batch, bias_heads, seqlen_q, seqlen_k].
   const float* alibi_slopes = nullptr;
@@ -73,6 +76,9 @@ struct Implementation {
   bool score_mods = false;
   // True when its passes apply dropout (common/dropout.hpp); refused by name otherwise.
   bool dropout = false;
+  // True when it takes packed variable-length batches (Problem::cu_seqlens_q/k): it reaches elements through
+  // the problem's offsets and visits only the stored rows. Refused by name otherwise.
+  bool packed = false;
 
   // "" when the implementation can run on this machine, else why not (no GPU, built without CUDA, ...).
   std::function<std::string()> availability;

@@ -38,6 +38,7 @@ void repair_special_rows(const Problem& p, const AttentionInputs& in, AttentionO
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads_q; ++h)
       for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        if (i >= p.stored_rows_q(b)) continue;  // packed: the sequence ends here
         float* const o = out.o_row(p, b, i, h);
         if (!special(o, d)) continue;
         const float* q = in.q_row(p, b, i, h);
@@ -58,19 +59,17 @@ void repair_special_rows(const Problem& p, const AttentionInputs& in, AttentionO
 void repair_special_gradients(const Problem& p, const AttentionInputs& in, const AttentionOutputs& fwd,
                               const HostTensor& d_out, const std::vector<double>& D,
                               AttentionGradients& grad) {
-  const int64_t d = p.head_dim, sq = p.seqlen_q, sk = p.seqlen_k, group = p.group_size();
+  const int64_t d = p.head_dim, group = p.group_size();
   const double scale = p.softmax_scale();
   const Visibility visibility(p);
   const ScoreMod mod(p);
   const Dropout dropout(p);
-  const auto row_index = [&p](int64_t b, int64_t h, int64_t i) {
-    return (b * p.heads_q + h) * p.seqlen_q + i;
-  };
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
-      const auto kv_offset = [&](int64_t j) { return bshd_offset(b, j, hk, sk, p.heads_kv, d); };
-      const auto q_offset = [&](int64_t h, int64_t i) { return bshd_offset(b, i, h, sq, p.heads_q, d); };
+      const int64_t sq = p.stored_rows_q(b), sk = p.stored_rows_k(b);
+      const auto kv_offset = [&](int64_t j) { return p.kv_offset(b, j, hk); };
+      const auto q_offset = [&](int64_t h, int64_t i) { return p.q_offset(b, i, h); };
       std::vector<uint8_t> key_rows(static_cast<size_t>(sk)), query_rows(static_cast<size_t>(group * sq));
       bool any = false;
       for (int64_t j = 0; j < sk; ++j)
@@ -85,7 +84,7 @@ void repair_special_gradients(const Problem& p, const AttentionInputs& in, const
         const int64_t h = hk * group + g;
         for (int64_t i = 0; i < sq; ++i) {
           const float *q = in.q.ptr() + q_offset(h, i), *dout = d_out.ptr() + q_offset(h, i);
-          const double lse = fwd.lse.data[row_index(b, h, i)], row_dot = D[row_index(b, h, i)];
+          const double lse = fwd.lse_at(p, b, h, i), row_dot = D[p.lse_offset(b, h, i)];
           std::fill(dq.begin(), dq.end(), 0.0);
           for (int64_t j = 0; j < sk; ++j) {
             if (!query_rows[g * sq + i] && !key_rows[j]) continue;

@@ -22,7 +22,7 @@ namespace flashlab {
 void repair_special_rows(const Problem& p, const AttentionInputs& in, AttentionOutputs& out);
 
 // dQ, dK and dV after a backward from the forward outputs `fwd`, the upstream gradient `d_out` and
-// D_i = dO_i . O_i laid out like the LSE ([batch, heads_q, seqlen_q]).
+// D_i = dO_i . O_i laid out like the LSE (Problem::lse_offset).
 void repair_special_gradients(const Problem& p, const AttentionInputs& in, const AttentionOutputs& fwd,
                               const HostTensor& d_out, const std::vector<double>& D,
                               AttentionGradients& grad);

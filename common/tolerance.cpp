@@ -66,9 +66,9 @@ Deviation deviation(const Problem& p, const AttentionOutputs& out, const Referen
   const double limit_o = tolerance ? tolerance->o : kInf, limit_lse = tolerance ? tolerance->lse : kInf;
   const int64_t d = p.head_dim;
   for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t i = 0; i < p.seqlen_q; ++i)
+    for (int64_t i = 0; i < p.stored_rows_q(b); ++i)
       for (int64_t h = 0; h < p.heads_q; ++h) {
-        const int64_t base = bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
+        const int64_t base = p.q_offset(b, i, h);
         for (int64_t c = 0; c < d; ++c) {
           const double x = out.o.data[base + c], r = ref.o[base + c];
           visit(element_error(x, r), limit_o, result.max_err_o, result.worst_o, result.first_o, [&] {
@@ -81,8 +81,8 @@ Deviation deviation(const Problem& p, const AttentionOutputs& out, const Referen
       }
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads_q; ++h)
-      for (int64_t i = 0; i < p.seqlen_q; ++i) {
-        const int64_t index = (b * p.heads_q + h) * p.seqlen_q + i;
+      for (int64_t i = 0; i < p.stored_rows_q(b); ++i) {
+        const int64_t index = p.lse_offset(b, h, i);
         const double x = out.lse.data[index], r = ref.lse[index];
         visit(element_error(x, r), limit_lse, result.max_err_lse, result.worst_lse, result.first_lse, [&] {
           return describe_element(
@@ -168,7 +168,7 @@ AttentionOutputs baseline_attention(const Problem& p, const AttentionInputs& giv
       const int64_t hk = p.kv_head(h);
       std::vector<float> s(static_cast<size_t>(p.seqlen_k));
       std::vector<float> acc(static_cast<size_t>(d));
-      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+      for (int64_t i = 0; i < p.stored_rows_q(b); ++i) {
         const float row_max = baseline_score_row(p, in, visibility, b, i, h, rounded, s.data());
         float* o = out.o_row(p, b, i, h);
         if (row_max == -INFINITY) {  // fully masked row
@@ -219,16 +219,17 @@ std::string Verdict::explain() const {
 
 namespace {
 
-// max_err over one BSHD tensor [batch, seqlen, heads, head_dim]; `row` names the sequence index (i or j).
+// max_err over one gradient: Q's layout, or with `keys` K's and V's; `row` names the sequence index (i or j).
 // `first` receives the first element (memory order) whose error exceeds `limit`.
 double tensor_deviation(const char* tensor, const char* row, const std::vector<float>& x,
-                        const std::vector<double>& ref, int64_t batch, int64_t seqlen, int64_t heads,
-                        int64_t head_dim, double limit, std::string& worst, std::string& first) {
+                        const std::vector<double>& ref, const Problem& p, bool keys, double limit,
+                        std::string& worst, std::string& first) {
   double max_err = 0.0;
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t s = 0; s < seqlen; ++s)
+  const int64_t heads = keys ? p.heads_kv : p.heads_q, head_dim = p.head_dim;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t s = 0; s < (keys ? p.stored_rows_k(b) : p.stored_rows_q(b)); ++s)
       for (int64_t h = 0; h < heads; ++h) {
-        const int64_t base = bshd_offset(b, s, h, seqlen, heads, head_dim);
+        const int64_t base = keys ? p.kv_offset(b, s, h) : p.q_offset(b, s, h);
         for (int64_t c = 0; c < head_dim; ++c) {
           const double err = element_error(x[base + c], ref[base + c]);
           auto describe = [&] {
@@ -252,15 +253,12 @@ double tensor_deviation(const char* tensor, const char* row, const std::vector<f
 GradientDeviation gradient_deviation(const Problem& p, const AttentionGradients& grad,
                                      const ReferenceGradients& ref, const GradientTolerance* tolerance) {
   GradientDeviation result;
-  result.max_err_dq =
-      tensor_deviation("dQ", "i", grad.dq.data, ref.dq, p.batch, p.seqlen_q, p.heads_q, p.head_dim,
-                       tolerance ? tolerance->dq : kInf, result.worst_dq, result.first_dq);
-  result.max_err_dk =
-      tensor_deviation("dK", "j", grad.dk.data, ref.dk, p.batch, p.seqlen_k, p.heads_kv, p.head_dim,
-                       tolerance ? tolerance->dk : kInf, result.worst_dk, result.first_dk);
-  result.max_err_dv =
-      tensor_deviation("dV", "j", grad.dv.data, ref.dv, p.batch, p.seqlen_k, p.heads_kv, p.head_dim,
-                       tolerance ? tolerance->dv : kInf, result.worst_dv, result.first_dv);
+  result.max_err_dq = tensor_deviation("dQ", "i", grad.dq.data, ref.dq, p, false,
+                                       tolerance ? tolerance->dq : kInf, result.worst_dq, result.first_dq);
+  result.max_err_dk = tensor_deviation("dK", "j", grad.dk.data, ref.dk, p, true,
+                                       tolerance ? tolerance->dk : kInf, result.worst_dk, result.first_dk);
+  result.max_err_dv = tensor_deviation("dV", "j", grad.dv.data, ref.dv, p, true,
+                                       tolerance ? tolerance->dv : kInf, result.worst_dv, result.first_dv);
   return result;
 }
 
@@ -291,10 +289,10 @@ AttentionGradients baseline_backward(const Problem& p, const AttentionInputs& in
     for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
       std::vector<float> s(static_cast<size_t>(p.seqlen_k)), own_o(static_cast<size_t>(d));
       for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h)
-        for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        for (int64_t i = 0; i < p.stored_rows_q(b); ++i) {
           const float* q = in.q_row(p, b, i, h);
-          const float* dout = d_out.ptr() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
-          float* dq = grad.dq.ptr() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
+          const float* dout = d_out.ptr() + p.q_offset(b, i, h);
+          float* dq = grad.dq.ptr() + p.q_offset(b, i, h);
           std::fill(dq, dq + d, 0.0f);
           const float row_max = baseline_score_row(p, in, visibility, b, i, h, rounded, s.data());
           if (row_max == -INFINITY) continue;  // fully masked row: dQ = 0, nothing added to dK or dV
@@ -331,8 +329,8 @@ AttentionGradients baseline_backward(const Problem& p, const AttentionInputs& in
               dS = rounded(dS);
               p_used = rounded(weight) * z;
             }
-            float* dk = grad.dk.ptr() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
-            float* dv = grad.dv.ptr() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
+            float* dk = grad.dk.ptr() + p.kv_offset(b, j, hk);
+            float* dv = grad.dv.ptr() + p.kv_offset(b, j, hk);
             for (int64_t c = 0; c < d; ++c) {
               dv[c] += p_used * rounded(dout[c]);
               dk[c] += dS * rounded(q[c]);

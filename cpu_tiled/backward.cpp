@@ -78,7 +78,7 @@ struct Shapes {
   const Problem& p;
   int64_t q_stride() const { return p.heads_q * p.head_dim; }  // between rows of one head in Q, O, dO, dQ
   int64_t kv_stride() const { return p.heads_kv * p.head_dim; }
-  int64_t row_index(int64_t b, int64_t h, int64_t i) const { return (b * p.heads_q + h) * p.seqlen_q + i; }
+  int64_t row_index(int64_t b, int64_t h, int64_t i) const { return p.lse_offset(b, h, i); }
 };
 
 // S = scale Q_i K_j^T for one tile. The forward and the backward both call this on the same tile grid, so the
@@ -95,7 +95,7 @@ void score_tile(const ConstView& Q, const ConstView& K, float scale, const Score
     for (int64_t c = 0; c < S.cols(); ++c) S(r, c) = mod.apply(S(r, c), b, h, i0 + r, j0 + c);
 }
 
-// D_i = dO_i . O_i = rowsum(dO * O) (FA2 Alg. 2 line 4), laid out like LSE [batch, heads_q, seqlen_q], in
+// D_i = dO_i . O_i = rowsum(dO * O) (FA2 Alg. 2 line 4), laid out like the LSE (Problem::lse_offset), in
 // double like dP (see probabilities_and_score_gradients).
 std::vector<double> row_dot_pre_pass(const Problem& p, const AttentionOutputs& fwd, const HostTensor& d_out) {
   std::vector<double> D(static_cast<size_t>(p.lse_elements()));
@@ -104,7 +104,8 @@ std::vector<double> row_dot_pre_pass(const Problem& p, const AttentionOutputs& f
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads_q; ++h)
       for (int64_t i = 0; i < p.seqlen_q; ++i) {
-        const int64_t offset = bshd_offset(b, i, h, p.seqlen_q, p.heads_q, p.head_dim);
+        if (i >= p.stored_rows_q(b)) continue;  // packed: the sequence ends here
+        const int64_t offset = p.q_offset(b, i, h);
         double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
         for (int64_t c = 0; c < p.head_dim; ++c)
@@ -215,7 +216,7 @@ void kv_tile_backward(const Problem& p, const Visibility& visibility, const Atte
       const int64_t i1 = std::min(i0 + kBr, p.rows_q(b)), rows = i1 - i0;
       const TileCover cover = visibility.tile(b, i0, i1, j0, j0 + cols);
       if (cover == TileCover::hidden) continue;  // no row sees any of these keys: P = 0, nothing to add
-      const int64_t q_offset = bshd_offset(b, i0, h, p.seqlen_q, p.heads_q, d);
+      const int64_t q_offset = p.q_offset(b, i0, h);
       const TilePair pair{p,
                           visibility,
                           cover,
@@ -241,8 +242,7 @@ void kv_tile_backward(const Problem& p, const Visibility& visibility, const Atte
   }
   // Line 16: write dK_j, dV_j once. Tiles no row sees (windows) write their zeros here, padding keys zeros.
   auto write = [&](float* gradient, const Tile& tile) {
-    View all(gradient + bshd_offset(b, j0, hk, p.seqlen_k, p.heads_kv, d), j1 - j0, d,
-             Eigen::OuterStride<>(shapes.kv_stride()));
+    View all(gradient + p.kv_offset(b, j0, hk), j1 - j0, d, Eigen::OuterStride<>(shapes.kv_stride()));
     all.topRows(cols) = tile;
     all.bottomRows(j1 - j0 - cols).setZero();
   };
@@ -257,7 +257,7 @@ void q_tile_dq(const Problem& p, const Visibility& visibility, const AttentionIn
                int64_t h, int64_t i0, int64_t i1, Workspace& ws, AttentionGradients& grad) {
   const Shapes shapes{p};
   const int64_t d = p.head_dim, hk = p.kv_head(h);
-  const int64_t q_offset = bshd_offset(b, i0, h, p.seqlen_q, p.heads_q, d);
+  const int64_t q_offset = p.q_offset(b, i0, h);
   View dQ_all(grad.dq.ptr() + q_offset, i1 - i0, d, Eigen::OuterStride<>(shapes.q_stride()));
   dQ_all.setZero();  // padding rows past rows_q(b) keep these zeros
   const int64_t real_end = std::min(i1, p.rows_q(b)), rows = std::max<int64_t>(real_end - i0, 0);
@@ -312,7 +312,8 @@ void flash_backward(const Problem& p, const AttentionInputs& in, const Attention
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t hk = 0; hk < p.heads_kv; ++hk)
         for (int64_t tile = 0; tile < kv_tiles; ++tile) {
-          const int64_t j0 = tile * kBc, j1 = std::min(j0 + kBc, p.seqlen_k);
+          const int64_t j0 = tile * kBc, j1 = std::min(j0 + kBc, p.stored_rows_k(b));
+          if (j0 >= j1) continue;  // packed: past this sequence's keys
           kv_tile_backward<schedule>(p, visibility, in, fwd, d_out, D, b, hk, j0, j1, dq_partial, ws, grad);
         }
     if constexpr (schedule == DqSchedule::separate) {
@@ -320,7 +321,8 @@ void flash_backward(const Problem& p, const AttentionInputs& in, const Attention
       for (int64_t b = 0; b < p.batch; ++b)
         for (int64_t h = 0; h < p.heads_q; ++h)
           for (int64_t tile = 0; tile < q_tiles; ++tile) {
-            const int64_t i0 = tile * kBr, i1 = std::min(i0 + kBr, p.seqlen_q);
+            const int64_t i0 = tile * kBr, i1 = std::min(i0 + kBr, p.stored_rows_q(b));
+            if (i0 >= i1) continue;  // packed: past this sequence's rows
             q_tile_dq(p, visibility, in, fwd, d_out, D, b, h, i0, i1, ws, grad);
           }
     }
@@ -358,7 +360,8 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t h = 0; h < p.heads_q; ++h)
         for (int64_t tile = 0; tile < q_tiles; ++tile) {
-          const int64_t i0 = tile * kBr, i1 = std::min(i0 + kBr, p.seqlen_q), rows = i1 - i0;
+          const int64_t i0 = tile * kBr, i1 = std::min(i0 + kBr, p.stored_rows_q(b)), rows = i1 - i0;
+          if (rows <= 0) continue;  // packed: past this sequence's rows
           const int64_t hk = p.kv_head(h);
           const ConstView Q(in.q_row(p, b, i0, h), rows, d, Eigen::OuterStride<>(shapes.q_stride()));
           Tile acc(accumulator.data(), rows, d);  // O~_i, unnormalized
@@ -408,9 +411,10 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
 const Registration backward{{
     .name = "cpu_tiled/backward",
     .summary = "FlashAttention-2 backward: K/V tiles outer in parallel, P recomputed from LSE, dQ partials",
-    .constraints = "any shape, every mask, softcap, ALiBi, dropout; O(N d) memory",
+    .constraints = "any shape, every mask, softcap, ALiBi, dropout, packed varlen; O(N d) memory",
     .score_mods = true,
     .dropout = true,
+    .packed = true,
     .forward = tiled_forward,
     .backward = flash_backward<DqSchedule::partials>,
 }};
@@ -420,9 +424,10 @@ const Registration backward_dq_pass{{
     .name = "cpu_tiled/backward_dq_pass",
     .summary =
         "the same with a separate Q-tile-outer dQ pass: no partial buffers, 7 tile products instead of 5",
-    .constraints = "any shape, every mask, softcap, ALiBi, dropout; O(N d) memory",
+    .constraints = "any shape, every mask, softcap, ALiBi, dropout, packed varlen; O(N d) memory",
     .score_mods = true,
     .dropout = true,
+    .packed = true,
     .forward = tiled_forward,
     .backward = flash_backward<DqSchedule::separate>,
 }};

@@ -141,12 +141,14 @@ void forward(const Problem& p, const AttentionInputs& in, AttentionOutputs& out)
       const int64_t kv_head = item / (q_tiles * head_chunks) % p.heads_kv;
       const int64_t b = item / (q_tiles * head_chunks * p.heads_kv);
       const int64_t first_head = kv_head * p.group_size() + chunk * shape.heads_per_item;
+      const int64_t rows = std::min(shape.br, p.stored_rows_q(b) - i_tile * shape.br);
+      if (rows <= 0) continue;  // packed: past this sequence's rows
       const QTile tile{b,
                        kv_head,
                        first_head,
                        std::min(shape.heads_per_item, (kv_head + 1) * p.group_size() - first_head),
                        i_tile * shape.br,
-                       std::min(shape.br, p.seqlen_q - i_tile * shape.br)};
+                       rows};
       attend_q_tile(p, visibility, shape, tile, in, out, ws);
     }
   }
@@ -156,10 +158,12 @@ void forward(const Problem& p, const AttentionInputs& in, AttentionOutputs& out)
 const Registration registration{{
     .name = "cpu_tiled/forward",
     .summary = "FlashAttention-2 loop order on the CPU: Q tiles outer, SIMD tile products, OpenMP",
-    .constraints = std::string("any shape, every mask, softcap, ALiBi, dropout; O(N d) memory; ") +
-                   Vec::name + " micro-kernel",
+    .constraints =
+        std::string("any shape, every mask, softcap, ALiBi, dropout, packed varlen; O(N d) memory; ") +
+        Vec::name + " micro-kernel",
     .score_mods = true,
     .dropout = true,
+    .packed = true,
     .forward = forward,
     .bytes_moved = fa2_order_bytes,
 }};

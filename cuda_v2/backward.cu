@@ -48,11 +48,14 @@ constexpr int smem_bytes() {
   return (2 * kBlockN * kHeadDim + 2 * kBlockM * kHeadDim + kBlockN * kDsPitch) * 2 + 2 * kBlockM * 4;
 }
 
+// Row (b, head, row) of the backward's own buffers (D, dQ's accumulator): [batch, heads_q, seqlen_q] in
+// either layout of the problem (packed, seqlen_q is the longest sequence).
 __device__ inline int64_t row_index(const SplitQParams& f, int b, int head, int row) {
   return (static_cast<int64_t>(b) * f.heads_q + head) * f.seqlen_q + row;
 }
-__device__ inline int valid_rows(const SplitQParams& f, int b) {
-  return f.seqlens_q ? f.seqlens_q[b] : f.seqlen_q;
+// The forward's LSE of that row, in the problem's layout (common/cuda/sequences.hpp).
+__device__ inline float lse_of(const SplitQParams& f, int b, int head, int row) {
+  return f.lse[cuda::lse_begin(f, b, head) + row];
 }
 
 // D_i = rowsum(dO_i * O_i) (Algorithm 2 line 4), 0 for a padded row; and row i of dQ's accumulator zeroed.
@@ -68,8 +71,8 @@ __global__ void __launch_bounds__(kThreads) dot_kernel(const SplitQBackwardParam
   const int row0 = (blockIdx.x * kWarps + warp) * 16, head = blockIdx.y, b = blockIdx.z;
   if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) *p.nonfinite = 0;
   if (row0 >= f.seqlen_q) return;  // the whole warp
-  const int rows_q = valid_rows(f, b);
-  const int64_t offset = b * f.o_batch_stride + head * f.o_head_stride;
+  const int rows_q = cuda::rows_q(f, b);
+  const int64_t offset = cuda::o_begin(f, b) + head * f.o_head_stride;
   const Element* const o = static_cast<const Element*>(f.o) + offset;
   const Element* const d_out = static_cast<const Element*>(p.d_out) + offset;
   // Two adjacent elements of row `row` (0 for a padded row), as one fragment register.
@@ -174,14 +177,22 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad_lane = lane % 4;  // mma fragment coordinates (tensor_core.cuh)
   const int key0 = kv_tile * kBlockN, warp_key = 16 * warp;
-  const int rows_q = valid_rows(f, b);
-  const int rows_k = f.seqlens_k ? f.seqlens_k[b] : f.seqlen_k;
+  const int rows_q = cuda::rows_q(f, b), rows_k = cuda::rows_k(f, b);
+  // Where batch element b's rows begin in Q, dO and the LSE (common/cuda/sequences.hpp: padded or packed), in
+  // shared memory: read where needed, they hold no register through the loops below (the head-dim-128
+  // kernel has none to spare: ptxas -v).
+  __shared__ int64_t batch_begin[4];  // Q, dO, the LSE of head 0, and the LSE's head stride
+  if (threadIdx.x == 0) {
+    batch_begin[0] = cuda::q_begin(f, b);
+    batch_begin[1] = cuda::o_begin(f, b);
+    batch_begin[2] = cuda::lse_begin(f, b, 0);
+    batch_begin[3] = cuda::lse_begin(f, b, 1) - batch_begin[2];
+  }
+  __syncthreads();
 
   // K_j and V_j once (Algorithm 2 line 6); keys past the batch's length are zero.
-  const Element* const k =
-      static_cast<const Element*>(f.k) + b * f.k_batch_stride + head_kv * f.k_head_stride;
-  const Element* const v =
-      static_cast<const Element*>(f.v) + b * f.v_batch_stride + head_kv * f.v_head_stride;
+  const Element* const k = static_cast<const Element*>(f.k) + cuda::k_begin(f, b) + head_kv * f.k_head_stride;
+  const Element* const v = static_cast<const Element*>(f.v) + cuda::v_begin(f, b) + head_kv * f.v_head_stride;
   load_tile_async<kBlockN, kHeadDim, kThreads>(sK, k, f.k_row_stride, key0, rows_k);
   load_tile_async<kBlockN, kHeadDim, kThreads>(sV, v, f.v_row_stride, key0, rows_k);
   cp_async_commit();
@@ -193,8 +204,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
 
   // GQA: the group's query heads all add into this kv head's dK and dV.
   for (int head = head_kv * group_size; head < (head_kv + 1) * group_size; ++head) {
-    const int64_t q_offset = b * f.q_batch_stride + head * f.q_head_stride;
-    const int64_t o_offset = b * f.o_batch_stride + head * f.o_head_stride;
+    const int64_t q_offset = batch_begin[0] + head * f.q_head_stride;
+    const int64_t o_offset = batch_begin[1] + head * f.o_head_stride;
     const Element* const q = static_cast<const Element*>(f.q) + q_offset;
     const Element* const d_out = static_cast<const Element*>(p.d_out) + o_offset;
     for (int q_tile = 0; q_tile < q_tiles; ++q_tile) {
@@ -210,7 +221,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
       for (int r = threadIdx.x; r < kBlockM; r += kThreads) {
         const int row = row0 + r;
         const bool valid = row < rows_q;
-        sLse[r] = valid ? f.lse[row_index(f, b, head, row)] : -INFINITY;
+        sLse[r] = valid ? f.lse[batch_begin[2] + head * batch_begin[3] + row] : -INFINITY;
         sD[r] = valid ? p.d_sum[row_index(f, b, head, row)] : 0.0f;
       }
       cp_async_wait<0>();
@@ -322,15 +333,16 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
   }
   cp_async_wait<0>();  // K and V, when no Q tile saw this key tile
 
-  // dK_j, dV_j (line 17), once; keys past the batch's length hold 0.
-  Element* const dk_out = static_cast<Element*>(p.dk) + b * f.k_batch_stride + head_kv * f.k_head_stride;
-  Element* const dv_out = static_cast<Element*>(p.dv) + b * f.v_batch_stride + head_kv * f.v_head_stride;
+  // dK_j, dV_j (line 17), once; padded keys past the batch's length hold 0 (packed, they do not exist).
+  const int stored_keys = cuda::stored_rows_k(f, b);
+  Element* const dk_out = static_cast<Element*>(p.dk) + cuda::k_begin(f, b) + head_kv * f.k_head_stride;
+  Element* const dv_out = static_cast<Element*>(p.dv) + cuda::v_begin(f, b) + head_kv * f.v_head_stride;
 #pragma unroll
   for (int nt = 0; nt < kNTilesD; ++nt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int key = key0 + warp_key + group + 8 * half, col = nt * 8 + 2 * quad_lane;
-      if (key >= f.seqlen_k) continue;
+      if (key >= stored_keys) continue;
       *reinterpret_cast<uint32_t*>(dk_out + key * f.k_row_stride + col) =
           pack2<Element>(dk[nt][2 * half], dk[nt][2 * half + 1]);
       *reinterpret_cast<uint32_t*>(dv_out + key * f.v_row_stride + col) =
@@ -347,8 +359,8 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const SplitQBackwardParams
   const SplitQParams& f = p.forward;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * kWarps + warp, head = blockIdx.y, b = blockIdx.z;
-  if (row >= f.seqlen_q) return;
-  const bool valid = row < valid_rows(f, b);
+  if (row >= cuda::stored_rows_q(f, b)) return;  // packed: past the sequence
+  const bool valid = row < cuda::rows_q(f, b);
   const int64_t at = row_index(f, b, head, row) * f.head_dim;
   const int64_t partial_elements = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q * f.head_dim;
   int first = 0, last = 0;  // the key tiles that wrote a partial for this row: those its Q tile visits
@@ -359,7 +371,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const SplitQBackwardParams
     last = block.tile_end;
   }
   Element* const dq =
-      static_cast<Element*>(p.dq) + b * f.q_batch_stride + row * f.q_row_stride + head * f.q_head_stride;
+      static_cast<Element*>(p.dq) + cuda::q_begin(f, b) + row * f.q_row_stride + head * f.q_head_stride;
   for (int c = lane; c < f.head_dim; c += 32) {
     float value = 0.0f;
     if (valid && !p.deterministic) value = p.dq_accum[at + c];
@@ -415,23 +427,23 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
       const int b = static_cast<int>(job / (int64_t(f.heads_q) * f.seqlen_q));
       const int head = static_cast<int>(job / f.seqlen_q % f.heads_q),
                 row = static_cast<int>(job % f.seqlen_q);
+      if (row >= cuda::stored_rows_q(f, b)) continue;  // packed: past the sequence (the whole block)
       Element* const out =
-          static_cast<Element*>(p.dq) + b * f.q_batch_stride + row * f.q_row_stride + head * f.q_head_stride;
+          static_cast<Element*>(p.dq) + cuda::q_begin(f, b) + row * f.q_row_stride + head * f.q_head_stride;
       if (!__syncthreads_or(c < kHeadDim && !isfinite(cuda::to_float(out[c])))) continue;
       const int head_kv = head / group_size;
-      const int64_t k_offset = b * f.k_batch_stride + head_kv * f.k_head_stride;
-      const int64_t v_offset = b * f.v_batch_stride + head_kv * f.v_head_stride;
+      const int64_t k_offset = cuda::k_begin(f, b) + head_kv * f.k_head_stride;
+      const int64_t v_offset = cuda::v_begin(f, b) + head_kv * f.v_head_stride;
       if (c < kHeadDim) {
-        row_a[c] = cuda::to_float(
-            *at(f.q, b * f.q_batch_stride + row * f.q_row_stride + head * f.q_head_stride + c));
+        row_a[c] =
+            cuda::to_float(*at(f.q, cuda::q_begin(f, b) + row * f.q_row_stride + head * f.q_head_stride + c));
         row_b[c] = cuda::to_float(
-            *at(p.d_out, b * f.o_batch_stride + row * f.o_row_stride + head * f.o_head_stride + c));
+            *at(p.d_out, cuda::o_begin(f, b) + row * f.o_row_stride + head * f.o_head_stride + c));
       }
       __syncthreads();
-      const float lse = f.lse[row_index(f, b, head, row)], d = p.d_sum[row_index(f, b, head, row)];
-      const int rows_k = f.seqlens_k ? f.seqlens_k[b] : f.seqlen_k;
-      const KeyRange keys =
-          band_key_range(row, valid_rows(f, b), rows_k, f.causal, f.window_left, f.window_right);
+      const float lse = lse_of(f, b, head, row), d = p.d_sum[row_index(f, b, head, row)];
+      const int rows_q = cuda::rows_q(f, b), rows_k = cuda::rows_k(f, b);
+      const KeyRange keys = band_key_range(row, rows_q, rows_k, f.causal, f.window_left, f.window_right);
       float sum = 0.0f;
       for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kThreads) {
         const int64_t j = j0 + t;
@@ -441,7 +453,7 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
           float p_ij;
           ds[t] = pair(dot(at(f.k, k_offset + j * f.k_row_stride), row_a), lse,
                        dot(at(f.v, v_offset + j * f.v_row_stride), row_b), d, p_ij, b, head, row,
-                       static_cast<int>(j), valid_rows(f, b), rows_k);
+                       static_cast<int>(j), rows_q, rows_k);
         }
         __syncthreads();
         if (c < kHeadDim)
@@ -455,32 +467,33 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
       const int b = static_cast<int>(key_job / (int64_t(f.heads_kv) * f.seqlen_k));
       const int head_kv = static_cast<int>(key_job / f.seqlen_k % f.heads_kv);
       const int key = static_cast<int>(key_job % f.seqlen_k);
-      Element* const dk_out = static_cast<Element*>(p.dk) + b * f.k_batch_stride + key * f.k_row_stride +
+      if (key >= cuda::stored_rows_k(f, b)) continue;  // packed: past the sequence (the whole block)
+      Element* const dk_out = static_cast<Element*>(p.dk) + cuda::k_begin(f, b) + key * f.k_row_stride +
                               head_kv * f.k_head_stride;
-      Element* const dv_out = static_cast<Element*>(p.dv) + b * f.v_batch_stride + key * f.v_row_stride +
+      Element* const dv_out = static_cast<Element*>(p.dv) + cuda::v_begin(f, b) + key * f.v_row_stride +
                               head_kv * f.v_head_stride;
       if (!__syncthreads_or(c < kHeadDim &&
                             (!isfinite(cuda::to_float(dk_out[c])) || !isfinite(cuda::to_float(dv_out[c])))))
         continue;
       if (c < kHeadDim) {
         row_a[c] = cuda::to_float(
-            *at(f.k, b * f.k_batch_stride + key * f.k_row_stride + head_kv * f.k_head_stride + c));
+            *at(f.k, cuda::k_begin(f, b) + key * f.k_row_stride + head_kv * f.k_head_stride + c));
         row_b[c] = cuda::to_float(
-            *at(f.v, b * f.v_batch_stride + key * f.v_row_stride + head_kv * f.v_head_stride + c));
+            *at(f.v, cuda::v_begin(f, b) + key * f.v_row_stride + head_kv * f.v_head_stride + c));
       }
       __syncthreads();
-      const int rows_q = valid_rows(f, b), rows_k = f.seqlens_k ? f.seqlens_k[b] : f.seqlen_k;
+      const int rows_q = cuda::rows_q(f, b), rows_k = cuda::rows_k(f, b);
       float dk_sum = 0.0f, dv_sum = 0.0f;
       for (int head = head_kv * group_size; head < (head_kv + 1) * group_size; ++head) {
-        const int64_t q_offset = b * f.q_batch_stride + head * f.q_head_stride;
-        const int64_t o_offset = b * f.o_batch_stride + head * f.o_head_stride;
+        const int64_t q_offset = cuda::q_begin(f, b) + head * f.q_head_stride;
+        const int64_t o_offset = cuda::o_begin(f, b) + head * f.o_head_stride;
         for (int i0 = 0; i0 < rows_q; i0 += kThreads) {
           const int i = i0 + t;
           const KeyRange keys = band_key_range(i, rows_q, rows_k, f.causal, f.window_left, f.window_right);
           seen[t] = i < rows_q && key >= keys.begin && key < keys.end &&
                     explicit_mask_allows(f.mask, f.seqlen_k, i, key) && !f.mod.hides(b, head, i, key);
           if (seen[t])
-            ds[t] = pair(dot(at(f.q, q_offset + i * f.q_row_stride), row_a), f.lse[row_index(f, b, head, i)],
+            ds[t] = pair(dot(at(f.q, q_offset + i * f.q_row_stride), row_a), lse_of(f, b, head, i),
                          dot(at(p.d_out, o_offset + i * f.o_row_stride), row_b),
                          p.d_sum[row_index(f, b, head, i)], weight[t], b, head, i, key, rows_q, rows_k);
           __syncthreads();

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "common/cuda/sequences.hpp"
 #include "common/mask.hpp"
 #include "cuda_v2/split_q.hpp"
 
@@ -13,7 +14,7 @@ namespace flashlab::cuda_v2 {
 
 // The query rows [row_begin, row_end) of one (q-block, head, batch) and the keys they may read.
 struct BlockMask {
-  int rows_q = 0;  // valid query rows of this batch element (seqlens_q[b] or seqlen_q)
+  int rows_q = 0;  // valid query rows of this batch element (common/cuda/sequences.hpp)
   int rows_k = 0;  // valid keys of this batch element; keys at or past it are never loaded
   // Key tiles [tile_begin, tile_end) of width kBlockN hold every key any valid row of the block sees; the
   // others are hidden (causal, window, padding) and skipped: FA2's causal block skipping.
@@ -25,8 +26,8 @@ struct BlockMask {
   template <int kBlockN>
   FLASHLAB_HOST_DEVICE static BlockMask make(const SplitQParams& p, int b, int row_begin, int row_end) {
     BlockMask m;
-    m.rows_q = p.seqlens_q ? p.seqlens_q[b] : p.seqlen_q;
-    m.rows_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;
+    m.rows_q = cuda::rows_q(p, b);
+    m.rows_k = cuda::rows_k(p, b);
     const int last_row = (row_end < m.rows_q ? row_end : m.rows_q) - 1;
     if (row_begin > last_row) return m;  // every row of the block is padding: no tile at all
     // Band ranges grow monotonically with the row (begin and end both move right by one per row), so the

@@ -60,10 +60,11 @@ const Registration split_q{with_gpu_backward(
              "FA2 on tensor cores: mma.sync m16n8k16 + ldmatrix, cp.async double buffering, fp32 accum",
          .dtypes = {DType::f16, DType::bf16},
          .constraints = "f16, bf16; head_dim 64, 128, 256 (backward: 64, 128); every mask, GQA, any length; "
-                        "softcap, ALiBi, bias, dropout",
+                        "softcap, ALiBi, bias, dropout, packed varlen",
          .rounds_p = true,    // P is rounded to the input format: it is the A operand of the P V mma
          .score_mods = true,  // forward and backward (score_mod.cuh)
          .dropout = true,     // likewise (common/dropout.hpp)
+         .packed = true,      // likewise (common/cuda/sequences.hpp)
          .supports = supports,
          .bytes_moved = tensor_core_bytes_moved},
         FLASHLAB_DEVICE_BUILDS(launch_split_q, workspace_bytes)),

@@ -130,14 +130,14 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   const int row_begin = q_block * kBlockM;
   const BlockMask block = BlockMask::make<kBlockN>(p, b, row_begin, row_begin + kBlockM);
 
-  const Element* const q = static_cast<const Element*>(p.q) + b * p.q_batch_stride + head * p.q_head_stride;
-  const Element* const k =
-      static_cast<const Element*>(p.k) + b * p.k_batch_stride + head_kv * p.k_head_stride;
-  const Element* const v =
-      static_cast<const Element*>(p.v) + b * p.v_batch_stride + head_kv * p.v_head_stride;
+  // Batch element b's rows, padded or packed (split_q.hpp): only its stored rows exist.
+  const int stored_rows = cuda::stored_rows_q(p, b);
+  const Element* const q = static_cast<const Element*>(p.q) + cuda::q_begin(p, b) + head * p.q_head_stride;
+  const Element* const k = static_cast<const Element*>(p.k) + cuda::k_begin(p, b) + head_kv * p.k_head_stride;
+  const Element* const v = static_cast<const Element*>(p.v) + cuda::v_begin(p, b) + head_kv * p.v_head_stride;
 
   // Prologue: Q once (Algorithm 1 line 4), then the first K/V tile; each is its own cp.async group.
-  load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, p.q_row_stride, row_begin, p.seqlen_q);
+  load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, p.q_row_stride, row_begin, stored_rows);
   cp_async_commit();
   if (block.tile_begin < block.tile_end) {
     load_tile_async<kBlockN, kHeadDim, kThreads>(sK, k, p.k_row_stride, block.tile_begin * kBlockN,
@@ -343,20 +343,20 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
       *reinterpret_cast<uint32_t*>(sQ + Tile::offset(rows[i] - row_begin, nt * 8) + 2 * quad_lane) =
           pack2<Element>(o_acc[i / 2][nt][2 * (i % 2)], o_acc[i / 2][nt][2 * (i % 2) + 1]);
   __syncwarp();
-  Element* const o = static_cast<Element*>(p.o) + b * p.o_batch_stride + head * p.o_head_stride;
+  Element* const o = static_cast<Element*>(p.o) + cuda::o_begin(p, b) + head * p.o_head_stride;
   constexpr int kChunksPerRow = kHeadDim / 8;
   for (int chunk = lane; chunk < Shape::kWarpRows * kChunksPerRow; chunk += 32) {
     const int r = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
     const int row = row_begin + warp_row + r;
-    if (row < p.seqlen_q)  // the last q-block's rows past seqlen_q do not exist
+    if (row < stored_rows)  // the last q-block's rows past seqlen_q (packed: the sequence) do not exist
       *reinterpret_cast<uint4*>(o + row * p.o_row_stride + col) =
           *reinterpret_cast<const uint4*>(sQ + Tile::offset(warp_row + r, col));
   }
   if (quad_lane == 0) {
-    float* const lse_row = p.lse + (static_cast<int64_t>(b) * p.heads_q + head) * p.seqlen_q;
+    float* const lse_row = p.lse + cuda::lse_begin(p, b, head);
 #pragma unroll
     for (int i = 0; i < kRows; ++i)
-      if (rows[i] < p.seqlen_q) lse_row[rows[i]] = lse[i];
+      if (rows[i] < stored_rows) lse_row[rows[i]] = lse[i];
   }
 }
 
@@ -409,6 +409,8 @@ SplitQParams split_q_params(const Problem& problem, const DeviceTensors& tensors
   const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);
   params.seqlens_q = lengths.seqlens_q;
   params.seqlens_k = lengths.seqlens_k;
+  params.cu_seqlens_q = lengths.cu_seqlens_q;
+  params.cu_seqlens_k = lengths.cu_seqlens_k;
   return params;
 }
 

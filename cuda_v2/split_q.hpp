@@ -41,11 +41,12 @@ constexpr QueryKeyTile split_q_simt_tile() {
 struct SplitQParams {
   // Element type of q, k, v and o: f32 for split_q_simt; f16 or bf16 for split_q.
   DType dtype = DType::f32;
-  const void* q = nullptr;  // [batch, seqlen_q, heads_q, head_dim]
+  const void* q = nullptr;  // [batch, seqlen_q, heads_q, head_dim] (packed: [total_q, heads_q, head_dim])
   const void* k = nullptr;  // [batch, seqlen_k, heads_kv, head_dim]
   const void* v = nullptr;  // [batch, seqlen_k, heads_kv, head_dim]
   void* o = nullptr;        // [batch, seqlen_q, heads_q, head_dim]
-  float* lse = nullptr;  // [batch, heads_q, seqlen_q], natural log, contiguous; -inf for a fully masked row
+  float* lse = nullptr;  // [batch, heads_q, seqlen_q] (packed: [heads_q, total_q]), natural log, contiguous;
+                         // -inf for a fully masked row
 
   int batch = 1;
   int heads_q = 1;
@@ -67,14 +68,22 @@ struct SplitQParams {
   const int* seqlens_q =
       nullptr;  // device [batch] valid query rows per batch element, or null (all seqlen_q)
   const int* seqlens_k = nullptr;  // device [batch] valid keys per batch element, or null (all seqlen_k)
-  const uint8_t* mask = nullptr;   // device [seqlen_q, seqlen_k], 1 = visible, shared by all (b, h); or null
+  // Packed variable-length batches (common/problem.hpp): device [batch + 1] cumulative lengths, or null (the
+  // padded layout). Batch element b's rows are then the tokens [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of Q
+  // and O, its keys those of K and V; the batch strides go unused; seqlen_q and seqlen_k are the longest.
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  int total_q = 0;                // packed: the tokens of Q and O (the LSE is [heads_q, total_q])
+  const uint8_t* mask = nullptr;  // device [seqlen_q, seqlen_k], 1 = visible, shared by all (b, h); or null
   // Soft-capping, ALiBi and an additive bias (common/score_mod.hpp), device pointers; the tensor-core kernel
   // and its backward apply them, split_q_simt refuses them.
   ScoreModParams mod;
   DropoutParams dropout;  // dropout on P (common/dropout.hpp), the same; no pointers
 
-  // Fills the strides for densely packed BSHD tensors of the sizes above.
+  // Fills the strides for dense BSHD tensors of the sizes above (packed: the row and head strides).
   void set_dense_strides();
+
+  // Batch element b in either layout (rows, stored rows, where its rows begin): common/cuda/sequences.hpp.
   // Whether the kernels with the variants run it (a score modification or dropout; docs/04 section 4.8).
   bool has_variants() const { return mod.active() || dropout.active(); }
 };

@@ -20,6 +20,7 @@ SplitQParams split_q_params(const Problem& problem) {
   params.seqlen_q = static_cast<int>(problem.seqlen_q);
   params.seqlen_k = static_cast<int>(problem.seqlen_k);
   params.head_dim = static_cast<int>(problem.head_dim);
+  params.total_q = static_cast<int>(problem.tokens_q());  // the LSE's head stride when packed
   params.set_dense_strides();
   params.softmax_scale = static_cast<float>(problem.softmax_scale());
   params.causal = problem.causal;

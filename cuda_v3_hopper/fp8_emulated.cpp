@@ -105,10 +105,9 @@ void attend_rows(const Problem& p, const Fp8Operands& ops, const Fp8Config& conf
         for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
         s[j - j0] = dot * score_scale;
         if (config.qk_outlier_threshold > 0.0f)
-          s[j - j0] += softmax_scale *
-                       sparse_score(q_outliers, ops.k.row_outliers(b, j, hk),
-                                    ops.q_bf16.data() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d),
-                                    ops.k_bf16.data() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d));
+          s[j - j0] += softmax_scale * sparse_score(q_outliers, ops.k.row_outliers(b, j, hk),
+                                                    ops.q_bf16.data() + p.q_offset(b, i, h),
+                                                    ops.k_bf16.data() + p.kv_offset(b, j, hk));
         // A NaN score must not pass for "nothing visible": keep it as the max so the row turns NaN.
         block_max = std::isnan(s[j - j0]) ? s[j - j0] : std::max(block_max, s[j - j0]);
       }
@@ -244,7 +243,7 @@ Fp8Operands quantization_prepass(const Problem& p, const AttentionInputs& in, co
         for (int64_t c = 0; c < d; ++c)
           if (count[c] > 0.0) mean[c] = static_cast<float>(sum[c] / count[c]);
         for (int64_t j = 0; j < keys; ++j) {
-          float* k = ops.k.values.data() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
+          float* k = ops.k.values.data() + p.kv_offset(b, j, hk);
           for (int64_t c = 0; c < d; ++c) k[c] -= mean[c];
         }
         for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h)

@@ -83,6 +83,7 @@ void one_pass_attention(const Problem& p, const AttentionInputs& in, AttentionOu
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < p.heads_q; ++h) {
       for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        if (i >= p.stored_rows_q(b)) continue;  // packed: the sequence ends here
         const int64_t hk = p.kv_head(h);
         const float* q = in.q_row(p, b, i, h);
         std::vector<float> acc(static_cast<size_t>(d), 0.0f);
@@ -129,7 +130,7 @@ void standard_gemm_attention(const Problem& p, const AttentionInputs& in, Attent
   using ConstView = Eigen::Map<const Matrix, 0, Eigen::OuterStride<>>;
   using View = Eigen::Map<Matrix, 0, Eigen::OuterStride<>>;
   const Visibility visibility(p);
-  const int64_t sq = p.seqlen_q, d = p.head_dim;
+  const int64_t d = p.head_dim;
   const float scale = static_cast<float>(p.softmax_scale());
   const ScoreMod mod(p);  // soft-capping and ALiBi, after the scale and before the mask
   const Dropout dropout(p);
@@ -138,7 +139,7 @@ void standard_gemm_attention(const Problem& p, const AttentionInputs& in, Attent
 #pragma omp parallel for collapse(2) schedule(dynamic) if (outer_parallel)
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < p.heads_q; ++h) {
-      const int64_t hk = p.kv_head(h), sk = p.rows_k(b);
+      const int64_t hk = p.kv_head(h), sq = p.stored_rows_q(b), sk = p.rows_k(b);
       const ConstView Q(in.q_row(p, b, 0, h), sq, d, Eigen::OuterStride<>(p.heads_q * d));
       const ConstView K(in.k_row(p, b, 0, hk), sk, d, Eigen::OuterStride<>(p.heads_kv * d));
       const ConstView V(in.v_row(p, b, 0, hk), sk, d, Eigen::OuterStride<>(p.heads_kv * d));
@@ -213,8 +214,9 @@ const Registration online_softmax{{
 const Registration one_pass{{
     .name = "naive/one_pass",
     .summary = "no S: one pass over the keys per row with running max, sum and output",
-    .constraints = "any shape, every mask, softcap, ALiBi; O(head_dim) state per row",
+    .constraints = "any shape, every mask, softcap, ALiBi, packed varlen; O(head_dim) state per row",
     .score_mods = true,
+    .packed = true,
     .forward = one_pass_attention,
     // No S: the inputs read once and the outputs written once, K and V of one head staying in cache across
     // query rows (when they do not fit, every row re-reads them: the traffic tiling removes).
@@ -224,9 +226,11 @@ const Registration one_pass{{
 const Registration standard_gemm{{
     .name = "naive/standard_gemm",
     .summary = "Eigen GEMMs for QK^T and PV around a row softmax: the practitioner's baseline",
-    .constraints = "any shape, every mask, softcap, ALiBi, dropout; O(seqlen_q x seqlen_k) memory per head",
+    .constraints = "any shape, every mask, softcap, ALiBi, dropout, packed varlen; O(seqlen_q x seqlen_k) "
+                   "memory per head",
     .score_mods = true,
     .dropout = true,
+    .packed = true,
     .supports = [](const Problem& p) { return fits_in_memory(p, 1); },
     .forward = standard_gemm_attention,
     .bytes_moved = [](const Problem& p) { return materialized_bytes(p, kGemmMatrixPasses); },

@@ -46,18 +46,10 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
   const int64_t sq = p.seqlen_q, sk = p.seqlen_k, d = p.head_dim;
   const float scale = static_cast<float>(p.softmax_scale());
   const ScoreMod mod(p);
-  auto d_out_row = [&](int64_t b, int64_t i, int64_t h) {
-    return d_out.ptr() + bshd_offset(b, i, h, sq, p.heads_q, d);
-  };
-  auto dq_row = [&](int64_t b, int64_t i, int64_t h) {
-    return grad.dq.ptr() + bshd_offset(b, i, h, sq, p.heads_q, d);
-  };
-  auto dk_row = [&](int64_t b, int64_t j, int64_t hk) {
-    return grad.dk.ptr() + bshd_offset(b, j, hk, sk, p.heads_kv, d);
-  };
-  auto dv_row = [&](int64_t b, int64_t j, int64_t hk) {
-    return grad.dv.ptr() + bshd_offset(b, j, hk, sk, p.heads_kv, d);
-  };
+  auto d_out_row = [&](int64_t b, int64_t i, int64_t h) { return d_out.ptr() + p.q_offset(b, i, h); };
+  auto dq_row = [&](int64_t b, int64_t i, int64_t h) { return grad.dq.ptr() + p.q_offset(b, i, h); };
+  auto dk_row = [&](int64_t b, int64_t j, int64_t hk) { return grad.dk.ptr() + p.kv_offset(b, j, hk); };
+  auto dv_row = [&](int64_t b, int64_t j, int64_t hk) { return grad.dv.ptr() + p.kv_offset(b, j, hk); };
 
   // One task per (batch, kv head): it owns that head's dK and dV, which every query head of its group adds
   // to.
@@ -98,11 +90,11 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
           //   P_ij dP_ij, and dS = P * (dP - D) with dP = dO V^T
           // difficulty: 2
           // docs: docs/08-backward.md#The gradient, step by step
-          // hint: for row i: D = dot(dout, row i of the forward output fwd.o, d) (bshd_offset(b, i, h, sq,
-          //   p.heads_q, d) is its offset); then for every key j, dP_ij = dot(dout, in.v_row(p, b, j, hk), d)
+          // hint: for row i: D = dot(dout, row i of the forward output fwd.o, d) (p.q_offset(b, i, h) is its
+          //   offset); then for every key j, dP_ij = dot(dout, in.v_row(p, b, j, hk), d)
           //   and dS[i * sk + j] = P[i * sk + j] * (dP_ij - D). Write 0 where the pair is hidden
           //   (seen[i * sk + j] is 0), not 0 * (dP - D), which is NaN when that key's V holds a NaN.
-          const float D = dot(dout, fwd.o.ptr() + bshd_offset(b, i, h, sq, p.heads_q, d), d);
+          const float D = dot(dout, fwd.o.ptr() + p.q_offset(b, i, h), d);
           for (int64_t j = 0; j < sk; ++j) {
             // A hidden key takes no part: 0, not 0 * (dP - D), which is NaN when its V holds a NaN.
             dS[i * sk + j] =

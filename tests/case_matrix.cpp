@@ -1,5 +1,6 @@
 #include "tests/case_matrix.hpp"
 
+#include <algorithm>
 #include <memory>
 
 #include "common/score_mod.hpp"
@@ -31,6 +32,23 @@ Problem causal(Problem p) {
 Problem padded(Problem p, std::vector<int64_t> seqlens_q, std::vector<int64_t> seqlens_k) {
   p.seqlens_q = std::move(seqlens_q);
   p.seqlens_k = std::move(seqlens_k);
+  return p;
+}
+
+// Packed variable-length batches (common/problem.hpp): the sequences of these lengths one after another,
+// seqlen_q and seqlen_k the longest.
+Problem packed(Problem p, const std::vector<int64_t>& lengths_q, const std::vector<int64_t>& lengths_k) {
+  p.batch = static_cast<int64_t>(lengths_q.size());
+  p.cu_seqlens_q = {0};
+  p.cu_seqlens_k = {0};
+  p.seqlen_q = 1;
+  p.seqlen_k = 0;
+  for (size_t b = 0; b < lengths_q.size(); ++b) {
+    p.cu_seqlens_q.push_back(p.cu_seqlens_q.back() + lengths_q[b]);
+    p.cu_seqlens_k.push_back(p.cu_seqlens_k.back() + lengths_k[b]);
+    p.seqlen_q = std::max(p.seqlen_q, lengths_q[b]);
+    p.seqlen_k = std::max(p.seqlen_k, lengths_k[b]);
+  }
   return p;
 }
 
@@ -204,6 +222,19 @@ std::vector<Case> build_matrix() {
       biased(causal(problem_shape(1, 4, 2, 70, 90, 64)), 4, 21));
   add("bias shared + softcap 4 + padding",
       softcapped(biased(padded(problem_shape(2, 2, 2, 60, 75, 128), {60, 20}, {75, 31}), 1, 22), 4.0));
+  // Packed variable-length batches (FlashAttention's varlen form): no padding, each sequence starts where the
+  // last one ends, so a stage that read a row or key past its sequence would read the next one's (or past the
+  // tensor). Ragged lengths including 0, causal with seqlen_q != seqlen_k both ways, and the variants.
+  add("packed varlen: lengths 97, 0, 50 against 60, 113, 0, GQA 4/2",
+      packed(problem_shape(1, 4, 2, 1, 1, 64), {97, 0, 50}, {60, 113, 0}));
+  add("packed varlen + causal: 64, 31, 5 against 96, 17, 40",
+      causal(packed(problem_shape(1, 2, 1, 1, 1, 64), {64, 31, 5}, {96, 17, 40})));
+  add("packed varlen + window + softcap 3 + ALiBi + dropout 0.2 + bias",
+      dropped(softcapped(
+                  with_alibi(biased(
+                      windowed(packed(problem_shape(1, 2, 2, 1, 1, 128), {70, 41}, {33, 70}), 8, 4), 2, 23)),
+                  3.0),
+              0.2, 10));
   return cases;
 }
 

@@ -60,13 +60,13 @@ bool contains(const std::string& text, const std::string& part) {
 
 void poison_padding(const Problem& p, AttentionInputs& inputs) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t i = p.rows_q(b); i < p.seqlen_q; ++i)
+  for (int64_t b = 0; b < p.batch; ++b) {  // packed batches have no padding: stored rows are real rows
+    for (int64_t i = p.rows_q(b); i < p.stored_rows_q(b); ++i)
       for (int64_t x = 0; x < p.heads_q * p.head_dim; ++x)
-        inputs.q.data[(b * p.seqlen_q + i) * p.heads_q * p.head_dim + x] = x % 2 ? nan : inf;
-    for (int64_t j = p.rows_k(b); j < p.seqlen_k; ++j)
+        inputs.q.data[p.q_offset(b, i, 0) + x] = x % 2 ? nan : inf;
+    for (int64_t j = p.rows_k(b); j < p.stored_rows_k(b); ++j)
       for (int64_t x = 0; x < p.heads_kv * p.head_dim; ++x) {
-        const int64_t at = (b * p.seqlen_k + j) * p.heads_kv * p.head_dim + x;
+        const int64_t at = p.kv_offset(b, j, 0) + x;
         inputs.k.data[at] = x % 3 ? nan : -inf;
         inputs.v.data[at] = x % 3 ? nan : inf;
       }

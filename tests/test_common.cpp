@@ -39,9 +39,75 @@ TEST_CASE("Problem::validate names the field and the rule") {
   expect([](Problem& p) { p.mask = std::make_shared<std::vector<uint8_t>>(3, 1); },
          "mask has 3 entries but must be [seqlen_q, seqlen_k] = [1, 1]");
   expect([](Problem& p) { p.page_size = -4; }, "page_size (-4) must be >= 1, or 0 for contiguous K/V");
+  // Packed variable-length batches: cumulative lengths, batch + 1 of them, from 0, never decreasing.
+  auto packed = [](Problem& p, std::vector<int64_t> cu_q, std::vector<int64_t> cu_k) {
+    p.seqlen_q = p.seqlen_k = 8;
+    p.batch = 2;
+    p.cu_seqlens_q = std::move(cu_q);
+    p.cu_seqlens_k = std::move(cu_k);
+  };
+  expect(
+      [&](Problem& p) {
+        packed(p, {0, 3, 5}, {});
+      },
+      "cu_seqlens_k is missing: packed batches need both cu_seqlens_q and cu_seqlens_k");
+  expect(
+      [&](Problem& p) {
+        packed(p, {0, 3}, {0, 1, 2});
+      },
+      "cu_seqlens_q has 2 entries but must have batch + 1 = 3");
+  expect([&](Problem& p) { packed(p, {1, 3, 5}, {0, 1, 2}); }, "cu_seqlens_q[0] (1) must be 0");
+  expect(
+      [&](Problem& p) {
+        packed(p, {0, 3, 5}, {0, 4, 2});
+      },
+      "cu_seqlens_k must not decrease: cu_seqlens_k[2] (2) < cu_seqlens_k[1] (4)");
+  expect(
+      [&](Problem& p) {
+        packed(p, {0, 9, 12}, {0, 1, 2});
+      },
+      "cu_seqlens_q: sequence 0 has 9 tokens, more than seqlen_q (8)");
+  expect(
+      [&](Problem& p) {
+        packed(p, {0, 3, 5}, {0, 1, 2}), p.seqlens_q = {3, 2};
+      },
+      "cu_seqlens_q and seqlens_q exclude each other: packed sequences have no padding");
+  expect(
+      [&](Problem& p) {
+        packed(p, {0, 3, 5}, {0, 1, 2}), p.page_size = 16;
+      },
+      "page_size (16) does not combine with packed batches (cu_seqlens_q/k)");
   CHECK_THROWS_WITH_AS(parse_dtype("f64"), "dtype 'f64' is not one of f32, f16, bf16, e4m3", Error);
   CHECK_THROWS_WITH_AS(parse_lengths("3,x", "--seqlens-k"), "--seqlens-k entry 'x' is not an integer", Error);
   CHECK(parse_lengths("3,0,12", "--seqlens-k") == std::vector<int64_t>{3, 0, 12});
+}
+
+TEST_CASE("packed batches: shapes, offsets and lengths from the cumulative lengths") {
+  Problem p = problem_shape(3, 4, 2, 6, 9, 8);
+  p.cu_seqlens_q = {0, 6, 6, 10};   // lengths 6, 0, 4
+  p.cu_seqlens_k = {0, 2, 11, 12};  // lengths 2, 9, 1
+  REQUIRE_NOTHROW(p.validate());
+  CHECK(p.q_shape() == std::vector<int64_t>{10, 4, 8});
+  CHECK(p.kv_shape() == std::vector<int64_t>{12, 2, 8});
+  CHECK(p.lse_shape() == std::vector<int64_t>{4, 10});  // [heads_q, total_q], as FlashAttention's varlen
+  CHECK(p.rows_q(1) == 0);
+  CHECK(p.rows_k(1) == 9);
+  CHECK(p.stored_rows_q(2) == 4);
+  CHECK(p.q_offset(2, 1, 3) == ((6 + 1) * 4 + 3) * 8);  // row 1 of sequence 2 is token 7
+  CHECK(p.kv_offset(1, 5, 1) == ((2 + 5) * 2 + 1) * 8);
+  CHECK(p.lse_offset(2, 3, 1) == 3 * 10 + 7);
+  CHECK(p.q_elements() == 10 * 4 * 8);
+  // The masks see each sequence's own lengths: causal aligns each to its own bottom-right corner.
+  p.causal = true;
+  const Visibility visibility(p);
+  CHECK(visibility.key_range(2, 0).empty());  // 4 rows against 1 key: rows 0 to 2 see nothing
+  CHECK(visibility.key_range(2, 3).end == 1);
+  CHECK(visibility.key_range(1, 0).empty());  // an empty sequence
+  // The padded layout through the same accessors.
+  Problem padded = problem_shape(3, 4, 2, 6, 9, 8);
+  CHECK(padded.q_offset(2, 1, 3) == ((2 * 6 + 1) * 4 + 3) * 8);
+  CHECK(padded.lse_offset(2, 3, 1) == (2 * 4 + 3) * 6 + 1);
+  CHECK(padded.stored_rows_q(1) == 6);
 }
 
 TEST_CASE("masks: causal is bottom-right aligned, windows and padding combine") {

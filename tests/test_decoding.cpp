@@ -84,7 +84,7 @@ TEST_CASE("combine_partials: the partials of any split of the keys combine to th
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t i = 0; i < p.seqlen_q; ++i)
         for (int64_t h = 0; h < p.heads_q; ++h) {
-          const int64_t o_at = bshd_offset(b, i, h, p.seqlen_q, p.heads_q, p.head_dim);
+          const int64_t o_at = p.q_offset(b, i, h);
           const int64_t lse_at = (b * p.heads_q + h) * p.seqlen_q + i;
           // Gather this row's partials, in fp64 and rounded to fp32.
           std::vector<double> o64(static_cast<size_t>(count * p.head_dim)), lse64(static_cast<size_t>(count));
@@ -194,10 +194,8 @@ TEST_CASE(
     const Verdict verdict = judge(p, out, c.reference, c.tolerance(false));
     INFO(name, ": ", verdict.explain());
     CHECK(verdict.passed());  // NaN exactly where the reference has it
-    CHECK(std::isfinite(
-        out.o.data[static_cast<size_t>(bshd_offset(0, 1, 0, p.seqlen_q, p.heads_q, p.head_dim) + 5)]));
-    CHECK(std::isnan(
-        out.o.data[static_cast<size_t>(bshd_offset(0, 3, 0, p.seqlen_q, p.heads_q, p.head_dim) + 5)]));
+    CHECK(std::isfinite(out.o.data[static_cast<size_t>(p.q_offset(0, 1, 0) + 5)]));
+    CHECK(std::isnan(out.o.data[static_cast<size_t>(p.q_offset(0, 3, 0) + 5)]));
   }
 }
 
@@ -295,7 +293,7 @@ TEST_CASE("unified_max: the fallback fires on huge scores, and the results still
   }
   {  // normal inputs, but one query row of one head scaled up by 100: that row alone falls back
     PreparedCase c = prepare({"one hot row", p, Distribution::normal, 52}, DType::f32);
-    float* q = c.inputs.q.ptr() + bshd_offset(1, 1, 2, p.seqlen_q, p.heads_q, p.head_dim);
+    float* q = c.inputs.q.ptr() + p.q_offset(1, 1, 2);
     for (int64_t e = 0; e < p.head_dim; ++e) q[e] *= 100.0f;
     c.reference = reference_attention(p, c.inputs);
     AttentionOutputs out = AttentionOutputs::poisoned(p);

@@ -107,8 +107,8 @@ TEST_CASE("fp8 pipeline: a NaN reaches exactly the rows that see it, as in the r
   p.seqlens_k.clear();
   p.seqlen_q = p.seqlen_k = 40;
   AttentionInputs in = random_inputs(p, Distribution::normal, 2);
-  in.k.data[static_cast<size_t>(bshd_offset(0, 25, 0, p.seqlen_k, p.heads_kv, p.head_dim) + 3)] = NAN;
-  in.q.data[static_cast<size_t>(bshd_offset(0, 7, 1, p.seqlen_q, p.heads_q, p.head_dim) + 9)] = NAN;
+  in.k.data[static_cast<size_t>(p.kv_offset(0, 25, 0) + 3)] = NAN;
+  in.q.data[static_cast<size_t>(p.q_offset(0, 7, 1) + 9)] = NAN;
   const ReferenceResult ref = reference_attention(p, in);
   AttentionOutputs out = AttentionOutputs::poisoned(p);
   hopper::fp8_emulated_attention(p, in, out, hopper::registered_fp8_config(64));
@@ -118,9 +118,8 @@ TEST_CASE("fp8 pipeline: a NaN reaches exactly the rows that see it, as in the r
         const int64_t row = (b * p.heads_q + h) * p.seqlen_q + i;
         INFO("b ", b, " h ", h, " i ", i);
         CHECK(std::isnan(out.lse.data[row]) == std::isnan(ref.lse[row]));
-        CHECK(
-            std::isnan(out.o_row(p, b, i, h)[0]) ==
-            std::isnan(ref.o[static_cast<size_t>(bshd_offset(b, i, h, p.seqlen_q, p.heads_q, p.head_dim))]));
+        CHECK(std::isnan(out.o_row(p, b, i, h)[0]) ==
+              std::isnan(ref.o[static_cast<size_t>(p.q_offset(b, i, h))]));
       }
   CHECK(std::isnan(ref.lse[(0 * p.heads_q + 0) * p.seqlen_q + 30]));   // sees key 25 of kv head 0
   CHECK(!std::isnan(ref.lse[(0 * p.heads_q + 0) * p.seqlen_q + 20]));  // does not

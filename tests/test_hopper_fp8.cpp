@@ -145,13 +145,13 @@ int64_t check_attention(const Problem& p, const Fp8Config& config, const hopper:
     for (int64_t h = 0; h < p.heads_q; ++h)
       for (int64_t i = 0; i < p.seqlen_q; ++i) {
         const int64_t hk = p.kv_head(h);
-        const float* q = ops.q.data() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
+        const float* q = ops.q.data() + p.q_offset(b, i, h);
         const double q_descale = ops.q_descale[(b * p.heads_q + h) * tiles_q + i / bq];
         const KeyRange keys = visibility.key_range(b, i);
         double m = -INFINITY;
         for (int64_t j = keys.begin; j < keys.end; ++j) {
           if (!visibility.mask_allows(i, j)) continue;
-          const float* k = ops.k.data() + bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d);
+          const float* k = ops.k.data() + p.kv_offset(b, j, hk);
           double dot = 0.0;
           for (int64_t c = 0; c < d; ++c) dot += double(q[c]) * k[c];
           probability[j] = dot * q_descale * ops.k_descale[(b * p.heads_kv + hk) * tiles_k + j / bc] * scale;
@@ -160,13 +160,13 @@ int64_t check_attention(const Problem& p, const Fp8Config& config, const hopper:
         double l = 0.0;
         for (int64_t j = keys.begin; j < keys.end; ++j)
           if (visibility.mask_allows(i, j)) l += probability[j] = std::exp(probability[j] - m);
-        const float* want_o = expected.o.data.data() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
-        const float* got_o = o.data() + bshd_offset(b, i, h, p.seqlen_q, p.heads_q, d);
+        const float* want_o = expected.o.data.data() + p.q_offset(b, i, h);
+        const float* got_o = o.data() + p.q_offset(b, i, h);
         for (int64_t c = 0; c < d; ++c) {
           double step = 0.0, mass = 0.0;
           for (int64_t j = keys.begin; j < keys.end; ++j) {
             if (!visibility.mask_allows(i, j)) continue;
-            const double v = std::fabs(double(ops.v[bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d) + c]) *
+            const double v = std::fabs(double(ops.v[p.kv_offset(b, j, hk) + c]) *
                                        ops.v_descale[(b * p.heads_kv + hk) * tiles_k + j / bc]);
             step += e4m3_step(config.p_scale * probability[j]) * v / config.p_scale;
             mass += probability[j] * v;
@@ -262,7 +262,7 @@ TEST_CASE("the FP8 pre-pass matches the emulation's bit for bit (e4m3 codes, des
             for (int64_t ch = 0; ch < d; ++ch) {
               const int64_t at = hopper::fp8_v_offset(b, j, hk, ch, p.heads_kv, p.seqlen_k, d, bc);
               visited[static_cast<size_t>(at)] = true;
-              const float want = expected.v[bshd_offset(b, j, hk, p.seqlen_k, p.heads_kv, d) + ch];
+              const float want = expected.v[p.kv_offset(b, j, hk) + ch];
               v.check(same(decode_e4m3(got.v8[at]), want), at, decode_e4m3(got.v8[at]), want);
             }
       for (size_t at = 0; at < got.v8.size(); ++at)

@@ -3,7 +3,9 @@
 // caught, unsupported problems are refused with a reason).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -228,6 +230,91 @@ TEST_CASE("NaN and Inf in the padding past the real lengths reach no visible row
     INFO(impl->name, " [", to_string(p.dtype), "] ", p.describe(), ": ", verdict.explain());
     CHECK(verdict.passed());
   }
+}
+
+TEST_CASE("packed batches give the padded batch's outputs and gradients") {
+  // The same sequences twice: padded (seqlens_q/k, padding holding NaN and Inf) and packed one after another
+  // (cu_seqlens_q/k). A stage that takes packed batches computes every real row from the same numbers in
+  // both layouts. Bit for bit where its arithmetic does not depend on where an operand lies in memory (our
+  // SIMD kernels, the GPU kernels); Eigen's products peel and block by alignment and size, so they may differ
+  // in the last bit: held to the dtype's tolerance floor, far below any row or key taken from the wrong
+  // place. The gradients too, for a CPU backward (a GPU backward's dQ gathers its shares through atomics
+  // whose order the emulator's schedule may change; its packed cases are held to the reference on the case
+  // matrix).
+  Problem padded = problem_shape(3, 4, 2, 70, 90, 64);
+  padded.causal = true;
+  padded.seqlens_q = {70, 0, 33};
+  padded.seqlens_k = {41, 90, 57};
+  Problem packed = padded;
+  packed.seqlens_q.clear();
+  packed.seqlens_k.clear();
+  packed.cu_seqlens_q = {0, 70, 70, 103};
+  packed.cu_seqlens_k = {0, 41, 131, 188};
+  int checked = 0, identical = 0;
+  for (const Implementation* impl : selected_implementations()) {
+    if (!impl->packed) continue;
+    for (DType dtype : impl->dtypes) {
+      padded.dtype = packed.dtype = dtype;
+      REQUIRE_MESSAGE(why_cannot_run(*impl, padded).empty(), impl->name, ": ", why_cannot_run(*impl, padded));
+      REQUIRE_MESSAGE(why_cannot_run(*impl, packed).empty(), impl->name, ": ", why_cannot_run(*impl, packed));
+      AttentionInputs padded_in = random_inputs(padded, Distribution::normal, 29);
+      poison_padding(padded, padded_in);
+      AttentionInputs packed_in = empty_inputs(packed);
+      for (int64_t b = 0; b < padded.batch; ++b) {  // each sequence's real rows, copied into its tokens
+        const int64_t q_row = padded.heads_q * padded.head_dim, kv_row = padded.heads_kv * padded.head_dim;
+        std::copy_n(padded_in.q.ptr() + padded.q_offset(b, 0, 0), padded.rows_q(b) * q_row,
+                    packed_in.q.ptr() + packed.q_offset(b, 0, 0));
+        for (auto [from, to] : {std::pair{&padded_in.k, &packed_in.k}, {&padded_in.v, &packed_in.v}})
+          std::copy_n(from->ptr() + padded.kv_offset(b, 0, 0), padded.rows_k(b) * kv_row,
+                      to->ptr() + packed.kv_offset(b, 0, 0));
+      }
+      const AttentionOutputs out_padded = run_forward(*impl, padded, padded_in);
+      const AttentionOutputs out_packed = run_forward(*impl, packed, packed_in);
+      const HostTensor padded_d_out = random_d_out(padded, 30);
+      HostTensor packed_d_out(packed.q_shape());
+      const bool backward = impl->device == Device::cpu && why_cannot_run_backward(*impl, packed).empty();
+      std::optional<AttentionGradients> ga, gp;
+      if (backward) {
+        for (int64_t b = 0; b < padded.batch; ++b)
+          std::copy_n(padded_d_out.ptr() + padded.q_offset(b, 0, 0),
+                      padded.rows_q(b) * padded.heads_q * padded.head_dim,
+                      packed_d_out.ptr() + packed.q_offset(b, 0, 0));
+        ga = run_backward(*impl, padded, padded_in, out_padded, padded_d_out);
+        gp = run_backward(*impl, packed, packed_in, out_packed, packed_d_out);
+      }
+      double worst = 0.0;  // the largest |padded - packed| / max(1, |packed|)
+      bool bitwise = true;
+      const auto same = [&](const float* x, const float* y, int64_t n) {
+        bitwise &= std::memcmp(x, y, static_cast<size_t>(n) * sizeof(float)) == 0;
+        for (int64_t e = 0; e < n; ++e) {
+          if (x[e] == y[e] || (std::isnan(x[e]) && std::isnan(y[e]))) continue;  // -inf LSEs too
+          const double gap = std::fabs(double{x[e]} - double{y[e]}) / std::max(1.0, std::fabs(double{y[e]}));
+          worst = std::max(worst, std::isnan(gap) ? INFINITY : gap);
+        }
+      };
+      const int64_t d = padded.head_dim;
+      for (int64_t b = 0; b < padded.batch; ++b)
+        for (int64_t h = 0; h < padded.heads_q; ++h) {
+          for (int64_t i = 0; i < padded.rows_q(b); ++i) {
+            same(out_padded.o_row(padded, b, i, h), out_packed.o_row(packed, b, i, h), d);
+            same(&out_padded.lse.data[padded.lse_offset(b, h, i)],
+                 &out_packed.lse.data[packed.lse_offset(b, h, i)], 1);
+            if (backward)
+              same(&ga->dq.data[padded.q_offset(b, i, h)], &gp->dq.data[packed.q_offset(b, i, h)], d);
+          }
+          for (int64_t j = 0; backward && h < padded.heads_kv && j < padded.rows_k(b); ++j) {
+            same(&ga->dk.data[padded.kv_offset(b, j, h)], &gp->dk.data[packed.kv_offset(b, j, h)], d);
+            same(&ga->dv.data[padded.kv_offset(b, j, h)], &gp->dv.data[packed.kv_offset(b, j, h)], d);
+          }
+        }
+      INFO(impl->name, " [", to_string(dtype), "]",
+           std::string(backward ? " forward and backward" : " forward"), ": largest difference ", worst);
+      CHECK(worst <= tolerance_floor(dtype));
+      checked += 1;
+      identical += bitwise;
+    }
+  }
+  MESSAGE(checked, " implementation and dtype pairs compared, ", identical, " of them bit for bit");
 }
 
 TEST_CASE("an output element left unwritten fails the check (outputs are poisoned)") {

@@ -82,13 +82,13 @@ TEST_CASE("reference backward matches finite differences: GQA, causal with fully
   const ReferenceGradients grad = reference_backward(p, in, random_d_out(p, 42));
   for (int64_t h = 0; h < p.heads_q; ++h)
     for (int64_t c = 0; c < p.head_dim; ++c) {
-      CHECK(grad.dq[bshd_offset(0, 0, h, p.seqlen_q, p.heads_q, p.head_dim) + c] == 0.0);  // causal, row 0
-      CHECK(grad.dq[bshd_offset(1, 5, h, p.seqlen_q, p.heads_q, p.head_dim) + c] == 0.0);  // padded row
+      CHECK(grad.dq[p.q_offset(0, 0, h) + c] == 0.0);  // causal, row 0
+      CHECK(grad.dq[p.q_offset(1, 5, h) + c] == 0.0);  // padded row
     }
   for (int64_t hk = 0; hk < p.heads_kv; ++hk)
     for (int64_t c = 0; c < p.head_dim; ++c) {
-      CHECK(grad.dk[bshd_offset(1, 3, hk, p.seqlen_k, p.heads_kv, p.head_dim) + c] == 0.0);  // padded key
-      CHECK(grad.dv[bshd_offset(1, 3, hk, p.seqlen_k, p.heads_kv, p.head_dim) + c] == 0.0);
+      CHECK(grad.dk[p.kv_offset(1, 3, hk) + c] == 0.0);  // padded key
+      CHECK(grad.dv[p.kv_offset(1, 3, hk) + c] == 0.0);
     }
 }
 
@@ -121,7 +121,9 @@ TEST_CASE("reference backward matches finite differences: no mask, seqlen_q < se
 // shift (bottom-right aligned with each batch element's own lengths), and both together under GQA and a
 // causal mask. A scale of 2 puts the scores where tanh(s / cap) bends (cap 1.5).
 TEST_CASE(
-    "reference backward matches finite differences: soft-capping, ALiBi, dropout, with GQA and padding") {
+    "reference backward matches finite differences: soft-capping, ALiBi, dropout, a bias, packed batches, "
+    "with "
+    "GQA and padding") {
   Problem p;
   p.heads_q = 2;
   p.heads_kv = 1;
@@ -163,6 +165,17 @@ TEST_CASE(
   biased.bias = std::move(bias);
   biased.bias_heads = 4;
   check_problem(biased, 75);
+
+  // Packed variable-length batches: the same sequences as `both` without padding (every element of the packed
+  // tensors is a real one, so each is perturbed), with dropout and the bias.
+  Problem packed = biased;
+  packed.seqlens_q.clear();
+  packed.seqlens_k.clear();
+  packed.cu_seqlens_q = {0, 5, 8};
+  packed.cu_seqlens_k = {0, 7, 11};
+  packed.dropout_p = 0.3;
+  packed.dropout_seed = 12;
+  check_problem(packed, 76);
 }
 
 }  // namespace flashlab

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -80,10 +81,12 @@ double Args::get_double(const std::string& flag, double fallback) const {
 }
 
 std::set<std::string> problem_flags() {
-  return {"--batch",     "--heads",       "--kv-heads",     "--seqlen-q",     "--seqlen-k",  "--head-dim",
-          "--scale",     "--window-left", "--window-right", "--seqlens-q",    "--seqlens-k", "--mask",
-          "--page-size", "--dtype",       "--seed",         "--distribution", "--q",         "--k",
-          "--v",         "--softcap",     "--alibi-slopes", "--dropout",      "--bias"};
+  return {
+      "--batch",       "--heads",       "--kv-heads",     "--seqlen-q",     "--seqlen-k",  "--head-dim",
+      "--scale",       "--window-left", "--window-right", "--seqlens-q",    "--seqlens-k", "--mask",
+      "--page-size",   "--dtype",       "--seed",         "--distribution", "--q",         "--k",
+      "--v",           "--softcap",     "--alibi-slopes", "--dropout",      "--bias",      "--cu-seqlens-q",
+      "--cu-seqlens-k"};
 }
 
 std::set<std::string> problem_switches() {
@@ -106,32 +109,66 @@ void load_tensor(const NpyArray& array, const std::string& flag, const std::stri
   for (size_t i = 0; i < array.values.size(); ++i) tensor.data[i] = static_cast<float>(array.values[i]);
 }
 
+namespace {
+
+// The longest sequence of cumulative lengths (0 when they are not increasing; validate() names that).
+int64_t longest(const std::vector<int64_t>& cu) {
+  int64_t most = 0;
+  for (size_t b = 1; b < cu.size(); ++b) most = std::max(most, cu[b] - cu[b - 1]);
+  return most;
+}
+
+}  // namespace
+
 ProblemSetup problem_from_args(const Args& args, bool with_inputs) {
   ProblemSetup setup;
   Problem& p = setup.problem;
   const int files = args.has("--q") + args.has("--k") + args.has("--v");
   if (files != 0 && files != 3) fail("--q, --k and --v must be given together");
+  // Packed variable-length batches: --cu-seqlens-q alone packs K and V the same way (self-attention).
+  if (args.has("--cu-seqlens-k") && !args.has("--cu-seqlens-q"))
+    fail("--cu-seqlens-k needs --cu-seqlens-q (packed batches pack Q too)");
+  if (auto text = args.get("--cu-seqlens-q")) {
+    if (args.has("--seqlens-q") || args.has("--seqlens-k"))
+      fail("--cu-seqlens-q and --seqlens-q/--seqlens-k: packed sequences have no padding; give one of them");
+    p.cu_seqlens_q = parse_lengths(*text, "--cu-seqlens-q");
+    p.cu_seqlens_k = args.has("--cu-seqlens-k") ? parse_lengths(*args.get("--cu-seqlens-k"), "--cu-seqlens-k")
+                                                : p.cu_seqlens_q;
+  }
+  const bool packed = p.packed();
+  const size_t rank = packed ? 3 : 4;
   std::optional<NpyArray> q, k, v;
+  // The files define the sizes; a size flag given as well must agree.
+  auto agree = [&](const char* flag, int64_t from_file) {
+    if (args.has(flag) && args.get_int(flag, 0) != from_file)
+      fail(flag, " (", args.get_int(flag, 0), ") does not match the input files (", from_file, ")");
+    return from_file;
+  };
   if (files == 3) {
     q = read_npy(*args.get("--q"), "--q");
     k = read_npy(*args.get("--k"), "--k");
     v = read_npy(*args.get("--v"), "--v");
-    if (q->shape.size() != 4)
-      fail("--q: ", *args.get("--q"), ": must be 4-D [batch, seqlen_q, heads, head_dim]");
-    if (k->shape.size() != 4)
-      fail("--k: ", *args.get("--k"), ": must be 4-D [batch, seqlen_k, kv_heads, head_dim]");
-    // The files define the sizes; a size flag given as well must agree.
-    auto agree = [&](const char* flag, int64_t from_file) {
-      if (args.has(flag) && args.get_int(flag, 0) != from_file)
-        fail(flag, " (", args.get_int(flag, 0), ") does not match the input files (", from_file, ")");
-      return from_file;
-    };
-    p.batch = agree("--batch", q->shape[0]);
-    p.seqlen_q = agree("--seqlen-q", q->shape[1]);
-    p.heads_q = agree("--heads", q->shape[2]);
-    p.head_dim = agree("--head-dim", q->shape[3]);
-    p.seqlen_k = agree("--seqlen-k", k->shape[1]);
-    p.heads_kv = agree("--kv-heads", k->shape[2]);
+    if (q->shape.size() != rank)
+      fail("--q: ", *args.get("--q"),
+           packed ? ": must be 3-D [total_q, heads, head_dim] (packed)"
+                  : ": must be 4-D [batch, seqlen_q, heads, head_dim]");
+    if (k->shape.size() != rank)
+      fail("--k: ", *args.get("--k"),
+           packed ? ": must be 3-D [total_k, kv_heads, head_dim] (packed)"
+                  : ": must be 4-D [batch, seqlen_k, kv_heads, head_dim]");
+    p.heads_q = agree("--heads", q->shape[rank - 2]);
+    p.head_dim = agree("--head-dim", q->shape[rank - 1]);
+    p.heads_kv = agree("--kv-heads", k->shape[rank - 2]);
+    if (packed) {
+      if (q->shape[0] != p.cu_seqlens_q.back())
+        fail("cu_seqlens_q ends at ", p.cu_seqlens_q.back(), " but --q holds ", q->shape[0], " tokens");
+      if (k->shape[0] != p.cu_seqlens_k.back())
+        fail("cu_seqlens_k ends at ", p.cu_seqlens_k.back(), " but --k holds ", k->shape[0], " tokens");
+    } else {
+      p.batch = agree("--batch", q->shape[0]);
+      p.seqlen_q = agree("--seqlen-q", q->shape[1]);
+      p.seqlen_k = agree("--seqlen-k", k->shape[1]);
+    }
   } else {
     p.batch = args.get_int("--batch", 1);
     p.heads_q = args.get_int("--heads", 8);
@@ -139,6 +176,12 @@ ProblemSetup problem_from_args(const Args& args, bool with_inputs) {
     p.seqlen_q = args.get_int("--seqlen-q", 1024);
     p.seqlen_k = args.get_int("--seqlen-k", p.seqlen_q);
     p.head_dim = args.get_int("--head-dim", 64);
+  }
+  if (packed) {  // the batch is the number of sequences, seqlen_q/k the longest unless given
+    p.batch =
+        args.has("--batch") ? args.get_int("--batch", 1) : static_cast<int64_t>(p.cu_seqlens_q.size()) - 1;
+    p.seqlen_q = args.get_int("--seqlen-q", std::max<int64_t>(1, longest(p.cu_seqlens_q)));
+    p.seqlen_k = args.get_int("--seqlen-k", longest(p.cu_seqlens_k));
   }
   if (args.has("--emulate")) cuda::force_emulation(true);
   if (args.has("--scale")) p.scale = args.get_double("--scale", 0.0);
@@ -198,9 +241,12 @@ ProblemSetup problem_from_args(const Args& args, bool with_inputs) {
   if (!with_inputs) return setup;
   if (files == 3) {
     setup.inputs = empty_inputs(p);
-    load_tensor(*q, "--q", *args.get("--q"), setup.inputs.q, "[batch, seqlen_q, heads, head_dim]");
-    load_tensor(*k, "--k", *args.get("--k"), setup.inputs.k, "[batch, seqlen_k, kv_heads, head_dim]");
-    load_tensor(*v, "--v", *args.get("--v"), setup.inputs.v, "[batch, seqlen_k, kv_heads, head_dim]");
+    const char* q_layout = packed ? "[total_q, heads, head_dim]" : "[batch, seqlen_q, heads, head_dim]";
+    const char* kv_layout =
+        packed ? "[total_k, kv_heads, head_dim]" : "[batch, seqlen_k, kv_heads, head_dim]";
+    load_tensor(*q, "--q", *args.get("--q"), setup.inputs.q, q_layout);
+    load_tensor(*k, "--k", *args.get("--k"), setup.inputs.k, kv_layout);
+    load_tensor(*v, "--v", *args.get("--v"), setup.inputs.v, kv_layout);
     setup.input_source = *args.get("--q") + ", " + *args.get("--k") + ", " + *args.get("--v");
   } else {
     const Distribution distribution = parse_distribution(args.get("--distribution").value_or("normal"));

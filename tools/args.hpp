@@ -38,7 +38,8 @@ class Args {
 // The problem flags of SPEC's tool contract (--batch --heads --kv-heads --seqlen-q --seqlen-k --head-dim
 // --scale
 // --causal --window-left --window-right --seqlens-q --seqlens-k --mask --page-size --dtype --seed) plus
-// --distribution; and --q/--k/--v for inputs. The switches: --causal, and --emulate (GPU stages run in the
+// --distribution, the variants (--softcap --alibi --alibi-slopes --dropout --bias --cu-seqlens-q
+// --cu-seqlens-k); and --q/--k/--v for inputs. The switches: --causal, and --emulate (GPU stages run in the
 // CPU emulator even where a GPU could run them; problem_from_args() sets that).
 std::set<std::string> problem_flags();
 std::set<std::string> problem_switches();

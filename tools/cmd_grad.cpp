@@ -47,8 +47,9 @@ BackwardMeasurement measure_backward(const Implementation& impl, const Problem& 
 // dO from --do (float32 or float64, O's shape), else seeded random (the input seed + 1).
 HostTensor d_out_from_args(const Args& args, const Problem& p, std::string& source) {
   if (auto path = args.get("--do")) {
-    HostTensor d_out({p.batch, p.seqlen_q, p.heads_q, p.head_dim});
-    load_tensor(read_npy(*path, "--do"), "--do", *path, d_out, "[batch, seqlen_q, heads, head_dim]");
+    HostTensor d_out(p.q_shape());
+    load_tensor(read_npy(*path, "--do"), "--do", *path, d_out,
+                p.packed() ? "[total_q, heads, head_dim]" : "[batch, seqlen_q, heads, head_dim]");
     source = *path;
     return d_out;
   }

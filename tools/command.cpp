@@ -73,7 +73,8 @@ void problem_json(Json& json, const Problem& p, const std::string& source) {
   json.field("padded", !p.seqlens_q.empty() || !p.seqlens_k.empty()).field("mask", p.mask != nullptr);
   json.field("page_size", p.page_size).field("dtype", to_string(p.dtype)).field("inputs", source);
   json.field("softcap", p.softcap).field("alibi", !p.alibi_slopes.empty()).field("dropout", p.dropout_p);
-  json.field("bias", p.bias != nullptr);
+  json.field("bias", p.bias != nullptr).field("packed", p.packed());
+  if (p.packed()) json.field("total_q", p.tokens_q()).field("total_k", p.tokens_k());
   json.field("gflop", forward_flops(p) / 1e9);
   json.end_object();
 }

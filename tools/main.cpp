@@ -25,6 +25,10 @@ problem flags (defaults: batch 1, 8 heads, 1024 x 1024, head_dim 64, f32, random
                 (one per query head): s -> s - slope_h |i + seqlen_k - seqlen_q - j|
   --dropout P   dropout on the attention weights with probability P in [0, 1), its mask seeded by --seed
   --bias F.npy  an additive score bias, float [SQ,SK], [H or 1,SQ,SK] or [B or 1,H or 1,SQ,SK]; -inf hides a key
+  --cu-seqlens-q 0,a,b,..  packed variable-length batches (FlashAttention's varlen form): cumulative lengths,
+                batch + 1 entries from 0 to the token count; Q and O are [total_q, H, D] and LSE [H, total_q];
+                --cu-seqlens-k gives K/V's (default: the same, self-attention), [total_k, KVH, D]. The batch
+                is the number of sequences, --seqlen-q/--seqlen-k default to the longest one
   --emulate   GPU stages run in the CPU emulator even where a GPU could run them (without a GPU they always
               do; emulated times are labelled and never compared with measured speeds)
 

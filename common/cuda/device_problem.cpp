@@ -40,7 +40,9 @@ DeviceProblem::DeviceProblem(const Problem& problem, const AttentionInputs& inpu
       workspace_(workspace_bytes),
       lse_(static_cast<size_t>(problem.lse_elements())),
       seqlens_q_(upload(problem.seqlens_q)),
-      seqlens_k_(upload(problem.seqlens_k)) {
+      seqlens_k_(upload(problem.seqlens_k)),
+      cu_seqlens_q_(upload(problem.cu_seqlens_q)),
+      cu_seqlens_k_(upload(problem.cu_seqlens_k)) {
   if (inputs.q.size() != problem.q_elements() || inputs.k.size() != problem.kv_elements() ||
       inputs.v.size() != problem.kv_elements())
     fail("inputs do not match the problem's shapes (", problem.describe(), ")");
@@ -57,6 +59,8 @@ DeviceProblem::DeviceProblem(const Problem& problem, const AttentionInputs& inpu
   tensors_.bias = problem.bias ? bias_.get() : nullptr;
   tensors_.seqlens_q = problem.seqlens_q.empty() ? nullptr : seqlens_q_.get();
   tensors_.seqlens_k = problem.seqlens_k.empty() ? nullptr : seqlens_k_.get();
+  tensors_.cu_seqlens_q = problem.packed() ? cu_seqlens_q_.get() : nullptr;
+  tensors_.cu_seqlens_k = problem.packed() ? cu_seqlens_k_.get() : nullptr;
   tensors_.workspace = workspace_.get();
   if (inputs.paged) {
     const PagedKV& paged = *inputs.paged;

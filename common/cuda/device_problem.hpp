@@ -36,7 +36,7 @@ class DeviceProblem {
   DeviceBuffer<std::byte> q_, k_, v_, o_, workspace_, k_pages_, v_pages_;
   DeviceBuffer<float> lse_, alibi_slopes_, bias_;
   DeviceBuffer<uint8_t> mask_;
-  DeviceBuffer<int64_t> seqlens_q_, seqlens_k_;
+  DeviceBuffer<int64_t> seqlens_q_, seqlens_k_, cu_seqlens_q_, cu_seqlens_k_;
   DeviceBuffer<int32_t> block_table_;
   DeviceTensors tensors_;
 };

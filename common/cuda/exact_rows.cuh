@@ -17,6 +17,7 @@
 #include "common/cuda/convert.cuh"
 #include "common/cuda/exact_rows.hpp"
 #include "common/cuda/launch.cuh"
+#include "common/cuda/sequences.hpp"
 #include "common/mask.hpp"
 
 namespace flashlab::cuda {
@@ -30,31 +31,30 @@ template <typename Element>
 __global__ void __launch_bounds__(32 * kWarps) exact_rows_kernel(const ExactRowsParams p) {
   __shared__ float q_rows[kWarps][kMaxHeadDim];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
+  const int64_t rows = tokens_q(p) * p.heads_q;
   const int group_size = p.heads_q / p.heads_kv;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kWarps) {
-    // Rows in O's memory order (batch, position, head), so that consecutive warps read consecutive rows.
-    const int head = static_cast<int>(row % p.heads_q), i = static_cast<int>(row / p.heads_q % p.seqlen_q);
-    const int b = static_cast<int>(row / (static_cast<int64_t>(p.heads_q) * p.seqlen_q));
+    // Rows in O's memory order (token, head), so that consecutive warps read consecutive rows; token t is
+    // row i of batch element b (padded or packed: common/cuda/sequences.hpp).
+    const int head = static_cast<int>(row % p.heads_q);
     Element* const o =
-        static_cast<Element*>(p.o) + b * p.o_batch_stride + i * p.o_row_stride + head * p.o_head_stride;
+        static_cast<Element*>(p.o) + o_token_begin(p, row / p.heads_q) + head * p.o_head_stride;
     bool special = false;
     for (int c = lane; c < p.head_dim; c += 32) special |= !isfinite(to_float(o[c]));
     if (!__any_sync(0xffffffffu, special)) continue;
+    int b = 0, i = 0;
+    token_position(p, row / p.heads_q, b, i);
 
     const Element* const q =
-        static_cast<const Element*>(p.q) + b * p.q_batch_stride + i * p.q_row_stride + head * p.q_head_stride;
+        static_cast<const Element*>(p.q) + q_begin(p, b) + i * p.q_row_stride + head * p.q_head_stride;
     for (int c = lane; c < p.head_dim; c += 32) q_rows[warp][c] = to_float(q[c]);
     __syncwarp();
     const int head_kv = head / group_size;
-    const Element* const k =
-        static_cast<const Element*>(p.k) + b * p.k_batch_stride + head_kv * p.k_head_stride;
-    const Element* const v =
-        static_cast<const Element*>(p.v) + b * p.v_batch_stride + head_kv * p.v_head_stride;
-    const float lse = p.lse[(static_cast<int64_t>(b) * p.heads_q + head) * p.seqlen_q + i];
-    const int rows_q = p.seqlens_q ? p.seqlens_q[b] : p.seqlen_q;
-    const int rows_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;
+    const Element* const k = static_cast<const Element*>(p.k) + k_begin(p, b) + head_kv * p.k_head_stride;
+    const Element* const v = static_cast<const Element*>(p.v) + v_begin(p, b) + head_kv * p.v_head_stride;
+    const float lse = p.lse[lse_begin(p, b, head) + i];
+    const int rows_q = cuda::rows_q(p, b), rows_k = cuda::rows_k(p, b);
     const KeyRange keys = band_key_range(i, rows_q, rows_k, p.causal, p.window_left, p.window_right);
     float sum[kMaxHeadDim / 32] = {};
     for (int64_t j0 = keys.begin; j0 < keys.end; j0 += 32) {

@@ -19,7 +19,7 @@ struct ExactRowsParams {
   const void* k = nullptr;
   const void* v = nullptr;
   void* o = nullptr;
-  const float* lse = nullptr;  // [batch, heads_q, seqlen_q]
+  const float* lse = nullptr;  // [batch, heads_q, seqlen_q], packed [heads_q, total_q]
   int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 0, head_dim = 64;
   int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
   int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
@@ -30,6 +30,9 @@ struct ExactRowsParams {
   int window_left = -1, window_right = -1;
   const int* seqlens_q = nullptr;
   const int* seqlens_k = nullptr;
+  const int* cu_seqlens_q = nullptr;  // packed batches (common/cuda/sequences.hpp), or null
+  const int* cu_seqlens_k = nullptr;
+  int total_q = 0;
   const uint8_t* mask = nullptr;
   ScoreModParams mod;     // soft-capping, ALiBi, a bias (device pointers), when the forward applies them
   DropoutParams dropout;  // and dropout
@@ -69,7 +72,12 @@ ExactRowsParams exact_rows_params(const Params& p) {
   e.window_right = p.window_right;
   e.seqlens_q = p.seqlens_q;
   e.seqlens_k = p.seqlens_k;
-  if constexpr (requires { p.mask; }) e.mask = p.mask;           // cuda_v3_hopper/ws takes no explicit mask
+  if constexpr (requires { p.cu_seqlens_q; }) {  // cuda_v3_hopper/ws takes no packed batches
+    e.cu_seqlens_q = p.cu_seqlens_q;
+    e.cu_seqlens_k = p.cu_seqlens_k;
+    e.total_q = p.total_q;
+  }
+  if constexpr (requires { p.mask; }) e.mask = p.mask;           // nor an explicit mask
   if constexpr (requires { p.mod; }) e.mod = p.mod;              // nor score modifications
   if constexpr (requires { p.dropout; }) e.dropout = p.dropout;  // nor dropout
   return e;
@@ -80,7 +88,7 @@ inline constexpr int kExactRowsBlocks = 128;
 
 // What the pass reads when every row is finite: each element of O once.
 inline double exact_rows_scan_bytes(const Problem& p, double element_bytes) {
-  return static_cast<double>(p.batch * p.seqlen_q * p.heads_q * p.head_dim) * element_bytes;
+  return static_cast<double>(p.q_elements()) * element_bytes;
 }
 
 }  // namespace flashlab::cuda

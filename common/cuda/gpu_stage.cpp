@@ -18,7 +18,9 @@ std::string int_lengths_and_positive_scale(const Problem& p, const std::string& 
   for (const auto& [field, value] : {std::pair<const char*, int64_t>{"seqlen_q", p.seqlen_q},
                                      {"seqlen_k", p.seqlen_k},
                                      {"window_left", p.window_left},
-                                     {"window_right", p.window_right}})
+                                     {"window_right", p.window_right},
+                                     {"the packed tokens of Q (cu_seqlens_q)", p.tokens_q()},
+                                     {"the packed tokens of K (cu_seqlens_k)", p.tokens_k()}})
     if (value > INT_MAX) return std::string(field) + " (" + std::to_string(value) + ") must fit an int";
   if (!(p.softmax_scale() > 0.0))
     return "scale (" + std::to_string(p.softmax_scale()) + ") must be positive for " + name;

@@ -25,8 +25,15 @@ IntLengths narrow_lengths(const Problem& problem, const DeviceTensors& tensors, 
   IntLengths lengths;
   lengths.seqlens_q =
       narrow(problem.seqlens_q.empty() ? nullptr : tensors.seqlens_q, problem.seqlens_q.size(), out);
-  lengths.seqlens_k = narrow(problem.seqlens_k.empty() ? nullptr : tensors.seqlens_k,
-                             problem.seqlens_k.size(), out + problem.seqlens_q.size());
+  out += problem.seqlens_q.size();
+  lengths.seqlens_k =
+      narrow(problem.seqlens_k.empty() ? nullptr : tensors.seqlens_k, problem.seqlens_k.size(), out);
+  out += problem.seqlens_k.size();
+  lengths.cu_seqlens_q =
+      narrow(problem.packed() ? tensors.cu_seqlens_q : nullptr, problem.cu_seqlens_q.size(), out);
+  out += problem.cu_seqlens_q.size();
+  lengths.cu_seqlens_k =
+      narrow(problem.packed() ? tensors.cu_seqlens_k : nullptr, problem.cu_seqlens_k.size(), out);
   return lengths;
 }
 

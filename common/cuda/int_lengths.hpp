@@ -12,21 +12,26 @@
 
 namespace flashlab::cuda {
 
-// Workspace bytes for the int32 copies of the problem's seqlens_q and seqlens_k (0 when it has neither),
-// a multiple of 16 so that whatever a launcher places after them stays 16-byte aligned.
+// Workspace bytes for the int32 copies of the problem's seqlens_q and seqlens_k and of its cumulative lengths
+// cu_seqlens_q and cu_seqlens_k (0 when it has none), a multiple of 16 so that whatever a launcher places
+// after them stays 16-byte aligned.
 inline size_t int_lengths_bytes(const Problem& p) {
-  const size_t count = p.seqlens_q.size() + p.seqlens_k.size();
+  const size_t count =
+      p.seqlens_q.size() + p.seqlens_k.size() + p.cu_seqlens_q.size() + p.cu_seqlens_k.size();
   return (count * sizeof(int32_t) + 15) / 16 * 16;
 }
 
 struct IntLengths {
   const int* seqlens_q = nullptr;  // device [batch], or nullptr when the problem has no seqlens_q
   const int* seqlens_k = nullptr;
+  const int* cu_seqlens_q = nullptr;  // device [batch + 1], or nullptr when the problem is not packed
+  const int* cu_seqlens_k = nullptr;
 };
 
-// Enqueues on the default stream the copies of tensors.seqlens_q / seqlens_k into `workspace` (at least
-// int_lengths_bytes(problem) bytes, 4-byte aligned) as int32. The lengths are in [0, seqlen], so the caller
-// must have checked that seqlen_q and seqlen_k fit an int.
+// Enqueues on the default stream the copies of tensors.seqlens_q / seqlens_k / cu_seqlens_q / cu_seqlens_k
+// into `workspace` (at least int_lengths_bytes(problem) bytes, 4-byte aligned) as int32. The lengths are in
+// [0, seqlen] and the cumulative ones in [0, tokens], so the caller must have checked that seqlen_q,
+// seqlen_k and the token counts fit an int.
 FLASHLAB_FOR_EACH_TARGET(IntLengths narrow_lengths(const Problem& problem, const DeviceTensors& tensors,
                                                    void* workspace);)
 using namespace FLASHLAB_CUDA_TARGET;
