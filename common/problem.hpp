@@ -68,6 +68,8 @@ struct Problem {
   double softmax_scale() const;
   int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head (GQA)
   int64_t kv_head(int64_t head_q) const { return head_q / group_size(); }
+  // Packed when cu_seqlens_q is given; validate() requires cu_seqlens_k with it. The K-side accessors below
+  // test cu_seqlens_k itself, so that nothing reads past it before validate() has run.
   bool packed() const { return !cu_seqlens_q.empty(); }
   // Batch element b's real lengths (its query rows and keys).
   int64_t rows_q(int64_t b) const {
@@ -75,20 +77,22 @@ struct Problem {
     return seqlens_q.empty() ? seqlen_q : seqlens_q[b];
   }
   int64_t rows_k(int64_t b) const {
-    if (packed()) return cu_seqlens_k[b + 1] - cu_seqlens_k[b];
+    if (!cu_seqlens_k.empty()) return cu_seqlens_k[b + 1] - cu_seqlens_k[b];
     return seqlens_k.empty() ? seqlen_k : seqlens_k[b];
   }
   // The rows of batch element b that Q/O (K/V) hold: every seqlen_q (seqlen_k) in the padded layout, the real
   // ones packed. Stages write O and LSE for exactly these rows and read no key past them.
   int64_t stored_rows_q(int64_t b) const { return packed() ? rows_q(b) : seqlen_q; }
-  int64_t stored_rows_k(int64_t b) const { return packed() ? rows_k(b) : seqlen_k; }
+  int64_t stored_rows_k(int64_t b) const { return cu_seqlens_k.empty() ? seqlen_k : rows_k(b); }
 
   // Tokens in Q and O (K and V): batch * seqlen, or the packed total.
   int64_t tokens_q() const { return packed() ? cu_seqlens_q.back() : batch * seqlen_q; }
-  int64_t tokens_k() const { return packed() ? cu_seqlens_k.back() : batch * seqlen_k; }
+  int64_t tokens_k() const { return cu_seqlens_k.empty() ? batch * seqlen_k : cu_seqlens_k.back(); }
   // The token of row i (key j) of batch element b: the first index of Q/O (K/V) in either layout.
   int64_t q_token(int64_t b, int64_t i) const { return (packed() ? cu_seqlens_q[b] : b * seqlen_q) + i; }
-  int64_t k_token(int64_t b, int64_t j) const { return (packed() ? cu_seqlens_k[b] : b * seqlen_k) + j; }
+  int64_t k_token(int64_t b, int64_t j) const {
+    return (cu_seqlens_k.empty() ? b * seqlen_k : cu_seqlens_k[b]) + j;
+  }
   // Offsets of element (b, i, h, 0) of Q/O, (b, j, hk, 0) of K/V, and of LSE (b, h, i).
   int64_t q_offset(int64_t b, int64_t i, int64_t h) const { return (q_token(b, i) * heads_q + h) * head_dim; }
   int64_t kv_offset(int64_t b, int64_t j, int64_t hk) const {

@@ -74,6 +74,7 @@ struct SplitQParams {
   const int* cu_seqlens_q = nullptr;
   const int* cu_seqlens_k = nullptr;
   int total_q = 0;                // packed: the tokens of Q and O (the LSE is [heads_q, total_q])
+  int total_k = 0;                // packed: the tokens of K and V
   const uint8_t* mask = nullptr;  // device [seqlen_q, seqlen_k], 1 = visible, shared by all (b, h); or null
   // Soft-capping, ALiBi and an additive bias (common/score_mod.hpp), device pointers; the tensor-core kernel
   // and its backward apply them, split_q_simt refuses them.

@@ -21,6 +21,7 @@ SplitQParams split_q_params(const Problem& problem) {
   params.seqlen_k = static_cast<int>(problem.seqlen_k);
   params.head_dim = static_cast<int>(problem.head_dim);
   params.total_q = static_cast<int>(problem.tokens_q());  // the LSE's head stride when packed
+  params.total_k = static_cast<int>(problem.tokens_k());
   params.set_dense_strides();
   params.softmax_scale = static_cast<float>(problem.softmax_scale());
   params.causal = problem.causal;
@@ -44,6 +45,15 @@ bool is_supported_head_dim(int head_dim) {
   return head_dim == 64 || head_dim == 128 || head_dim == 256;
 }
 
+// Whether Q and O (K and V) hold any token: packed, the total; padded, every batch element has seqlen_q >= 1
+// rows and seqlen_k keys.
+bool has_query_tokens(const SplitQParams& p) {
+  return !p.cu_seqlens_q || p.total_q > 0;
+}
+bool has_key_tokens(const SplitQParams& p) {
+  return p.cu_seqlens_k ? p.total_k > 0 : p.seqlen_k > 0;
+}
+
 // Rules both kernels share. `vector_elements`: how many elements one vectorized load moves (16 bytes), so
 // every row start must be a multiple of it and every pointer 16-byte aligned.
 void check_common(const SplitQParams& p, int64_t vector_elements) {
@@ -60,10 +70,15 @@ void check_common(const SplitQParams& p, int64_t vector_elements) {
   if (p.window_left < -1) fail("window_left (", p.window_left, ") must be -1 (unbounded) or >= 0");
   if (p.window_right < -1) fail("window_right (", p.window_right, ") must be -1 (unbounded) or >= 0");
   if (!(p.softmax_scale > 0.0f)) fail("softmax_scale (", p.softmax_scale, ") must be positive");
-  if (p.q == nullptr) fail("q must be a device pointer, not null");
-  if (p.o == nullptr) fail("o must be a device pointer, not null");
-  if (p.lse == nullptr) fail("lse must be a device pointer, not null");
-  if (p.seqlen_k > 0 && (p.k == nullptr || p.v == nullptr)) fail("k and v must be device pointers, not null");
+  // A tensor that holds no token may be null (packed sequences that are all empty; seqlen_k 0): the kernels
+  // then read and write none of it.
+  if (has_query_tokens(p)) {
+    if (p.q == nullptr) fail("q must be a device pointer, not null");
+    if (p.o == nullptr) fail("o must be a device pointer, not null");
+    if (p.lse == nullptr) fail("lse must be a device pointer, not null");
+  }
+  if (has_key_tokens(p) && (p.k == nullptr || p.v == nullptr))
+    fail("k and v must be device pointers, not null");
 
   const auto check_vector = [vector_elements](const char* field, int64_t stride) {
     if (stride % vector_elements != 0)
@@ -101,6 +116,8 @@ bool split_q_supports_head_dim(int head_dim) {
 
 void check_split_q_simt(const SplitQParams& p) {
   if (p.dtype != DType::f32) fail("dtype (", to_string(p.dtype), ") must be f32 for cuda_v2/split_q_simt");
+  if (p.cu_seqlens_q || p.cu_seqlens_k)
+    fail("cu_seqlens_q/k (packed variable-length batches) are not supported by cuda_v2/split_q_simt");
   if (!split_q_simt_supports_head_dim(p.head_dim))
     fail("head_dim (", p.head_dim, ") must be 64, 128 or 256 for cuda_v2/split_q_simt");
   check_common(p, 4);
@@ -154,13 +171,13 @@ void check_split_q_backward(const SplitQBackwardParams& p) {
     fail("head_dim (", p.forward.head_dim, ") must be 64 or 128 for the backward");
   if (p.forward.heads_kv > 65535)
     fail("heads_kv (", p.forward.heads_kv, ") must be at most 65535 for the backward's grid");
-  for (const auto& [field, pointer] : {std::pair<const char*, const void*>{"d_out", p.d_out},
-                                       {"dq", p.dq},
-                                       {"d_sum", p.d_sum},
+  for (const auto& [field, pointer] : {std::pair<const char*, const void*>{"d_sum", p.d_sum},
                                        {"dq_accum", p.dq_accum},
                                        {"nonfinite", p.nonfinite}})
     if (pointer == nullptr) fail(field, " must be a device pointer, not null");
-  if (p.forward.seqlen_k > 0 && (p.dk == nullptr || p.dv == nullptr))
+  if (has_query_tokens(p.forward) && (p.d_out == nullptr || p.dq == nullptr))
+    fail("d_out and dq must be device pointers, not null");
+  if (has_key_tokens(p.forward) && (p.dk == nullptr || p.dv == nullptr))
     fail("dk and dv must be device pointers, not null");
   if (reinterpret_cast<uintptr_t>(p.d_out) % 16 != 0) fail("d_out must be 16-byte aligned");
 }

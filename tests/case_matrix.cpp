@@ -229,6 +229,13 @@ std::vector<Case> build_matrix() {
       packed(problem_shape(1, 4, 2, 1, 1, 64), {97, 0, 50}, {60, 113, 0}));
   add("packed varlen + causal: 64, 31, 5 against 96, 17, 40",
       causal(packed(problem_shape(1, 2, 1, 1, 1, 64), {64, 31, 5}, {96, 17, 40})));
+  // Tensors that hold no token: every query sequence empty (Q, O and LSE are empty), and every key sequence
+  // empty while seqlen_k says 16 (K and V are empty; every row is fully masked).
+  add("packed varlen: no query token (lengths 0, 0 against 5, 3)",
+      packed(problem_shape(1, 2, 1, 1, 1, 64), {0, 0}, {5, 3}));
+  Problem no_key = packed(problem_shape(1, 2, 1, 1, 1, 64), {3, 4}, {0, 0});
+  no_key.seqlen_k = 16;
+  add("packed varlen: no key (lengths 3, 4 against 0, 0), seqlen_k 16", no_key);
   add("packed varlen + window + softcap 3 + ALiBi + dropout 0.2 + bias",
       dropped(softcapped(
                   with_alibi(biased(

@@ -34,6 +34,14 @@ for impl in naive/standard_gemm cpu_tiled/forward; do
   [[ $(shape_of "$tmp/lse.npy") == "(2, 12)" ]] || fail "$impl: LSE is not [heads, total_q]"
 done
 
+# No query token at all (every sequence empty): nothing to compute, and no stage may fail on empty tensors.
+for impl in cpu_tiled/forward cuda_v2/split_q; do
+  "$tool" run "$impl" --dtype "$([[ $impl == cuda* ]] && echo f16 || echo f32)" --cu-seqlens-q 0,0,0 \
+    --cu-seqlens-k 0,7,9 --heads 2 --head-dim 64 --out "$tmp/o.npy" >"$tmp/run.txt" 2>&1 ||
+    fail "$impl: no query token: $(cat "$tmp/run.txt")"
+  [[ $(shape_of "$tmp/o.npy") == "(0, 2, 64)" ]] || fail "$impl: O is not [0, heads, head_dim]"
+done
+
 # compare: the stages that take packed batches agree with the reference, the others refuse by name.
 out=$("$tool" compare naive/standard_gemm cpu_tiled/forward naive/three_pass --cu-seqlens-q 0,40,40,97 \
   --heads 2 --head-dim 16 --repeat 1 2>&1) || fail "compare on a packed problem failed: $out"
@@ -59,6 +67,9 @@ refuses "--heads (4) does not match the input files (2)" run cpu_tiled/forward -
 refuses "cu_seqlens_q must not decrease: cu_seqlens_q[2] (3) < cu_seqlens_q[1] (5)" run cpu_tiled/forward \
   --cu-seqlens-q 0,5,3
 refuses "cu_seqlens_q[0] (2) must be 0" run cpu_tiled/forward --cu-seqlens-q 2,5
+refuses "--cu-seqlens-q needs at least two entries" run cpu_tiled/forward --cu-seqlens-q 0
+refuses "cu_seqlens_k ends at 12 but --k holds 14 tokens (without --cu-seqlens-k, K and V are packed like Q)" \
+  run cpu_tiled/forward --cu-seqlens-q 0,5,12 "${files[@]}"
 refuses "--cu-seqlens-q entry 'x' is not an integer" run cpu_tiled/forward --cu-seqlens-q 0,x
 refuses "cu_seqlens_q has 3 entries but must have batch + 1 = 5" run cpu_tiled/forward --cu-seqlens-q 0,3,7 --batch 4
 refuses "cu_seqlens_q: sequence 1 has 10 tokens, more than seqlen_q (8)" run cpu_tiled/forward \

@@ -132,6 +132,8 @@ ProblemSetup problem_from_args(const Args& args, bool with_inputs) {
     if (args.has("--seqlens-q") || args.has("--seqlens-k"))
       fail("--cu-seqlens-q and --seqlens-q/--seqlens-k: packed sequences have no padding; give one of them");
     p.cu_seqlens_q = parse_lengths(*text, "--cu-seqlens-q");
+    if (p.cu_seqlens_q.size() < 2)
+      fail("--cu-seqlens-q needs at least two entries: 0 and the end of the first sequence");
     p.cu_seqlens_k = args.has("--cu-seqlens-k") ? parse_lengths(*args.get("--cu-seqlens-k"), "--cu-seqlens-k")
                                                 : p.cu_seqlens_q;
   }
@@ -163,7 +165,8 @@ ProblemSetup problem_from_args(const Args& args, bool with_inputs) {
       if (q->shape[0] != p.cu_seqlens_q.back())
         fail("cu_seqlens_q ends at ", p.cu_seqlens_q.back(), " but --q holds ", q->shape[0], " tokens");
       if (k->shape[0] != p.cu_seqlens_k.back())
-        fail("cu_seqlens_k ends at ", p.cu_seqlens_k.back(), " but --k holds ", k->shape[0], " tokens");
+        fail("cu_seqlens_k ends at ", p.cu_seqlens_k.back(), " but --k holds ", k->shape[0], " tokens",
+             args.has("--cu-seqlens-k") ? "" : " (without --cu-seqlens-k, K and V are packed like Q)");
     } else {
       p.batch = agree("--batch", q->shape[0]);
       p.seqlen_q = agree("--seqlen-q", q->shape[1]);

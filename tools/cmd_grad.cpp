@@ -173,6 +173,7 @@ int compare_backward(const Args& args) {
   std::optional<ReferenceGradients> ref;  // computed once, when the first implementation has run
   struct Row {
     const Implementation* impl;
+    Problem problem;  // p, in the implementation's own dtype unless --dtype was given (in_own_dtype)
     std::string reason;
     BackwardMeasurement m;
     std::optional<GradientVerdict> verdict;
@@ -181,23 +182,26 @@ int compare_backward(const Args& args) {
   std::vector<Row> rows;
   bool all_passed = true;
   const double flops = backward_flops(p);
-  std::map<bool, GradientTolerance> tolerances;  // per Implementation::rounds_p (the baseline differs)
+  // Per dtype and Implementation::rounds_p (the baseline differs).
+  std::map<std::pair<DType, bool>, GradientTolerance> tolerances;
   for (size_t n = 0; n < chosen.size(); ++n) {
-    Row row{chosen[n], why_cannot_run_backward(*chosen[n], p), {}, {}, 0};
+    const Problem run = in_own_dtype(*chosen[n], p, args.has("--dtype"));
+    Row row{chosen[n], run, why_cannot_run_backward(*chosen[n], run), {}, {}, 0};
     if (row.reason.empty()) {
       progress("[" + std::to_string(n + 1) + "/" + std::to_string(chosen.size()) + "] " + row.impl->name +
                " ...");
-      const AttentionOutputs fwd = run_forward(*row.impl, p, setup.inputs);
-      row.m = measure_backward(*row.impl, p, setup.inputs, fwd, d_out, static_cast<int>(repeats));
+      const AttentionOutputs fwd = run_forward(*row.impl, run, setup.inputs);
+      row.m = measure_backward(*row.impl, run, setup.inputs, fwd, d_out, static_cast<int>(repeats));
       if (!ref) {
         progress("computing the fp64 reference backward ...");
         ref = reference_backward(p, setup.inputs, d_out);
       }
-      if (!tolerances.contains(row.impl->rounds_p)) {
-        row.verdict = check_gradients(p, setup.inputs, d_out, row.m.gradients, *ref, row.impl->rounds_p);
-        tolerances[row.impl->rounds_p] = row.verdict->tolerance;
+      const std::pair key{run.dtype, row.impl->rounds_p};
+      if (!tolerances.contains(key)) {
+        row.verdict = check_gradients(run, setup.inputs, d_out, row.m.gradients, *ref, row.impl->rounds_p);
+        tolerances[key] = row.verdict->tolerance;
       } else {
-        row.verdict = judge_gradients(p, row.m.gradients, *ref, tolerances[row.impl->rounds_p]);
+        row.verdict = judge_gradients(run, row.m.gradients, *ref, tolerances[key]);
       }
       row.rate = flops / (row.m.median_ms * 1e-3) / 1e9;
       all_passed &= row.verdict->passed();
@@ -216,6 +220,7 @@ int compare_backward(const Args& args) {
     json.key("results").begin_array();
     for (const Row& row : rows) {
       json.begin_object().field("impl", row.impl->name).field("device", to_string(row.impl->device));
+      json.field("dtype", to_string(row.problem.dtype));
       json.field("available", row.reason.empty()).field("reason", row.reason);
       const bool emulated = !emulation_reason(*row.impl).empty();
       json.field("emulated", emulated);
@@ -243,8 +248,8 @@ int compare_backward(const Args& args) {
               flops / 1e9, setup.input_source.c_str(), d_out_source.c_str());
   std::printf("machine: %s, %d threads, FP32 FMA peak %.0f GFLOP/s (measured), copy %.1f GB/s\n\n",
               machine.cpu.c_str(), machine.threads, machine.fma_gflops_all, machine.copy_gbps);
-  std::printf("%-26s %-5s %10s %10s %10s %5s %11s %9s %7s %11s\n", "implementation", "dev", "err dQ",
-              "err dK", "err dV", "ok", "time ms", "GFLOP/s", "% peak", "extra MiB");
+  std::printf("%-26s %-5s %10s %10s %10s %5s %11s %9s %7s %11s  %s\n", "implementation", "dev", "err dQ",
+              "err dK", "err dV", "ok", "time ms", "GFLOP/s", "% peak", "extra MiB", "dtype");
   for (const Row& row : rows) {
     if (!row.verdict) {
       std::printf("%-26s %-5s   skipped: %s\n", row.impl->name.c_str(),
@@ -260,10 +265,10 @@ int compare_backward(const Args& args) {
     if (!emulated) std::snprintf(rate, sizeof rate, "%.1f", row.rate);
     if (row.impl->device == Device::cpu)
       std::snprintf(peak, sizeof peak, "%.1f%%", 100.0 * row.rate / machine.fma_gflops_all);
-    std::printf("%-26s %-5s %10.2e %10.2e %10.2e %5s %11.3f %9s %7s %11s\n", row.impl->name.c_str(),
+    std::printf("%-26s %-5s %10.2e %10.2e %10.2e %5s %11.3f %9s %7s %11s  %s\n", row.impl->name.c_str(),
                 emulated ? "emu" : std::string(to_string(row.impl->device)).c_str(), dev.max_err_dq,
                 dev.max_err_dk, dev.max_err_dv, row.verdict->passed() ? "yes" : "NO", row.m.median_ms, rate,
-                peak, extra);
+                peak, extra, std::string(to_string(row.problem.dtype)).c_str());
   }
   std::printf(
       "\nerrors: max |grad - ref64| / max(1, |ref64|); ok: within 2x the same-precision naive backward's "

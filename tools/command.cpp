@@ -32,6 +32,14 @@ const std::vector<Command>& commands() {
   return mutable_commands();
 }
 
+Problem in_own_dtype(const Implementation& impl, const Problem& p, bool dtype_given) {
+  Problem own = p;
+  if (!dtype_given && !impl.dtypes.empty() &&
+      std::find(impl.dtypes.begin(), impl.dtypes.end(), p.dtype) == impl.dtypes.end())
+    own.dtype = impl.dtypes.front();
+  return own;
+}
+
 std::string emulation_reason(const Implementation& impl) {
   return impl.emulation ? impl.emulation() : "";
 }

@@ -37,6 +37,11 @@ struct Measurement {
 // that runs in the CPU emulator is timed on its one checked run.
 Measurement measure(const Implementation& impl, const Problem& p, const AttentionInputs& in, int repeats);
 
+// The problem `impl` takes in a side-by-side view: `p`, or, where the user named no dtype and `impl` does not
+// offer p's, `p` in the implementation's own first dtype (the 16-bit GPU stages next to the f32 CPU stages on
+// the same f32 inputs, each held to the tolerance of the dtype it ran in).
+Problem in_own_dtype(const Implementation& impl, const Problem& p, bool dtype_given);
+
 // "" when `impl` runs natively here (on the CPU, or on a GPU), else why it runs in the CPU emulator.
 std::string emulation_reason(const Implementation& impl);
 

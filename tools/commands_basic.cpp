@@ -132,6 +132,7 @@ int run_command(const std::vector<std::string>& argv) {
 // -----------------------------------------------------------------------------------------------------
 struct CompareRow {
   const Implementation* impl;
+  DType dtype;         // the dtype it runs in (in_own_dtype)
   std::string reason;  // why it did not run; "" when it ran
   Measurement m;
   std::optional<Verdict> verdict;
@@ -140,14 +141,19 @@ struct CompareRow {
   std::string failure;    // what went wrong while it ran (an ExecutionError)
 };
 
-// The CPU emulator runs a GPU stage some thousand times slower than a GPU: unless asked for (named, or
-// --emulate), emulated rows are left out of problems above this many FLOPs, with the reason.
+// The CPU emulator runs a GPU stage some thousand times slower than a GPU (1 to 9 s a GFLOP on a 2-core
+// machine, by stage): unless asked for (named, or --emulate), emulated rows are left out of problems above
+// the first limit, with the reason; above the second when a single GPU stage takes the problem (a variant
+// that only it supports, e.g. soft-capping: the one stage that can show it runs in a few seconds).
 constexpr double kEmulatedFlopLimit = 0.25e9;
+constexpr double kLoneEmulatedFlopLimit = 2.5e9;
 
 // Runs `chosen` on one problem, each checked against the fp64 reference (computed once) under the
-// same-precision tolerance.
+// same-precision tolerance; without `dtype_given`, each in its own dtype where it does not offer the
+// problem's (in_own_dtype).
 std::vector<CompareRow> compare_on(const std::vector<const Implementation*>& chosen,
-                                   const ProblemSetup& setup, int64_t repeats, bool emulation_asked) {
+                                   const ProblemSetup& setup, int64_t repeats, bool emulation_asked,
+                                   bool dtype_given) {
   const Problem& p = setup.problem;
   std::optional<ReferenceResult> ref;  // computed once, when the first implementation has run
   auto reference = [&]() -> const ReferenceResult& {
@@ -157,37 +163,45 @@ std::vector<CompareRow> compare_on(const std::vector<const Implementation*>& cho
     }
     return *ref;
   };
-  std::map<bool, Tolerance> tolerances;  // by rounds_p
-  auto tolerance = [&](bool rounds_p) {
-    if (!tolerances.count(rounds_p)) {
-      const AttentionOutputs baseline = baseline_attention(p, setup.inputs, p.dtype, rounds_p);
-      tolerances[rounds_p] = tolerance_from_baseline(p.dtype, deviation(p, baseline, reference()));
+  std::map<std::pair<DType, bool>, Tolerance> tolerances;  // by dtype and rounds_p
+  auto tolerance = [&](const Problem& run, bool rounds_p) {
+    const std::pair key{run.dtype, rounds_p};
+    if (!tolerances.count(key)) {
+      const AttentionOutputs baseline = baseline_attention(run, setup.inputs, run.dtype, rounds_p);
+      tolerances[key] = tolerance_from_baseline(run.dtype, deviation(run, baseline, reference()));
     }
-    return tolerances[rounds_p];
+    return tolerances[key];
   };
   std::vector<CompareRow> rows;
   const double flops = forward_flops(p);
+  int emulated_takers = 0;  // the GPU stages that take the problem and would run in the emulator
+  for (const Implementation* impl : chosen)
+    emulated_takers += !emulation_reason(*impl).empty() &&
+                       why_cannot_run(*impl, in_own_dtype(*impl, p, dtype_given)).empty();
+  const double emulated_limit = emulated_takers == 1 ? kLoneEmulatedFlopLimit : kEmulatedFlopLimit;
   for (size_t n = 0; n < chosen.size(); ++n) {
-    CompareRow row{chosen[n], why_cannot_run(*chosen[n], p), {}, {}, 0, emulation_reason(*chosen[n]), {}};
-    if (row.reason.empty() && !row.emulation.empty() && !emulation_asked && flops > kEmulatedFlopLimit) {
+    const Problem run = in_own_dtype(*chosen[n], p, dtype_given);
+    CompareRow row{chosen[n], run.dtype, why_cannot_run(*chosen[n], run), {},
+                   {},        0,         emulation_reason(*chosen[n]),    {}};
+    if (row.reason.empty() && !row.emulation.empty() && !emulation_asked && flops > emulated_limit) {
       char text[160];
       std::snprintf(text, sizeof text,
                     "runs in the CPU emulator here, slowly: %.2f GFLOP is over the %.2f GFLOP that compare "
                     "emulates unasked (name it, or pass --emulate)",
-                    flops / 1e9, kEmulatedFlopLimit / 1e9);
+                    flops / 1e9, emulated_limit / 1e9);
       row.reason = text;
     }
     if (row.reason.empty()) {
       progress("[" + std::to_string(n + 1) + "/" + std::to_string(chosen.size()) + "] " + row.impl->name +
                " ...");
       try {
-        row.m = measure(*row.impl, p, setup.inputs, static_cast<int>(repeats));
+        row.m = measure(*row.impl, run, setup.inputs, static_cast<int>(repeats));
       } catch (const ExecutionError& error) {  // e.g. what the emulator found wrong in a kernel
         row.failure = error.what();
         rows.push_back(std::move(row));
         continue;
       }
-      row.verdict = judge(p, row.m.outputs, reference(), tolerance(row.impl->rounds_p));
+      row.verdict = judge(run, row.m.outputs, reference(), tolerance(run, row.impl->rounds_p));
       if (row.emulation.empty()) row.rate = flops / (row.m.median_ms * 1e-3) / 1e9;
       row.m.outputs = {};  // release the outputs before the next implementation
     }
@@ -214,8 +228,8 @@ void print_machine(const MachineCeilings& machine) {
 }
 
 void print_header() {
-  std::printf("%-29s %-5s %10s %10s %5s %11s %9s %7s %11s\n", "implementation", "dev", "err O", "err LSE",
-              "ok", "time ms", "GFLOP/s", "% peak", "extra MiB");
+  std::printf("%-29s %-5s %10s %10s %5s %11s %9s %7s %11s  %s\n", "implementation", "dev", "err O", "err LSE",
+              "ok", "time ms", "GFLOP/s", "% peak", "extra MiB", "dtype");
 }
 
 // Prints the rows; returns whether any ran in the emulator.
@@ -239,11 +253,13 @@ bool print_rows(const std::vector<CompareRow>& rows, const MachineCeilings& mach
                 row.verdict->passed() ? "yes" : "NO");
     if (!row.emulation.empty()) {
       any_emulated = true;
-      std::printf("%10.1f* %9s %7s %11s\n", row.m.median_ms, "-", "-", extra);
+      std::printf("%10.1f* %9s %7s %11s  %s\n", row.m.median_ms, "-", "-", extra,
+                  std::string(to_string(row.dtype)).c_str());
       continue;
     }
-    std::printf("%11.3f %9.1f %6.1f%% %11s\n", row.m.median_ms, row.rate,
-                row.impl->device == Device::cpu ? 100.0 * row.rate / machine.fma_gflops_all : 0.0, extra);
+    std::printf("%11.3f %9.1f %6.1f%% %11s  %s\n", row.m.median_ms, row.rate,
+                row.impl->device == Device::cpu ? 100.0 * row.rate / machine.fma_gflops_all : 0.0, extra,
+                std::string(to_string(row.dtype)).c_str());
   }
   return any_emulated;
 }
@@ -276,12 +292,12 @@ int compare_ladder(const Args& args, int64_t repeats) {
     std::printf("\n== %s\n", section.title.c_str());
     print_problem(setup);
     print_header();
-    std::vector<CompareRow> rows = compare_on(section.stages, setup, repeats, true);
+    std::vector<CompareRow> rows = compare_on(section.stages, setup, repeats, true, true);
     any_emulated |= print_rows(rows, machine);
     passed &= all_passed(rows);
     if (!section.contrast.empty()) {
       std::printf("  for contrast, placed on another problem:\n");
-      rows = compare_on(section.contrast, setup, repeats, true);
+      rows = compare_on(section.contrast, setup, repeats, true, true);
       print_rows(rows, machine);
       passed &= all_passed(rows);
     }
@@ -312,7 +328,8 @@ int compare_command(const std::vector<std::string>& argv) {
   progress("measuring the machine's FMA peak ...");
   const MachineCeilings& machine = machine_ceilings();
   const bool emulation_asked = !args.positional().empty() || args.has("--emulate");
-  const std::vector<CompareRow> rows = compare_on(chosen, setup, repeats, emulation_asked);
+  const std::vector<CompareRow> rows =
+      compare_on(chosen, setup, repeats, emulation_asked, args.has("--dtype"));
 
   if (args.has("--json")) {
     Json json;
@@ -322,6 +339,7 @@ int compare_command(const std::vector<std::string>& argv) {
     json.key("results").begin_array();
     for (const CompareRow& row : rows) {
       json.begin_object().field("impl", row.impl->name).field("device", to_string(row.impl->device));
+      json.field("dtype", to_string(row.dtype));
       json.field("available", row.reason.empty()).field("reason", row.reason);
       json.field("emulated", !row.emulation.empty());
       if (!row.failure.empty()) json.field("failure", row.failure);

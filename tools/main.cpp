@@ -20,6 +20,8 @@ problem flags (defaults: batch 1, 8 heads, 1024 x 1024, head_dim 64, f32, random
   --batch N --heads N --kv-heads N --seqlen-q N --seqlen-k N --head-dim N --scale X --causal
   --window-left N --window-right N --seqlens-q a,b,.. --seqlens-k a,b,.. --mask F.npy (bool [SQ,SK])
   --page-size P --dtype f32|f16|bf16|e4m3 --seed N --distribution normal|large|outliers
+                (compare without --dtype: a stage that does not offer f32 runs in its own dtype, named in
+                its row, on the same inputs and held to that dtype's tolerance)
   --softcap C   logit soft-capping after the scale, s -> C tanh(s / C) (C > 0)
   --alibi       ALiBi with the ALiBi paper's slopes for the query heads; --alibi-slopes a,b,.. gives them
                 (one per query head): s -> s - slope_h |i + seqlen_k - seqlen_q - j|

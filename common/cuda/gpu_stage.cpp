@@ -15,12 +15,14 @@ std::string grid_extent_limit(const char* field, int64_t value) {
 }
 
 std::string int_lengths_and_positive_scale(const Problem& p, const std::string& name) {
+  // Packed, the cumulative lengths are narrowed to int too (padded offsets are 64-bit: no such limit).
+  const int64_t packed_q = p.packed() ? p.tokens_q() : 0, packed_k = p.packed() ? p.tokens_k() : 0;
   for (const auto& [field, value] : {std::pair<const char*, int64_t>{"seqlen_q", p.seqlen_q},
                                      {"seqlen_k", p.seqlen_k},
                                      {"window_left", p.window_left},
                                      {"window_right", p.window_right},
-                                     {"the packed tokens of Q (cu_seqlens_q)", p.tokens_q()},
-                                     {"the packed tokens of K (cu_seqlens_k)", p.tokens_k()}})
+                                     {"the packed tokens of Q (cu_seqlens_q)", packed_q},
+                                     {"the packed tokens of K (cu_seqlens_k)", packed_k}})
     if (value > INT_MAX) return std::string(field) + " (" + std::to_string(value) + ") must fit an int";
   if (!(p.softmax_scale() > 0.0))
     return "scale (" + std::to_string(p.softmax_scale()) + ") must be positive for " + name;

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `flashlab compare` on the attention variants (docs/01 §5): every stage that supports the variant runs within
+# tolerance, cuda_v2/split_q in its own dtype (f16) when no --dtype is given (emulated where there is no GPU,
+# within the limit for a problem that only one GPU stage takes), and every other stage refuses it by name.
+# Usage: tool_variants.sh FLASHLAB_BINARY
+set -uo pipefail
+tool=$1
+fail() { echo "variants: $*" >&2; exit 1; }
+
+check() {  # check "the refusal up to 'not supported by'" compare flags...
+  local refusal=$1
+  shift
+  local out
+  out=$("$tool" compare "$@" --repeat 1 2>&1) || fail "compare $* failed: $out"
+  for impl in cpu_tiled/forward naive/standard_gemm; do
+    grep -qE "^$impl +cpu +[0-9.e+-]+ +[0-9.e+-]+ +yes .* f32$" <<<"$out" || fail "compare $*: $impl not within tolerance: $out"
+  done
+  grep -qE "^cuda_v2/split_q +(emu|cuda) +[0-9.e+-]+ +[0-9.e+-]+ +yes .* f16$" <<<"$out" ||
+    fail "compare $*: cuda_v2/split_q did not run in f16 within tolerance: $out"
+  for impl in cuda_v1/split_k cuda_v3_hopper/ws naive/three_pass; do
+    grep -qF "skipped: $refusal not supported by $impl" <<<"$out" ||
+      fail "compare $*: $impl does not refuse by name: $out"
+  done
+}
+
+check "softcap (30) is" --softcap 30 --causal
+check "dropout_p (0.1) is" --dropout 0.1 --seed 7 --heads 4 --seqlen-q 512 --seqlen-k 512
+check "cu_seqlens_q/k (packed variable-length batches) are" --cu-seqlens-q 0,100,157,157,300 --heads 4 --causal
+# An explicit --dtype is kept: the stages that do not offer it say so.
+out=$("$tool" compare cpu_tiled/forward cuda_v2/split_q --softcap 30 --dtype f32 --seqlen-q 64 --repeat 1 2>&1) ||
+  fail "compare --dtype f32 failed: $out"
+grep -qE "^cuda_v2/split_q +(emu|cuda) +skipped: dtype f32 is not offered" <<<"$out" ||
+  fail "--dtype f32 did not keep f32: $out"
+exit 0
