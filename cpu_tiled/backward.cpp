@@ -17,9 +17,10 @@
 //   cpu_tiled/backward_dq_pass  the K/V-outer pass skips dQ, and a second, Q-tile-outer pass recomputes P and
 //                               dS for dQ_i = sum_j dS K_j: no buffers, but 7 tile products instead of 5.
 // docs/08-backward.md ("The dQ race") has the measurements. Tiles the mask hides are skipped
-// (Visibility::tile); the products are Eigen GEMMs on strided tile views, dP's in double (see
-// probabilities_and_score_gradients). The forward that saves O and LSE is a plain tiled forward on the same
-// tile grid (tiled_forward, at the end), so that the backward recomputes S bit for bit.
+// (Visibility::tile); the products are Eigen GEMMs on strided tile views (dP's largest-weight entry of each
+// row again in double: see probabilities_and_score_gradients). The forward that saves O and LSE is a plain
+// tiled forward on the same tile grid (tiled_forward, at the end), so that the backward recomputes S bit for
+// bit.
 #include <omp.h>
 
 #include <Eigen/Dense>
@@ -45,8 +46,6 @@ using Tile = Eigen::Map<Matrix>;                                      // a conti
 using ConstView = Eigen::Map<const Matrix, 0, Eigen::OuterStride<>>;  // rows of a BSHD tensor, one head
 using View = Eigen::Map<Matrix, 0, Eigen::OuterStride<>>;
 using Column = Eigen::Map<const Eigen::ArrayXf>;
-using MatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using TileD = Eigen::Map<MatrixD>;
 using ColumnD = Eigen::Map<const Eigen::ArrayXd>;
 
 constexpr int64_t kBr = 128;  // query rows per Q tile (B_r)
@@ -54,13 +53,12 @@ constexpr int64_t kBc = 128;  // keys per K/V tile (B_c)
 
 // Per-thread workspace: O(B_r B_c + B_c d), cache resident.
 struct Workspace {
-  std::vector<float> scores, d_scores;     // S then P; dS (B_r x B_c)
-  std::vector<float> derivative;           // ds"/ds of the score modifications, when there are any
-  std::vector<float> keep;                 // dropout's factors Z (0 or 1 / (1 - p)), when there is dropout
-  std::vector<uint8_t> hidden;             // pairs of a partial tile that do not see each other
-  std::vector<float> dk, dv;               // dK_j, dV_j accumulators (B_c x d)
-  std::vector<double> d_probs;             // dP (B_r x B_c), in double: see probabilities_and_score_gradients
-  std::vector<double> v_wide, d_out_wide;  // V_j (B_c x d) and dO_i (B_r x d) widened for the dP product
+  std::vector<float> scores, d_scores;  // S then P; dS (B_r x B_c)
+  std::vector<float> derivative;        // ds"/ds of the score modifications, when there are any
+  std::vector<float> keep;              // dropout's factors Z (0 or 1 / (1 - p)), when there is dropout
+  std::vector<uint8_t> hidden;          // pairs of a partial tile that do not see each other
+  std::vector<float> dk, dv;            // dK_j, dV_j accumulators (B_c x d)
+  std::vector<float> d_probs;           // dP (B_r x B_c)
   explicit Workspace(int64_t head_dim)
       : scores(kBr * kBc),
         d_scores(kBr * kBc),
@@ -69,9 +67,7 @@ struct Workspace {
         hidden(kBr * kBc),
         dk(kBc * head_dim),
         dv(kBc * head_dim),
-        d_probs(kBr * kBc),
-        v_wide(kBc * head_dim),
-        d_out_wide(kBr * head_dim) {}
+        d_probs(kBr * kBc) {}
 };
 
 struct Shapes {
@@ -96,7 +92,7 @@ void score_tile(const ConstView& Q, const ConstView& K, float scale, const Score
 }
 
 // D_i = dO_i . O_i = rowsum(dO * O) (FA2 Alg. 2 line 4), laid out like the LSE (Problem::lse_offset), in
-// double like dP (see probabilities_and_score_gradients).
+// double (see probabilities_and_score_gradients).
 std::vector<double> row_dot_pre_pass(const Problem& p, const AttentionOutputs& fwd, const HostTensor& d_out) {
   std::vector<double> D(static_cast<size_t>(p.lse_elements()));
   const Shapes shapes{p};
@@ -115,14 +111,13 @@ std::vector<double> row_dot_pre_pass(const Problem& p, const AttentionOutputs& f
   return D;
 }
 
-// What one (Q tile i, K/V tile j) pair reads: views of Q_i, dO_i, K_j, the widened V_j, LSE_i and D_i.
+// What one (Q tile i, K/V tile j) pair reads: views of Q_i, dO_i, K_j, V_j, LSE_i and D_i.
 struct TilePair {
   const Problem& p;
   const Visibility& visibility;
   TileCover cover;
   int64_t b, h, i0, j0;
-  ConstView Q, dO, K;
-  const TileD& V_wide;
+  ConstView Q, dO, K, V;
   Column lse;
   ColumnD row_dot;
 };
@@ -162,12 +157,8 @@ void probabilities_and_score_gradients(const TilePair& t, Workspace& ws, Tile& P
       }
     }
   }
-  // dP = dO_i V_j^T (line 12) and dP - D_i in double: where P is nearly one-hot, O_i equals v_j and
-  // dP_ij - D_i is a difference of two equal dot products, whose float rounding errors (~1e-6) would not
-  // cancel (the GEMM and the pre-pass sum in different orders), and dQ = dS K multiplies them by |K|.
-  TileD dO_wide(ws.d_out_wide.data(), rows, d), dP(ws.d_probs.data(), rows, cols);
-  dO_wide = t.dO.cast<double>();
-  dP.noalias() = dO_wide * t.V_wide.transpose();
+  Tile dP(ws.d_probs.data(), rows, cols);
+  dP.noalias() = t.dO * t.V.transpose();  // dP = dO_i V_j^T (line 12)
   // Dropout (common/dropout.hpp): O = (P Z) V, so dP is Z dO V^T, and dV below takes P Z; the mask Z is
   // recomputed from the seed, never stored.
   const Dropout dropout(t.p);
@@ -177,8 +168,30 @@ void probabilities_and_score_gradients(const TilePair& t, Workspace& ws, Tile& P
       keep(r, c) = dropout.factor<float>(t.b, t.h, t.i0 + r, t.j0 + c);
       dP(r, c) *= keep(r, c);
     }
-  // dS = scale P * (dP - D_i) (line 13), the scale of S = scale Q K^T folded in once for dQ and dK.
-  dS.array() = scale * P.array() * (dP.array().colwise() - t.row_dot).cast<float>();
+  // dS = scale P * (dP - D_i) (line 13), the scale of S = scale Q K^T folded in once for dQ and dK; dP - D_i
+  // in double. Where a row's weights are nearly one-hot, O_i is the v_j of its largest weight, and dP_ij -
+  // D_i is the difference of two equal dot products: their float rounding errors (~1e-6; the GEMM and the
+  // pre-pass sum in different orders) would not cancel, and dQ = dS K multiplies them by |K| (scores of 1e4).
+  // So that one entry, the only one of a row whose weight can exceed 1/2, is computed again in double like
+  // D_i (d multiply-adds a row, against the GEMM's d a pair); the others carry the float product's error,
+  // weighed by their P, as the same-precision baseline's do.
+  for (int64_t r = 0; r < rows; ++r) {
+    const double row_dot = t.row_dot[r];
+    const float* p_row = &P(r, 0);
+    const float* dp_row = &dP(r, 0);
+    float* ds_row = &dS(r, 0);
+    int64_t top = 0;  // the largest weight of the row in this tile
+    for (int64_t c = 0; c < cols; ++c) {
+      ds_row[c] = scale * p_row[c] * static_cast<float>(static_cast<double>(dp_row[c]) - row_dot);
+      if (p_row[c] > p_row[top]) top = c;
+    }
+    if (!(p_row[top] > 0.5f)) continue;
+    double exact = 0.0;
+    for (int64_t k = 0; k < d; ++k)
+      exact += static_cast<double>(t.dO(r, k)) * static_cast<double>(t.V(top, k));
+    if (dropout.active()) exact *= keep(r, top);
+    ds_row[top] = scale * p_row[top] * static_cast<float>(exact - row_dot);
+  }
   if (mod.bends()) dS.array() *= derivative.array();  // the gradient of the scaled score
   if (some_hidden)  // a hidden pair takes no part, even when its V holds a NaN (0 * NaN)
     for (int64_t e = 0; e < rows * cols; ++e)
@@ -206,8 +219,6 @@ void kv_tile_backward(const Problem& p, const Visibility& visibility, const Atte
   const ConstView K(in.k_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
   const ConstView V(in.v_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
   Tile dK(ws.dk.data(), cols, d), dV(ws.dv.data(), cols, d);
-  TileD V_wide(ws.v_wide.data(), cols, d);
-  V_wide = V.cast<double>();
   dK.setZero();
   dV.setZero();
 
@@ -227,7 +238,7 @@ void kv_tile_backward(const Problem& p, const Visibility& visibility, const Atte
                           ConstView(in.q.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride())),
                           ConstView(d_out.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride())),
                           K,
-                          V_wide,
+                          V,
                           Column(fwd.lse.ptr() + shapes.row_index(b, h, i0), rows),
                           ColumnD(D.data() + shapes.row_index(b, h, i0), rows)};
       Tile P(ws.scores.data(), rows, cols), dS(ws.d_scores.data(), rows, cols);
@@ -267,9 +278,7 @@ void q_tile_dq(const Problem& p, const Visibility& visibility, const AttentionIn
     const TileCover cover = visibility.tile(b, i0, real_end, j0, j1);
     if (cover == TileCover::hidden) continue;
     const ConstView K(in.k_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
-    TileD V_wide(ws.v_wide.data(), cols, d);
-    V_wide =
-        ConstView(in.v_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride())).cast<double>();
+    const ConstView V(in.v_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
     const TilePair pair{p,
                         visibility,
                         cover,
@@ -280,7 +289,7 @@ void q_tile_dq(const Problem& p, const Visibility& visibility, const AttentionIn
                         ConstView(in.q.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride())),
                         ConstView(d_out.ptr() + q_offset, rows, d, Eigen::OuterStride<>(shapes.q_stride())),
                         K,
-                        V_wide,
+                        V,
                         Column(fwd.lse.ptr() + shapes.row_index(b, h, i0), rows),
                         ColumnD(D.data() + shapes.row_index(b, h, i0), rows)};
     Tile P(ws.scores.data(), rows, cols), dS(ws.d_scores.data(), rows, cols);
