@@ -25,6 +25,12 @@ std::vector<const Implementation*> selected_implementations(bool any_device) {
   return selected;
 }
 
+std::vector<DType> selected_dtypes(const Implementation& impl) {
+  const char* which = std::getenv("FLASHLAB_DTYPES");
+  if (which != nullptr && std::string(which) == "first" && !impl.dtypes.empty()) return {impl.dtypes.front()};
+  return impl.dtypes;
+}
+
 Tolerance PreparedCase::tolerance(bool rounds_p) {
   auto found = tolerances_.find(rounds_p);
   if (found != tolerances_.end()) return found->second;

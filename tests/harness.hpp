@@ -18,6 +18,10 @@ namespace flashlab::testing {
 // and FLASHLAB_DEVICE, "cpu" or "cuda" (unset = all of them). With `any_device`, FLASHLAB_DEVICE is not
 // consulted (checks that run GPU stages in the emulator whatever the device asked for).
 std::vector<const Implementation*> selected_implementations(bool any_device = false);
+// The dtypes the registry tests run an implementation in: all it offers, or with FLASHLAB_DTYPES=first only
+// the first (the exercise self-test's solutions, tools/exercise.py: the stage's own code, which the full
+// runs check in every dtype).
+std::vector<DType> selected_dtypes(const Implementation& impl);
 
 // A case's inputs (rounded to `dtype`), its fp64 reference and its baseline tolerances, computed once.
 struct PreparedCase {

@@ -56,7 +56,7 @@ TEST_CASE("every backward matches the fp64 reference backward on the case matrix
     std::map<DType, std::optional<PreparedCase>> prepared;  // built lazily, once per dtype
     std::map<std::pair<DType, bool>, std::optional<PreparedBackward>> prepared_backward;
     for (const Implementation* impl : impls) {
-      for (DType dtype : impl->dtypes) {
+      for (DType dtype : selected_dtypes(*impl)) {
         Problem problem = test_case.problem;
         problem.dtype = dtype;
         const std::string reason = why_cannot_run_backward(*impl, problem);
@@ -127,7 +127,7 @@ TEST_CASE("NaN and Inf in valid inputs reach exactly the gradients they reach in
       bool runnable = false;
       for (int64_t head_dim : {32, 64}) {
         p.head_dim = head_dim;
-        for (DType dtype : impl->dtypes) {
+        for (DType dtype : selected_dtypes(*impl)) {
           p.dtype = dtype;
           if (dtype != DType::e4m3 && why_cannot_run_backward(*impl, p).empty()) {
             runnable = true;

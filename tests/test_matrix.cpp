@@ -22,7 +22,7 @@ TEST_CASE("every implementation matches the fp64 reference on the case matrix") 
   for (const Case& test_case : case_matrix()) {
     std::map<DType, std::optional<PreparedCase>> prepared;  // built lazily, once per dtype
     for (const Implementation* impl : impls) {
-      for (DType dtype : impl->dtypes) {
+      for (DType dtype : selected_dtypes(*impl)) {
         Problem problem = test_case.problem;
         problem.dtype = dtype;
         const std::string reason = why_cannot_run(*impl, problem);

@@ -52,7 +52,7 @@ std::optional<Problem> runnable_problem(const Implementation& impl, bool causal,
     Problem p = base.value_or(property_problem(causal));
     p.head_dim = head_dim;
     p.seqlen_q = seqlen_q;
-    for (DType dtype : impl.dtypes) {
+    for (DType dtype : selected_dtypes(impl)) {
       p.dtype = dtype;
       if (why_cannot_run(impl, p).empty()) return p;
     }
@@ -253,7 +253,7 @@ TEST_CASE("packed batches give the padded batch's outputs and gradients") {
   int checked = 0, identical = 0;
   for (const Implementation* impl : selected_implementations()) {
     if (!impl->packed) continue;
-    for (DType dtype : impl->dtypes) {
+    for (DType dtype : selected_dtypes(*impl)) {
       padded.dtype = packed.dtype = dtype;
       REQUIRE_MESSAGE(why_cannot_run(*impl, padded).empty(), impl->name, ": ", why_cannot_run(*impl, padded));
       REQUIRE_MESSAGE(why_cannot_run(*impl, packed).empty(), impl->name, ": ", why_cannot_run(*impl, packed));

@@ -265,13 +265,17 @@ def build_target(build_dir, target, quiet=False):
     return result.returncode == 0
 
 
-def run_harness(build_dir, target, exercise_id, grades=None, first_failure=False, checks=None, tests=None):
+def run_harness(build_dir, target, exercise_id, grades=None, first_failure=False, checks=None, tests=None,
+                first_dtype=False):
     """Runs the harness on exercise/ID only (and there on the implementations the exercise's optional 'grades:'
     field names, a regular expression: the ones whose code runs its lines; its optional 'checks:' field picks the
     checks, test_cases()); returns (passed, output). With first_failure, it stops at the
-    first failing check (enough to see a skeleton fail). `tests` replaces the harness's test-case filter."""
+    first failing check (enough to see a skeleton fail). `tests` replaces the harness's test-case filter. With
+    first_dtype, each implementation runs in its first dtype only."""
     selected = f"^exercise/{exercise_id}/" + (f"({grades})" if grades else "")
     env = dict(os.environ, FLASHLAB_IMPL=selected, FLASHLAB_VERBOSE="1")
+    if first_dtype:
+        env["FLASHLAB_DTYPES"] = "first"
     program = os.path.join(build_dir, "exercises", target)
     stop = ["--abort-after=1"] if first_failure else []
     cases = tests or test_cases(checks)
@@ -471,10 +475,13 @@ def command_selftest(args):
             warnings = list(dict.fromkeys(line for line in build.stdout.split("\n")  # once each, in order
                                           if folder + os.sep in line and "warning:" in line))
             started = time.monotonic()
+            # A solution is the stage's own code, which the harness checks in every dtype: here it shows that
+            # a workspace's copy builds and passes, in the first dtype. Skeletons and mistakes keep every dtype.
             ok, output = run_harness(build_dir, target, exercise_id, exercises[exercise_id].get("grades"),
                                      first_failure=variant != "solution",
                                      checks=exercises[exercise_id].get("checks"),
-                                     tests=mistake.get("tests") if mistake else None)
+                                     tests=mistake.get("tests") if mistake else None,
+                                     first_dtype=variant == "solution")
             seconds = time.monotonic() - started
             expected = variant == "solution"
             # A skeleton must fail some check of the harness: a case on its numbers or with a fault the emulator
@@ -486,6 +493,7 @@ def command_selftest(args):
             passed, failed = passed + good, failed + (not good)
             verdict = "passes" if ok else "fails"
             what = f"the mistake '{mistake['mistake']}'" if mistake else f"the {variant}"
+            what += " (first dtype)" if variant == "solution" else ""
             print(f"  {'ok  ' if good else 'BAD '} {exercise_id}: {what} {verdict} the check ({seconds:.1f} s)"
                   + (f", but compiles with {len(warnings)} warning(s):" if warnings else "")
                   + ("" if named else f", but without saying '{mistake['says']}'"))
