@@ -48,12 +48,16 @@ const Implementation* find_implementation(std::string_view name) {
   return nullptr;
 }
 
+bool offers(const Implementation& impl, DType dtype) {
+  return std::find(impl.dtypes.begin(), impl.dtypes.end(), dtype) != impl.dtypes.end();
+}
+
 std::string why_cannot_run(const Implementation& impl, const Problem& problem) {
   if (impl.availability) {
     std::string reason = impl.availability();
     if (!reason.empty()) return reason;
   }
-  if (std::find(impl.dtypes.begin(), impl.dtypes.end(), problem.dtype) == impl.dtypes.end()) {
+  if (!offers(impl, problem.dtype)) {
     std::string offered;
     for (DType dtype : impl.dtypes) offered += (offered.empty() ? "" : ", ") + std::string(to_string(dtype));
     return "dtype " + std::string(to_string(problem.dtype)) + " is not offered (" + offered + ")";

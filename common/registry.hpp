@@ -125,6 +125,9 @@ const std::vector<Implementation>& implementations();
 // nullptr when no implementation has that name.
 const Implementation* find_implementation(std::string_view name);
 
+// Whether `impl` takes inputs and outputs of this dtype.
+bool offers(const Implementation& impl, DType dtype);
+
 // "" when `impl` can run `problem` here; else the first reason it cannot: unavailable, dtype not offered,
 // or refused by supports(). The problem must already be valid.
 std::string why_cannot_run(const Implementation& impl, const Problem& problem);

@@ -172,25 +172,24 @@ void probabilities_and_score_gradients(const TilePair& t, Workspace& ws, Tile& P
   // in double. Where a row's weights are nearly one-hot, O_i is the v_j of its largest weight, and dP_ij -
   // D_i is the difference of two equal dot products: their float rounding errors (~1e-6; the GEMM and the
   // pre-pass sum in different orders) would not cancel, and dQ = dS K multiplies them by |K| (scores of 1e4).
-  // So that one entry, the only one of a row whose weight can exceed 1/2, is computed again in double like
-  // D_i (d multiply-adds a row, against the GEMM's d a pair); the others carry the float product's error,
-  // weighed by their P, as the same-precision baseline's do.
+  // So an entry whose weight exceeds 1/2 (a row's weights sum to 1: at most one) is computed again in double
+  // like D_i (d multiply-adds a row, against the GEMM's d a pair); the others carry the float product's
+  // error, weighed by their P, as the same-precision baseline's do.
   for (int64_t r = 0; r < rows; ++r) {
     const double row_dot = t.row_dot[r];
     const float* p_row = &P(r, 0);
     const float* dp_row = &dP(r, 0);
     float* ds_row = &dS(r, 0);
-    int64_t top = 0;  // the largest weight of the row in this tile
-    for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t c = 0; c < cols; ++c)
       ds_row[c] = scale * p_row[c] * static_cast<float>(static_cast<double>(dp_row[c]) - row_dot);
-      if (p_row[c] > p_row[top]) top = c;
+    for (int64_t c = 0; c < cols; ++c) {
+      if (!(p_row[c] > 0.5f)) continue;
+      double exact = 0.0;
+      for (int64_t k = 0; k < d; ++k)
+        exact += static_cast<double>(t.dO(r, k)) * static_cast<double>(t.V(c, k));
+      if (dropout.active()) exact *= keep(r, c);
+      ds_row[c] = scale * p_row[c] * static_cast<float>(exact - row_dot);
     }
-    if (!(p_row[top] > 0.5f)) continue;
-    double exact = 0.0;
-    for (int64_t k = 0; k < d; ++k)
-      exact += static_cast<double>(t.dO(r, k)) * static_cast<double>(t.V(top, k));
-    if (dropout.active()) exact *= keep(r, top);
-    ds_row[top] = scale * p_row[top] * static_cast<float>(exact - row_dot);
   }
   if (mod.bends()) dS.array() *= derivative.array();  // the gradient of the scaled score
   if (some_hidden)  // a hidden pair takes no part, even when its V holds a NaN (0 * NaN)

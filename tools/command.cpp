@@ -34,9 +34,7 @@ const std::vector<Command>& commands() {
 
 Problem in_own_dtype(const Implementation& impl, const Problem& p, bool dtype_given) {
   Problem own = p;
-  if (!dtype_given && !impl.dtypes.empty() &&
-      std::find(impl.dtypes.begin(), impl.dtypes.end(), p.dtype) == impl.dtypes.end())
-    own.dtype = impl.dtypes.front();
+  if (!dtype_given && !impl.dtypes.empty() && !offers(impl, p.dtype)) own.dtype = impl.dtypes.front();
   return own;
 }
 
