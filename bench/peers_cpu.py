@@ -9,7 +9,8 @@ this script creates on first use and re-runs itself in.
     python3 bench/peers_cpu.py OUTDIR [--with-torch] [--rounds 5] [--repeat 3] [--quick] [--only REGEX]
 
 Steps: (1) on small shapes, each peer and flashlab compute attention from the same .npy inputs and their
-outputs must agree (max abs difference, recorded; the run stops when a peer disagrees); (2) every shape is
+outputs must agree (max abs difference, recorded; the run stops when a peer disagrees), and so must the
+gradients dQ, dK and dV of the peers with a backward; (2) every shape is
 timed in `--rounds` rounds, each round running every contender once (median of `--repeat` calls after a
 warm-up), in an order that rotates from round to round; the figure is the median over the rounds. flashlab is
 timed by its own tool (`flashlab run IMPL ... --repeat R --no-check --json`, `flashlab grad` for the backward),
@@ -201,7 +202,9 @@ class TorchPeer:
     def why_not(self, s):
         return ""
 
-    def prepare(self, s, q, k, v):
+    def prepare(self, s, q, k, v, d_out=None):
+        """The forward, or for a backward row the backward alone (the forward's graph kept), with d_out
+        ([B, S, H, D]; random when None) as the output's gradient; the backward returns (dQ, dK, dV) in BSHD."""
         import torch
         import torch.nn.functional as F
         tq, tk, tv = (torch.from_numpy(x).transpose(1, 2).contiguous() for x in (q, k, v))  # [B, H, S, D]
@@ -213,12 +216,12 @@ class TorchPeer:
                 1, 2).numpy()
         tq.requires_grad_(True), tk.requires_grad_(True), tv.requires_grad_(True)
         out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal, enable_gqa=gqa)
-        grad = torch.randn_like(out)
+        grad = torch.randn_like(out) if d_out is None else torch.from_numpy(d_out).transpose(1, 2).contiguous()
 
         def backward():
             tq.grad = tk.grad = tv.grad = None
             out.backward(grad, retain_graph=True)
-            return tq.grad
+            return tuple(t.grad.transpose(1, 2).numpy() for t in (tq, tk, tv))
         return backward
 
 
@@ -260,6 +263,28 @@ def check_agreement(peers, env):
                 print(f"  agree: {peer.name:24} {s['name']:40} max |diff| {diff:.2e}", flush=True)
                 if not diff < 1e-4:
                     raise SystemExit(f"{peer.name} disagrees with flashlab on {s['name']} (max |diff| {diff})")
+        # The peers with a backward: dQ, dK and dV from the same inputs and output gradient.
+        s = shape(2, 4, 4, 200, 200, 64, causal=True, backward=True)
+        q, k, v = random_inputs(s, 11)
+        d_out = np.random.default_rng(12).standard_normal(q.shape, dtype=np.float32)
+        files = {}
+        for name, x in (("q", q), ("k", k), ("v", v), ("do", d_out)):
+            files[name] = os.path.join(folder, name + ".npy")
+            np.save(files[name], x)
+        outs = [os.path.join(folder, name + ".npy") for name in ("dq", "dk", "dv")]
+        run_json([TOOL, "grad", flashlab_impl(s)] + problem_flags(s) +
+                 [a for name in ("q", "k", "v", "do") for a in ("--" + name, files[name])] +
+                 [a for name, path in zip(("dq", "dk", "dv"), outs) for a in ("--" + name, path)] + ["--json"], env)
+        ours = [np.load(path) for path in outs]
+        for peer in peers:
+            if peer.why_not(s):
+                continue
+            theirs = peer.prepare(s, q, k, v, d_out)()
+            diff = max(float(np.abs(t.astype(np.float64) - o).max()) for t, o in zip(theirs, ours))
+            checks.append(dict(shape=s["name"], peer=peer.name, max_abs_diff=diff))
+            print(f"  agree: {peer.name:24} {s['name']:40} max |diff| of dQ, dK, dV {diff:.2e}", flush=True)
+            if not diff < 1e-4:
+                raise SystemExit(f"{peer.name} disagrees with flashlab on {s['name']} (max |diff| {diff})")
     return checks
 
 

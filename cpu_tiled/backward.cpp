@@ -48,8 +48,20 @@ using View = Eigen::Map<Matrix, 0, Eigen::OuterStride<>>;
 using Column = Eigen::Map<const Eigen::ArrayXf>;
 using ColumnD = Eigen::Map<const Eigen::ArrayXd>;
 
-constexpr int64_t kBr = 128;  // query rows per Q tile (B_r)
-constexpr int64_t kBc = 128;  // keys per K/V tile (B_c)
+// The B_r x B_c tile grid, shared by the backward and the forward that saves its O and LSE. Eigen packs both
+// operands of every tile product again, so larger tiles pay that copy over more FLOPs: 256 x 256 ran 7%
+// faster than 128 x 128 at 8 x 2048², d 128, and 3-9% faster or level elsewhere without a mask. A causal or
+// windowed problem keeps 128: its diagonal tiles compute their masked half, and at 8 x 1024², d 128, causal,
+// 256 was 17% slower (docs/08-backward.md, "Measured").
+struct TileGrid {
+  int64_t br = 128;  // query rows per Q tile (B_r)
+  int64_t bc = 128;  // keys per K/V tile (B_c)
+};
+
+TileGrid tile_grid(const Problem& p) {
+  const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  return banded ? TileGrid{128, 128} : TileGrid{256, 256};
+}
 
 // Per-thread workspace: O(B_r B_c + B_c d), cache resident.
 struct Workspace {
@@ -59,15 +71,15 @@ struct Workspace {
   std::vector<uint8_t> hidden;          // pairs of a partial tile that do not see each other
   std::vector<float> dk, dv;            // dK_j, dV_j accumulators (B_c x d)
   std::vector<float> d_probs;           // dP (B_r x B_c)
-  explicit Workspace(int64_t head_dim)
-      : scores(kBr * kBc),
-        d_scores(kBr * kBc),
-        derivative(kBr * kBc),
-        keep(kBr * kBc),
-        hidden(kBr * kBc),
-        dk(kBc * head_dim),
-        dv(kBc * head_dim),
-        d_probs(kBr * kBc) {}
+  Workspace(const TileGrid& grid, int64_t head_dim)
+      : scores(grid.br * grid.bc),
+        d_scores(grid.br * grid.bc),
+        derivative(grid.br * grid.bc),
+        keep(grid.br * grid.bc),
+        hidden(grid.br * grid.bc),
+        dk(grid.bc * head_dim),
+        dv(grid.bc * head_dim),
+        d_probs(grid.br * grid.bc) {}
 };
 
 struct Shapes {
@@ -212,6 +224,7 @@ void kv_tile_backward(const Problem& p, const Visibility& visibility, const Atte
                       int64_t b, int64_t hk, int64_t j0, int64_t j1, float* dq_partial, Workspace& ws,
                       AttentionGradients& grad) {
   const Shapes shapes{p};
+  const int64_t br = tile_grid(p).br;
   // The tile's real keys only: padding past rows_k(b) may hold anything (a zero weight times a NaN there is
   // NaN), and its gradients are zero.
   const int64_t d = p.head_dim, cols = std::max<int64_t>(std::min(j1, p.rows_k(b)) - j0, 0);
@@ -222,8 +235,8 @@ void kv_tile_backward(const Problem& p, const Visibility& visibility, const Atte
   dV.setZero();
 
   for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size() && cols > 0; ++h) {
-    for (int64_t i0 = 0; i0 < p.rows_q(b); i0 += kBr) {  // the real rows only, likewise
-      const int64_t i1 = std::min(i0 + kBr, p.rows_q(b)), rows = i1 - i0;
+    for (int64_t i0 = 0; i0 < p.rows_q(b); i0 += br) {  // the real rows only, likewise
+      const int64_t i1 = std::min(i0 + br, p.rows_q(b)), rows = i1 - i0;
       const TileCover cover = visibility.tile(b, i0, i1, j0, j0 + cols);
       if (cover == TileCover::hidden) continue;  // no row sees any of these keys: P = 0, nothing to add
       const int64_t q_offset = p.q_offset(b, i0, h);
@@ -272,8 +285,9 @@ void q_tile_dq(const Problem& p, const Visibility& visibility, const AttentionIn
   dQ_all.setZero();  // padding rows past rows_q(b) keep these zeros
   const int64_t real_end = std::min(i1, p.rows_q(b)), rows = std::max<int64_t>(real_end - i0, 0);
   auto dQ = dQ_all.topRows(rows);
-  for (int64_t j0 = 0; j0 < p.rows_k(b) && rows > 0; j0 += kBc) {  // real keys only (see kv_tile_backward)
-    const int64_t j1 = std::min(j0 + kBc, p.rows_k(b)), cols = j1 - j0;
+  const int64_t bc = tile_grid(p).bc;
+  for (int64_t j0 = 0; j0 < p.rows_k(b) && rows > 0; j0 += bc) {  // real keys only (see kv_tile_backward)
+    const int64_t j1 = std::min(j0 + bc, p.rows_k(b)), cols = j1 - j0;
     const TileCover cover = visibility.tile(b, i0, real_end, j0, j1);
     if (cover == TileCover::hidden) continue;
     const ConstView K(in.k_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
@@ -302,7 +316,9 @@ void flash_backward(const Problem& p, const AttentionInputs& in, const Attention
                     const HostTensor& d_out, AttentionGradients& grad) {
   const Visibility visibility(p);
   const std::vector<double> D = row_dot_pre_pass(p, fwd, d_out);
-  const int64_t kv_tiles = (p.seqlen_k + kBc - 1) / kBc, q_tiles = (p.seqlen_q + kBr - 1) / kBr;
+  const TileGrid grid = tile_grid(p);
+  const int64_t kv_tiles = (p.seqlen_k + grid.bc - 1) / grid.bc,
+                q_tiles = (p.seqlen_q + grid.br - 1) / grid.br;
   const int threads = omp_get_max_threads();
   const int64_t q_elements = p.q_elements();
   // DqSchedule::partials: one dQ buffer per thread, O(threads x N d) memory, zeroed, summed at the end.
@@ -311,7 +327,7 @@ void flash_backward(const Problem& p, const AttentionInputs& in, const Attention
 
 #pragma omp parallel num_threads(threads)
   {
-    Workspace ws(p.head_dim);
+    Workspace ws(grid, p.head_dim);
     float* dq_partial =
         schedule == DqSchedule::partials ? dq_partials.data() + omp_get_thread_num() * q_elements : nullptr;
     // Round-robin tiles: balanced when causal masking makes later K/V tiles cheaper, and reproducible: each
@@ -320,7 +336,7 @@ void flash_backward(const Problem& p, const AttentionInputs& in, const Attention
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t hk = 0; hk < p.heads_kv; ++hk)
         for (int64_t tile = 0; tile < kv_tiles; ++tile) {
-          const int64_t j0 = tile * kBc, j1 = std::min(j0 + kBc, p.stored_rows_k(b));
+          const int64_t j0 = tile * grid.bc, j1 = std::min(j0 + grid.bc, p.stored_rows_k(b));
           if (j0 >= j1) continue;  // packed: past this sequence's keys
           kv_tile_backward<schedule>(p, visibility, in, fwd, d_out, D, b, hk, j0, j1, dq_partial, ws, grad);
         }
@@ -329,7 +345,7 @@ void flash_backward(const Problem& p, const AttentionInputs& in, const Attention
       for (int64_t b = 0; b < p.batch; ++b)
         for (int64_t h = 0; h < p.heads_q; ++h)
           for (int64_t tile = 0; tile < q_tiles; ++tile) {
-            const int64_t i0 = tile * kBr, i1 = std::min(i0 + kBr, p.stored_rows_q(b));
+            const int64_t i0 = tile * grid.br, i1 = std::min(i0 + grid.br, p.stored_rows_q(b));
             if (i0 >= i1) continue;  // packed: past this sequence's rows
             q_tile_dq(p, visibility, in, fwd, d_out, D, b, h, i0, i1, ws, grad);
           }
@@ -357,18 +373,19 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
   const float scale = static_cast<float>(p.softmax_scale());
   const ScoreMod mod(p);
   const Dropout dropout(p);
-  const int64_t q_tiles = (p.seqlen_q + kBr - 1) / kBr;
+  const TileGrid grid = tile_grid(p);
+  const int64_t q_tiles = (p.seqlen_q + grid.br - 1) / grid.br;
 #pragma omp parallel
   {
     // Aligned to a cache line: Eigen's vectorized row sums peel a number of leading elements that depends on
     // the buffer's alignment, which would make l (and the LSE) differ in its last bits from run to run.
-    std::vector<float, Eigen::aligned_allocator<float>> scores(kBr * kBc), accumulator(kBr * d);
-    std::vector<SoftmaxState<float>> states(kBr);
+    std::vector<float, Eigen::aligned_allocator<float>> scores(grid.br * grid.bc), accumulator(grid.br * d);
+    std::vector<SoftmaxState<float>> states(grid.br);
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t h = 0; h < p.heads_q; ++h)
         for (int64_t tile = 0; tile < q_tiles; ++tile) {
-          const int64_t i0 = tile * kBr, i1 = std::min(i0 + kBr, p.stored_rows_q(b)), rows = i1 - i0;
+          const int64_t i0 = tile * grid.br, i1 = std::min(i0 + grid.br, p.stored_rows_q(b)), rows = i1 - i0;
           if (rows <= 0) continue;  // packed: past this sequence's rows
           const int64_t hk = p.kv_head(h);
           const ConstView Q(in.q_row(p, b, i0, h), rows, d, Eigen::OuterStride<>(shapes.q_stride()));
@@ -377,8 +394,8 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
           std::fill(states.begin(), states.end(), SoftmaxState<float>{});
           // The batch element's real keys only: padding past them may hold anything, and a masked (zero)
           // weight times a NaN there would still be NaN.
-          for (int64_t j0 = 0; j0 < p.rows_k(b); j0 += kBc) {
-            const int64_t j1 = std::min(j0 + kBc, p.rows_k(b)), cols = j1 - j0;
+          for (int64_t j0 = 0; j0 < p.rows_k(b); j0 += grid.bc) {
+            const int64_t j1 = std::min(j0 + grid.bc, p.rows_k(b)), cols = j1 - j0;
             const TileCover cover = visibility.tile(b, i0, i1, j0, j1);
             if (cover == TileCover::hidden) continue;
             const ConstView K(in.k_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
