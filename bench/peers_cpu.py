@@ -237,6 +237,16 @@ def random_inputs(s, seed):
     return q, k, v
 
 
+def save_arrays(folder, **arrays):
+    """Each array to folder/NAME.npy; returns {NAME: path}."""
+    import numpy as np
+    files = {}
+    for name, x in arrays.items():
+        files[name] = os.path.join(folder, name + ".npy")
+        np.save(files[name], x)
+    return files
+
+
 def check_agreement(peers, env):
     """Each peer's output against flashlab's on the same .npy inputs: the max abs difference per (peer, shape)."""
     import numpy as np
@@ -246,10 +256,7 @@ def check_agreement(peers, env):
     with tempfile.TemporaryDirectory() as folder:
         for s in small:
             q, k, v = random_inputs(s, 11)
-            files = {}
-            for name, x in (("q", q), ("k", k), ("v", v)):
-                files[name] = os.path.join(folder, name + ".npy")
-                np.save(files[name], x)
+            files = save_arrays(folder, q=q, k=k, v=v)
             out = os.path.join(folder, "o.npy")
             run_json([TOOL, "run", flashlab_impl(s)] + problem_flags(s) +
                      ["--q", files["q"], "--k", files["k"], "--v", files["v"], "--out", out, "--json"], env)
@@ -267,10 +274,7 @@ def check_agreement(peers, env):
         s = shape(2, 4, 4, 200, 200, 64, causal=True, backward=True)
         q, k, v = random_inputs(s, 11)
         d_out = np.random.default_rng(12).standard_normal(q.shape, dtype=np.float32)
-        files = {}
-        for name, x in (("q", q), ("k", k), ("v", v), ("do", d_out)):
-            files[name] = os.path.join(folder, name + ".npy")
-            np.save(files[name], x)
+        files = save_arrays(folder, q=q, k=k, v=v, do=d_out)
         outs = [os.path.join(folder, name + ".npy") for name in ("dq", "dk", "dv")]
         run_json([TOOL, "grad", flashlab_impl(s)] + problem_flags(s) +
                  [a for name in ("q", "k", "v", "do") for a in ("--" + name, files[name])] +

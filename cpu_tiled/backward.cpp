@@ -36,6 +36,7 @@
 #include "common/softmax_state.hpp"
 #include "common/special_values.hpp"
 #include "cpu_tiled/simd.hpp"
+#include "cpu_tiled/tiling.hpp"
 
 namespace flashlab::cpu_tiled {
 
@@ -317,8 +318,7 @@ void flash_backward(const Problem& p, const AttentionInputs& in, const Attention
   const Visibility visibility(p);
   const std::vector<double> D = row_dot_pre_pass(p, fwd, d_out);
   const TileGrid grid = tile_grid(p);
-  const int64_t kv_tiles = (p.seqlen_k + grid.bc - 1) / grid.bc,
-                q_tiles = (p.seqlen_q + grid.br - 1) / grid.br;
+  const int64_t kv_tiles = blocks(p.seqlen_k, grid.bc), q_tiles = blocks(p.seqlen_q, grid.br);
   const int threads = omp_get_max_threads();
   const int64_t q_elements = p.q_elements();
   // DqSchedule::partials: one dQ buffer per thread, O(threads x N d) memory, zeroed, summed at the end.
@@ -374,7 +374,7 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
   const ScoreMod mod(p);
   const Dropout dropout(p);
   const TileGrid grid = tile_grid(p);
-  const int64_t q_tiles = (p.seqlen_q + grid.br - 1) / grid.br;
+  const int64_t q_tiles = blocks(p.seqlen_q, grid.br);
 #pragma omp parallel
   {
     // Aligned to a cache line: Eigen's vectorized row sums peel a number of leading elements that depends on
