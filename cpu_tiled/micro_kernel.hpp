@@ -142,4 +142,65 @@ void output_column(const float* pt, const float* v_rows, int64_t v_stride, int64
                            ot, ld_o);
 }
 
+// The general form the backward's five tile products take (cpu_tiled/backward.cpp): one key or one head dim
+// per SIMD lane, the other operand broadcast. For MR rows m of C and one micro-column of W = micro_width()
+// lanes n:
+//   C[m][n] = sum_k A(m, k) B[k][n]   (kAccumulate: C[m][n] += ...)
+// A(m, k) = a[m * a_m + k * a_k] is read in place, so a tile of Q or dO serves as A and as A^T without a
+// copy; B's rows are b + k * ld_b, W contiguous floats each; C's rows are c + m * ld_c. Rows m >= rows repeat
+// the last (the block needs no tail variant) and are not stored. The sum runs over k in order, one FMA a
+// step, so an entry's value does not depend on which block computed it.
+template <class V, bool kAccumulate>
+[[gnu::noinline]] void product_block(const float* a, int64_t a_m, int64_t a_k, int rows, const float* b,
+                                     int64_t ld_b, int64_t depth, float* c, int64_t ld_c) {
+  constexpr int NV = Blocking<V>::nv, MR = Blocking<V>::mr, L = V::lanes;
+  const float* a_row[MR];
+  for (int m = 0; m < MR; ++m) a_row[m] = a + std::min(m, rows - 1) * a_m;
+  V acc[MR][NV];
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v) acc[m][v] = V::zero();
+  for (int64_t k = 0; k < depth; ++k) {
+    V b_k[NV];
+    for (int v = 0; v < NV; ++v) b_k[v] = V::load(b + k * ld_b + v * L);
+    const int64_t offset = k * a_k;
+    for (int m = 0; m < MR; ++m) {
+      const V a_mk = V::splat(a_row[m][offset]);
+      for (int v = 0; v < NV; ++v) acc[m][v] = fma(a_mk, b_k[v], acc[m][v]);
+    }
+  }
+  for (int m = 0; m < rows && m < MR; ++m)
+    for (int v = 0; v < NV; ++v) {
+      float* out = c + m * ld_c + v * L;
+      if constexpr (kAccumulate)
+        (acc[m][v] + V::load(out)).store(out);
+      else
+        acc[m][v].store(out);
+    }
+}
+
+// C (rows x cols) = A B, or += with kAccumulate, in product_block's terms (A read in place with strides a_m,
+// a_k; B's rows ld_b apart; cols a multiple of W, B and C padded to it). The micro-columns of B are the outer
+// loop, so that one slice of B (depth x W floats) stays in L1 while the row blocks of A stream past it; a
+// depth larger than kDepthStep is taken in steps, the slice of one step then 32 KiB with AVX-512.
+template <class V, bool kAccumulate>
+void tile_product(const float* a, int64_t a_m, int64_t a_k, int64_t rows, const float* b, int64_t ld_b,
+                  int64_t cols, int64_t depth, float* c, int64_t ld_c) {
+  constexpr int MR = Blocking<V>::mr, W = micro_width<V>();
+  constexpr int64_t kDepthStep = 128;
+  for (int64_t n0 = 0; n0 < cols; n0 += W)
+    for (int64_t k0 = 0; k0 < depth; k0 += kDepthStep) {
+      const int64_t step = std::min(kDepthStep, depth - k0);
+      for (int64_t m0 = 0; m0 < rows; m0 += MR) {
+        const int block_rows = static_cast<int>(std::min<int64_t>(MR, rows - m0));
+        const float* a_block = a + m0 * a_m + k0 * a_k;
+        const float* b_block = b + k0 * ld_b + n0;
+        float* c_block = c + m0 * ld_c + n0;
+        if (kAccumulate || k0 > 0)
+          product_block<V, true>(a_block, a_m, a_k, block_rows, b_block, ld_b, step, c_block, ld_c);
+        else
+          product_block<V, false>(a_block, a_m, a_k, block_rows, b_block, ld_b, step, c_block, ld_c);
+      }
+    }
+}
+
 }  // namespace flashlab::cpu_tiled

@@ -171,6 +171,22 @@ void exp_weights(float* x, int64_t n, float m) {
   for (int64_t i = 0; c + i < n; ++i) x[c + i] = tail[i];
 }
 
+// The largest of x[0..n), NaNs passed over (-inf when there is no other value): max_keep_nan(value, running)
+// keeps the running max when the value is NaN.
+template <class V>
+float largest_value(const float* x, int64_t n) {
+  constexpr int L = V::lanes;
+  V running = V::splat(-INFINITY);
+  int64_t c = 0;
+  for (; c + L <= n; c += L) running = max_keep_nan(V::load(x + c), running);
+  float lanes[L];
+  running.store(lanes);
+  float largest = -INFINITY;
+  for (const float value : lanes) largest = value > largest ? value : largest;
+  for (; c < n; ++c) largest = x[c] > largest ? x[c] : largest;
+  return largest;
+}
+
 #if defined(__AVX512F__)
 using Vec = VecAvx512;
 #elif defined(__AVX2__) && defined(__FMA__)

@@ -1,6 +1,6 @@
 // cpu_tiled's building blocks against scalar double-precision arithmetic, for every SIMD backend this build
-// has (AVX-512, AVX2, portable): the vector exp, and both micro-kernels on sizes that are not multiples of
-// any block (the harness covers the assembled kernels).
+// has (AVX-512, AVX2, portable): the vector exp, the forward's two micro-kernels and the backward's
+// tile_product on sizes that are not multiples of any block (the harness covers the assembled kernels).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -116,6 +116,67 @@ TEST_CASE_TEMPLATE("micro-kernels match scalar sums on odd key counts and head d
       CHECK(worst_o <= 1e-6 * static_cast<double>(nk + 1));
     }
   }
+}
+
+// The backward's five products (cpu_tiled/backward.cpp) are tile_product with A read as A (a_k = 1) or as A^T
+// (a_m = 1), accumulating or not; depths past one depth step (128) and row counts that are not multiples of
+// MR.
+TEST_CASE_TEMPLATE("tile_product matches scalar sums with A read either way, stored or accumulated", V,
+                   FLASHLAB_BACKENDS) {
+  constexpr int64_t W = micro_width<V>();
+  const int64_t cols = 2 * W, ld_b = cols + 16, ld_c = cols + 32;  // C keeps lanes past cols untouched
+  for (const bool transposed : {false, true}) {
+    for (const bool accumulate : {false, true}) {
+      for (int64_t rows : {1, 5, 13, 64}) {
+        for (int64_t depth : {1, 7, 128, 300}) {
+          const int64_t stride = (transposed ? rows : depth) + 3;  // A's row stride, not the dense one
+          const int64_t a_m = transposed ? 1 : stride, a_k = transposed ? stride : 1;
+          const std::vector<float> a = random_floats((transposed ? depth : rows) * stride, 7),
+                                   b = random_floats(depth * ld_b, 8),
+                                   c_init = random_floats((rows + 2) * ld_c, 9);
+          std::vector<float> c = c_init;
+          if (accumulate)
+            tile_product<V, true>(a.data(), a_m, a_k, rows, b.data(), ld_b, cols, depth, c.data(), ld_c);
+          else
+            tile_product<V, false>(a.data(), a_m, a_k, rows, b.data(), ld_b, cols, depth, c.data(), ld_c);
+          double worst = 0.0;
+          for (int64_t m = 0; m < rows; ++m)
+            for (int64_t n = 0; n < cols; ++n) {
+              double sum = accumulate ? c_init[m * ld_c + n] : 0.0, magnitude = std::fabs(sum);
+              for (int64_t k = 0; k < depth; ++k) {
+                const double term = static_cast<double>(a[m * a_m + k * a_k]) * b[k * ld_b + n];
+                sum += term;
+                magnitude += std::fabs(term);
+              }
+              worst = std::max(worst, std::fabs(c[m * ld_c + n] - sum) / (magnitude + 1e-30));
+            }
+          INFO(std::string(V::name), transposed ? " A^T" : " A", accumulate ? " += " : " = ", "rows=", rows,
+               " depth=", depth, ": relative error ", worst);
+          CHECK(worst <= 1e-6 * static_cast<double>(depth + 1));
+          bool untouched = true;  // lanes past cols, and the rows past `rows`
+          for (int64_t m = 0; m < rows + 2; ++m)
+            for (int64_t n = m < rows ? cols : 0; n < ld_c; ++n)
+              untouched = untouched && c[m * ld_c + n] == c_init[m * ld_c + n];
+          CHECK(untouched);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("largest_value passes over NaN and reads the tail past the last vector", V,
+                   FLASHLAB_BACKENDS) {
+  for (int64_t n : {1, 3, V::lanes, 2 * V::lanes + 3}) {
+    std::vector<float> x(static_cast<size_t>(n), 0.25f);
+    x[n - 1] = 0.75f;  // in the tail where n is not whole vectors
+    CHECK(largest_value<V>(x.data(), n) == 0.75f);
+    x[0] = NAN;
+    if (n > 1) CHECK(largest_value<V>(x.data(), n) == 0.75f);
+    x.back() = NAN;
+    if (n > 2) CHECK(largest_value<V>(x.data(), n) == 0.25f);
+  }
+  const float nothing = NAN;
+  CHECK(largest_value<V>(&nothing, 1) == -INFINITY);
 }
 
 TEST_CASE("v_tile_stride keeps copied V rows on an odd number of cache lines") {
