@@ -13,6 +13,9 @@
 // shared dimension through it: per step NV vector loads and MR broadcasts feed MR * NV FMAs. The tile
 // functions below work on one micro-column (NV vectors = micro_width() query rows), whose S^T/P^T slice
 // (Bc x micro_width floats) stays in L1 from the score product through the softmax to the output product.
+// The score block is product_block, the general register block that tile_product also uses for the
+// backward's five products (cpu_tiled/backward.cpp); the output block fuses the online softmax's rescale into
+// its store.
 #pragma once
 
 #include <algorithm>
@@ -49,32 +52,53 @@ constexpr int micro_width() {
   return Blocking<V>::nv * V::lanes;
 }
 
-// S^T rows c0 .. c0+MR-1 (clamped to nk) of one micro-column: St[c][r] = scale * K[c] . Qt[:, r].
-// Rows past nk repeat the last key (so the block needs no tail variant) and are not stored.
-// Kept out of line: inlined into the tile loops, GCC spills accumulators and folds the loads into the FMAs.
-template <class V>
-[[gnu::noinline]] void score_block(const float* qt, int64_t ld_q, const float* k, int64_t k_stride,
-                                   int64_t c0, int64_t nk, int64_t d, float scale, float* st) {
-  constexpr int NV = Blocking<V>::nv, MR = Blocking<V>::mr, L = V::lanes, W = NV * L;
-  const float* key[MR];
-  for (int m = 0; m < MR; ++m) key[m] = k + std::min<int64_t>(c0 + m, nk - 1) * k_stride;
+// The register block every tile product here is built on. For MR rows m of C and one micro-column of
+// W = micro_width() lanes n:
+//   C[m][n] = scale sum_k A(m, k) B[k][n]   (kAccumulate: C[m][n] += ...)
+// A(m, k) = a[m * a_m + k * a_k] is read in place and broadcast, so that a tile serves as A and as A^T
+// without a copy; B's rows are b + k * ld_b, W contiguous floats each; C's rows are c + m * ld_c. Per step of
+// k, NV vector loads and MR broadcasts feed MR * NV FMAs. Rows m >= rows repeat the last (the block needs no
+// tail variant) and are not stored. The sum runs over k in order, one FMA a step, so an entry's value does
+// not depend on which block computed it. Kept out of line: inlined into the tile loops, GCC spills
+// accumulators and folds the loads into the FMAs.
+template <class V, bool kAccumulate>
+[[gnu::noinline]] void product_block(const float* a, int64_t a_m, int64_t a_k, int rows, const float* b,
+                                     int64_t ld_b, int64_t depth, float* c, int64_t ld_c,
+                                     float scale = 1.0f) {
+  constexpr int NV = Blocking<V>::nv, MR = Blocking<V>::mr, L = V::lanes;
+  const float* a_row[MR];
+  for (int m = 0; m < MR; ++m) a_row[m] = a + std::min(m, rows - 1) * a_m;
   V acc[MR][NV];
   for (int m = 0; m < MR; ++m)
     for (int v = 0; v < NV; ++v) acc[m][v] = V::zero();
-  for (int64_t kk = 0; kk < d; ++kk) {
-    V q[NV];
-    for (int v = 0; v < NV; ++v) q[v] = V::load(qt + kk * ld_q + v * L);
+  for (int64_t k = 0; k < depth; ++k) {
+    V b_k[NV];
+    for (int v = 0; v < NV; ++v) b_k[v] = V::load(b + k * ld_b + v * L);
+    const int64_t offset = k * a_k;
     for (int m = 0; m < MR; ++m) {
-      const V k_m = V::splat(key[m][kk]);
-      for (int v = 0; v < NV; ++v) acc[m][v] = fma(k_m, q[v], acc[m][v]);
+      const V a_mk = V::splat(a_row[m][offset]);
+      for (int v = 0; v < NV; ++v) acc[m][v] = fma(a_mk, b_k[v], acc[m][v]);
     }
   }
-  // The scale after the dot product, as the reference and the baseline apply it.
-  const V scale_v = V::splat(scale);
-  for (int m = 0; m < MR; ++m) {
-    if (c0 + m >= nk) break;
-    for (int v = 0; v < NV; ++v) (acc[m][v] * scale_v).store(st + (c0 + m) * W + v * L);
-  }
+  const V scale_v = V::splat(scale);  // after the sum, as the reference applies the softmax scale
+  for (int m = 0; m < rows && m < MR; ++m)
+    for (int v = 0; v < NV; ++v) {
+      float* out = c + m * ld_c + v * L;
+      if constexpr (kAccumulate)
+        (acc[m][v] * scale_v + V::load(out)).store(out);
+      else
+        (acc[m][v] * scale_v).store(out);
+    }
+}
+
+// S^T rows c0 .. c0+MR-1 (clamped to nk) of one micro-column: St[c][r] = scale * K[c] . Qt[:, r], the keys
+// broadcast from their rows in place (A = K, read as A), Qt's micro-column the vectors.
+template <class V>
+void score_block(const float* qt, int64_t ld_q, const float* k, int64_t k_stride, int64_t c0, int64_t nk,
+                 int64_t d, float scale, float* st) {
+  constexpr int MR = Blocking<V>::mr, W = micro_width<V>();
+  const int rows = static_cast<int>(std::min<int64_t>(MR, nk - c0));
+  product_block<V, false>(k + c0 * k_stride, k_stride, 1, rows, qt, ld_q, d, st + c0 * W, W, scale);
 }
 
 // S^T (nk x micro_width, dense) of one micro-column against nk keys. The micro-column's slice of Qt
@@ -140,42 +164,6 @@ void output_column(const float* pt, const float* v_rows, int64_t v_stride, int64
   if (k0 < d)
     output_block<V, false>(pt, v_rows, v_stride, nk, d - MR, static_cast<int>(k0 - (d - MR)), d, pre, post,
                            ot, ld_o);
-}
-
-// The general form the backward's five tile products take (cpu_tiled/backward.cpp): one key or one head dim
-// per SIMD lane, the other operand broadcast. For MR rows m of C and one micro-column of W = micro_width()
-// lanes n:
-//   C[m][n] = sum_k A(m, k) B[k][n]   (kAccumulate: C[m][n] += ...)
-// A(m, k) = a[m * a_m + k * a_k] is read in place, so a tile of Q or dO serves as A and as A^T without a
-// copy; B's rows are b + k * ld_b, W contiguous floats each; C's rows are c + m * ld_c. Rows m >= rows repeat
-// the last (the block needs no tail variant) and are not stored. The sum runs over k in order, one FMA a
-// step, so an entry's value does not depend on which block computed it.
-template <class V, bool kAccumulate>
-[[gnu::noinline]] void product_block(const float* a, int64_t a_m, int64_t a_k, int rows, const float* b,
-                                     int64_t ld_b, int64_t depth, float* c, int64_t ld_c) {
-  constexpr int NV = Blocking<V>::nv, MR = Blocking<V>::mr, L = V::lanes;
-  const float* a_row[MR];
-  for (int m = 0; m < MR; ++m) a_row[m] = a + std::min(m, rows - 1) * a_m;
-  V acc[MR][NV];
-  for (int m = 0; m < MR; ++m)
-    for (int v = 0; v < NV; ++v) acc[m][v] = V::zero();
-  for (int64_t k = 0; k < depth; ++k) {
-    V b_k[NV];
-    for (int v = 0; v < NV; ++v) b_k[v] = V::load(b + k * ld_b + v * L);
-    const int64_t offset = k * a_k;
-    for (int m = 0; m < MR; ++m) {
-      const V a_mk = V::splat(a_row[m][offset]);
-      for (int v = 0; v < NV; ++v) acc[m][v] = fma(a_mk, b_k[v], acc[m][v]);
-    }
-  }
-  for (int m = 0; m < rows && m < MR; ++m)
-    for (int v = 0; v < NV; ++v) {
-      float* out = c + m * ld_c + v * L;
-      if constexpr (kAccumulate)
-        (acc[m][v] + V::load(out)).store(out);
-      else
-        acc[m][v].store(out);
-    }
 }
 
 // C (rows x cols) = A B, or += with kAccumulate, in product_block's terms (A read in place with strides a_m,
