@@ -139,8 +139,7 @@ struct Shapes {
 void score_tile(const ConstView& Q, const float* kt, int64_t key_lanes, float scale, const ScoreMod& mod,
                 int64_t b, int64_t h, int64_t i0, int64_t j0, View& S) {
   tile_product<Vec, false>(Q.data(), Q.outerStride(), 1, Q.rows(), kt, S.outerStride(), key_lanes, Q.cols(),
-                           S.data(), S.outerStride());
-  S.array() *= scale;
+                           S.data(), S.outerStride(), scale);  // the scale at the store: no pass of its own
   if (!mod.active()) return;
   for (int64_t r = 0; r < S.rows(); ++r)
     for (int64_t c = 0; c < S.cols(); ++c) S(r, c) = mod.apply(S(r, c), b, h, i0 + r, j0 + c);
@@ -180,7 +179,7 @@ struct TilePair {
 // K_j^T, V_j^T and K_j packed into the workspace for the micro-kernel (key_lanes: K_j's keys rounded up to
 // whole micro-columns).
 int64_t pack_kv(const ConstView& K, const ConstView& V, Workspace& ws) {
-  const int64_t key_lanes = blocks(K.rows(), kLanes) * kLanes;
+  const int64_t key_lanes = Lanes(K.rows()).width;
   pack_transposed(K, key_lanes, ws.keys.stride, ws.kt.data());
   pack_transposed(V, key_lanes, ws.keys.stride, ws.vt.data());
   copy_padded(K, ws.dims, ws.k_copy.data());
@@ -421,7 +420,6 @@ void flash_backward(const Problem& p, const AttentionInputs& in, const Attention
       if (j0 >= j1) continue;  // packed: past this sequence's keys
       kv_tile_backward<schedule>(p, visibility, in, fwd, d_out, D, b, hk, j0, j1, dq_partial, ws, grad);
     }
-#pragma omp barrier
     if constexpr (schedule == DqSchedule::separate) {
 #pragma omp for collapse(3) schedule(dynamic)
       for (int64_t b = 0; b < p.batch; ++b)
@@ -484,7 +482,7 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
             const ConstView K(in.k_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
             const ConstView V(in.v_row(p, b, j0, hk), cols, d, Eigen::OuterStride<>(shapes.kv_stride()));
             View S(scores.data(), rows, cols, Eigen::OuterStride<>(key_layout.stride));
-            const int64_t key_lanes = blocks(cols, kLanes) * kLanes;
+            const int64_t key_lanes = Lanes(cols).width;
             pack_transposed(K, key_lanes, key_layout.stride, kt.data());
             score_tile(Q, kt.data(), key_lanes, scale, mod, b, h, i0, j0, S);  // Alg. 1 line 8
             for (int64_t r = 0; r < rows; ++r) {

@@ -166,13 +166,13 @@ void output_column(const float* pt, const float* v_rows, int64_t v_stride, int64
                            ot, ld_o);
 }
 
-// C (rows x cols) = A B, or += with kAccumulate, in product_block's terms (A read in place with strides a_m,
-// a_k; B's rows ld_b apart; cols a multiple of W, B and C padded to it). The micro-columns of B are the outer
-// loop, so that one slice of B (depth x W floats) stays in L1 while the row blocks of A stream past it; a
-// depth larger than kDepthStep is taken in steps, the slice of one step then 32 KiB with AVX-512.
+// C (rows x cols) = scale A B, or += with kAccumulate, in product_block's terms (A read in place with strides
+// a_m, a_k; B's rows ld_b apart; cols a multiple of W, B and C padded to it). The micro-columns of B are the
+// outer loop, so that one slice of B (depth x W floats) stays in L1 while the row blocks of A stream past it;
+// a depth larger than kDepthStep is taken in steps, the slice of one step then 32 KiB with AVX-512.
 template <class V, bool kAccumulate>
 void tile_product(const float* a, int64_t a_m, int64_t a_k, int64_t rows, const float* b, int64_t ld_b,
-                  int64_t cols, int64_t depth, float* c, int64_t ld_c) {
+                  int64_t cols, int64_t depth, float* c, int64_t ld_c, float scale = 1.0f) {
   constexpr int MR = Blocking<V>::mr, W = micro_width<V>();
   constexpr int64_t kDepthStep = 128;
   for (int64_t n0 = 0; n0 < cols; n0 += W)
@@ -184,9 +184,9 @@ void tile_product(const float* a, int64_t a_m, int64_t a_k, int64_t rows, const 
         const float* b_block = b + k0 * ld_b + n0;
         float* c_block = c + m0 * ld_c + n0;
         if (kAccumulate || k0 > 0)
-          product_block<V, true>(a_block, a_m, a_k, block_rows, b_block, ld_b, step, c_block, ld_c);
+          product_block<V, true>(a_block, a_m, a_k, block_rows, b_block, ld_b, step, c_block, ld_c, scale);
         else
-          product_block<V, false>(a_block, a_m, a_k, block_rows, b_block, ld_b, step, c_block, ld_c);
+          product_block<V, false>(a_block, a_m, a_k, block_rows, b_block, ld_b, step, c_block, ld_c, scale);
       }
     }
 }
