@@ -1,5 +1,5 @@
-// flashlab_bench: the Google Benchmark suite generated from the registry (SPEC "Measuring"). Every available
-// implementation over one grid:
+// flashlab_bench: the Google Benchmark suite generated from the registry (docs/conventions.md §10). Every
+// available implementation over one grid:
 //
 //   prefill  seqlen_q = seqlen_k in 512, 1k, 2k, 4k, 8k, 16k; head_dim 64 and 128; causal off and on
 //   decode   seqlen_q = 1, seqlen_k in 4k, 16k, 64k; head_dim 64 and 128
@@ -266,8 +266,8 @@ std::string source_commit() {
   return commit;
 }
 
-// SPEC's results schema: {"device", "date", "commit", "command", "copy_gbps", "bf16_gemm_tflops", "rows"},
-// with the machine's ceilings and the skipped sizes added.
+// The results schema (docs/conventions.md §11): {"device", "date", "commit", "command", "copy_gbps",
+// "bf16_gemm_tflops", "rows"}, with the machine's ceilings and the skipped sizes added.
 void write_json(const std::string& path) {
   const Suite& s = suite();
   cli::Json json;

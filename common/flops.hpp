@@ -1,4 +1,4 @@
-// FLOP and byte counts, in one place (SPEC "Measuring").
+// FLOP and byte counts, in one place (docs/conventions.md §10).
 #pragma once
 
 #include <cstdint>

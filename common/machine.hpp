@@ -1,4 +1,4 @@
-// The machine's own ceilings, measured here and now (SPEC "Measuring"): the FP32 FMA peak (a
+// The machine's own ceilings, measured here and now (docs/conventions.md §10): the FP32 FMA peak (a
 // register-resident FMA loop at the widest vector width this build targets) and the memory bandwidth (a large
 // copy); the cache sizes (read from sysfs); and, where a GPU is present, its copy bandwidth and bf16 GEMM
 // rate. The one place for these numbers: `machine`, `compare`, `bench` and `roofline` all read them from

@@ -1,6 +1,6 @@
 // Masks, implemented once for every stage: which keys a query row may see.
 //
-// Three rules combine (SPEC "Masks"); a key is visible only when all of them allow it:
+// Three rules combine (docs/conventions.md §3); a key is visible only when all of them allow it:
 //  1. the band from causal and the sliding window, aligned bottom-right: with off = sk_b - sq_b, row i sees
 //  key j iff
 //     i + off - left <= j <= i + off + right (left/right -1 = unbounded; causal is right = 0);

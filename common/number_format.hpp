@@ -190,8 +190,8 @@ inline float e4m3_descale(float amax) {
 }
 
 // Rounds to the format that `dtype` takes its inputs and gives its outputs in (identity for f32). An e4m3
-// problem's tensors are bf16 (SPEC: FP8 is quantized from bf16 in the kernel's pre-pass, output bf16); the
-// fp8 values themselves need a scale, so they are made by the pre-pass, not here.
+// problem's tensors are bf16 (docs/conventions.md §6: FP8 is quantized from bf16 in the kernel's pre-pass,
+// output bf16); the fp8 values themselves need a scale, so they are made by the pre-pass, not here.
 inline float round_to(DType dtype, float x) {
   switch (dtype) {
     case DType::f16:

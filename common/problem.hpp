@@ -1,8 +1,8 @@
 // The attention problem: shapes, scale, masks and dtype, with validate() that names the field and rule
 // broken.
 //
-// Layout (SPEC): row-major BSHD. Q and O are [batch, seqlen_q, heads_q, head_dim], K and V are
-// [batch, seqlen_k, heads_kv, head_dim], LSE is [batch, heads_q, seqlen_q] (natural log).
+// Layout (docs/conventions.md §1): row-major BSHD. Q and O are [batch, seqlen_q, heads_q, head_dim], K and V
+// are [batch, seqlen_k, heads_kv, head_dim], LSE is [batch, heads_q, seqlen_q] (natural log).
 //
 // Packed variable-length batches (FlashAttention's varlen form, cu_seqlens_q/k set): the sequences lie one
 // after another with no padding, Q and O [total_q, heads_q, head_dim], K and V [total_k, heads_kv, head_dim],

@@ -1,4 +1,4 @@
-// The tolerance policy, in one place (SPEC "Tolerance policy").
+// The tolerance policy, in one place (docs/conventions.md §7).
 //
 // An implementation passes when   max_err(out) <= 2 * max_err(baseline) + floor(dtype)   for O and for LSE,
 // where
@@ -23,7 +23,7 @@
 
 namespace flashlab {
 
-// The floor added to twice the baseline's error; fp32's is 2e-5 (SPEC).
+// The floor added to twice the baseline's error; fp32's is 2e-5 (docs/conventions.md §7).
 double tolerance_floor(DType dtype);
 
 struct Tolerance {

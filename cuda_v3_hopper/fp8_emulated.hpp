@@ -57,7 +57,8 @@ struct Fp8Config {
 Fp8Config fa3_fp8_config(int64_t head_dim);
 
 // The registered cuda_v3_hopper/fp8_emulated: FA3's method plus K smoothing, which makes the pass invariant
-// to a shift shared by all keys (SPEC's shift property; without it the shift enlarges K and its fp8 error).
+// to a shift shared by all keys (the shift property of docs/conventions.md §8; without it the shift enlarges
+// K and its fp8 error).
 Fp8Config registered_fp8_config(int64_t head_dim);
 
 // "" when the config is usable, else the knob at fault, named.

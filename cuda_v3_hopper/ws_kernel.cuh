@@ -550,7 +550,8 @@ __device__ inline void consumer_epilogue(Consumer<Config>& c, const SharedTiles<
     sum += __shfl_xor_sync(0xffffffff, sum, 1);
     sum += __shfl_xor_sync(0xffffffff, sum, 2);
     // Empty key range: nothing was seen (the row is padding or lies outside the band). l = 0 would give
-    // 0/0; the SPEC asks for O = 0 and LSE = -inf. (A NaN sum counts as seen, so NaN inputs propagate.)
+    // 0/0; docs/conventions.md §4 asks for O = 0 and LSE = -inf. (A NaN sum counts as seen, so NaN inputs
+    // propagate.)
     const bool seen = !c.rows[half].empty() && sum != 0.0f;
     seen_row[half] = seen;
     inverse_sum[half] = seen ? 1.0f / sum : 0.0f;

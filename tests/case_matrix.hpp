@@ -17,7 +17,7 @@ struct Case {
   uint64_t seed = 1;
 };
 
-// The full matrix (SPEC "The harness"): seqlen 1, awkward lengths, seqlen_q != seqlen_k both ways with
+// The full matrix (docs/conventions.md §8): seqlen 1, awkward lengths, seqlen_q != seqlen_k both ways with
 // causal, head dims 1 to 256, GQA and MQA, windows, padding (including 0), a tree mask, large scores,
 // outliers, fully masked rows.
 const std::vector<Case>& case_matrix();

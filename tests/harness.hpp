@@ -36,7 +36,7 @@ struct PreparedCase {
 };
 // Every padded case of the matrix holds its padding poisoned: what lies past a batch's real lengths (rows of
 // Q past seqlens_q, keys of K and V past seqlens_k) is memory the caller may leave holding anything, so it
-// holds NaN and Inf here, and no visible row may change (SPEC: padding is never read).
+// holds NaN and Inf here, and no visible row may change (docs/conventions.md §3: padding is never read).
 PreparedCase prepare(const Case& test_case, DType dtype);
 
 // The message of the flashlab::Error that `run` throws (what the emulator found wrong in a kernel), or ""

@@ -35,7 +35,8 @@ class Args {
   std::vector<std::string> positional_;
 };
 
-// The problem flags of SPEC's tool contract (--batch --heads --kv-heads --seqlen-q --seqlen-k --head-dim
+// The problem flags of the tool's contract (docs/conventions.md §9) (--batch --heads --kv-heads --seqlen-q
+// --seqlen-k --head-dim
 // --scale
 // --causal --window-left --window-right --seqlens-q --seqlens-k --mask --page-size --dtype --seed) plus
 // --distribution, the variants (--softcap --alibi --alibi-slopes --dropout --bias --cu-seqlens-q

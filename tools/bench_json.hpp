@@ -1,6 +1,6 @@
-// Reading benchmark results back: a small JSON parser and the rows of a bench JSON file (the schema of SPEC
-// "Measuring": {"device", "date", "commit", "command", ..., "rows": [{"impl", "seqlen_q", ...}]}), which
-// `flashlab bench --json` writes and `flashlab plot` draws.
+// Reading benchmark results back: a small JSON parser and the rows of a bench JSON file (the results schema
+// of docs/conventions.md §11: {"device", "date", "commit", "command", ..., "rows": [{"impl", "seqlen_q",
+// ...}]}), which `flashlab bench --json` writes and `flashlab plot` draws.
 #pragma once
 
 #include <map>

@@ -129,7 +129,7 @@ int profile_command(const std::vector<std::string>& argv) {
   std::printf("  tensor-core instr.     mma.sync %llu, wgmma %llu: %.4f GFLOP on tensor cores\n",
               static_cast<unsigned long long>(counted.mma_sync),
               static_cast<unsigned long long>(counted.wgmma), counted.tensor_flops / 1e9);
-  std::printf("  FLOPs (SPEC's count)   %.4f GFLOP: %.1f FLOP/byte counted, %.1f by the model\n", flops / 1e9,
+  std::printf("  FLOPs (forward count)  %.4f GFLOP: %.1f FLOP/byte counted, %.1f by the model\n", flops / 1e9,
               arithmetic_intensity(flops, bytes), arithmetic_intensity(flops, model.bytes));
   std::printf("  result                 %s: %s\n", verdict.passed() ? "PASS" : "FAIL",
               verdict.explain().c_str());

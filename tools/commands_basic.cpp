@@ -1,4 +1,4 @@
-// flashlab list, run and compare (SPEC "The tool": these names and flags are a contract).
+// flashlab list, run and compare (docs/conventions.md §9: these names and flags are a contract).
 #include <cstdio>
 #include <iostream>
 #include <map>

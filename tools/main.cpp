@@ -1,5 +1,5 @@
-// flashlab: the command-line tool over the implementation registry (SPEC "The tool"; its names and flags are
-// a contract). Commands register themselves (tools/command.hpp).
+// flashlab: the command-line tool over the implementation registry (docs/conventions.md §9; its names and
+// flags are a contract). Commands register themselves (tools/command.hpp).
 //
 // Exit codes: 0 success; 1 a result outside tolerance, or an implementation that failed while it ran (what
 // the emulator found wrong in a kernel); 2 invalid or unsupported input (one line on stderr naming the

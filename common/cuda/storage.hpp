@@ -1,6 +1,7 @@
 // The formats GPU stages keep Q, K, V and O in, converted from and to the host's float32 tensors, in one
 // place for the GPU and the emulator: f32 -> float, f16 -> __half, bf16 -> __nv_bfloat16 (the bit patterns of
-// common/number_format.hpp), and e4m3 problems as bf16 (the FP8 stage quantizes in its own pre-pass, SPEC).
+// common/number_format.hpp), and e4m3 problems as bf16 (the FP8 stage quantizes in its own pre-pass,
+// docs/conventions.md §6).
 #pragma once
 
 #include <cstddef>
