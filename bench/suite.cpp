@@ -141,7 +141,7 @@ const AttentionInputs& inputs_for(const Problem& p) {
 // (peak GFLOP/s, bandwidth GB/s) of the device the implementation runs on.
 std::pair<double, double> ceilings_of(const Implementation& impl) {
   const Suite& s = suite();
-  if (impl.device == Device::cuda && !s.gpus->devices.empty())
+  if (impl.device == Device::cuda && !s.gpus->devices.empty())  // a GEMM not measured is NaN: no peak share
     return {1e3 * s.gpus->devices[0].bf16_gemm_tflops, s.gpus->devices[0].copy_gbps};
   return {s.machine->fma_gflops_all, s.machine->copy_gbps};
 }

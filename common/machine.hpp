@@ -33,13 +33,15 @@ struct MachineCeilings {
 std::vector<CacheLevel> cache_levels();
 
 // One GPU's ceilings, measured: a device-to-device copy (bytes read plus written) and a large bf16 GEMM
-// (cuBLAS).
+// (cuBLAS). cuBLAS is opened at run time (FLASHLAB_CUBLAS names the library file where the loader cannot
+// find it, e.g. inside PyTorch's nvidia-cublas wheel); without it the GEMM is not measured and says why.
 struct GpuCeilings {
   std::string name;
   int sm_count = 0;
   double memory_gib = 0;
   double copy_gbps = 0;
-  double bf16_gemm_tflops = 0;
+  double bf16_gemm_tflops = 0;   // NaN when gemm_unavailable is set
+  std::string gemm_unavailable;  // "" when the GEMM was measured, else why not ("cannot open libcublas...")
 };
 
 struct GpuReport {

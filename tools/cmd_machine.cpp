@@ -54,8 +54,11 @@ int machine_command(const std::vector<std::string>& argv) {
   if (gpus.devices.empty()) std::printf("gpu:     none (%s)\n", gpus.absent_reason.c_str());
   for (const GpuCeilings& gpu : gpus.devices) {
     std::printf("gpu:     %s, %d SMs, %.1f GiB\n", gpu.name.c_str(), gpu.sm_count, gpu.memory_gib);
-    std::printf("  device-to-device copy %8.1f GB/s, bf16 GEMM %8.1f TFLOP/s (cuBLAS)\n", gpu.copy_gbps,
-                gpu.bf16_gemm_tflops);
+    std::printf("  device-to-device copy %8.1f GB/s, ", gpu.copy_gbps);
+    if (gpu.gemm_unavailable.empty())
+      std::printf("bf16 GEMM %8.1f TFLOP/s (cuBLAS)\n", gpu.bf16_gemm_tflops);
+    else
+      std::printf("bf16 GEMM not measured: %s\n", gpu.gemm_unavailable.c_str());
   }
   return 0;
 }

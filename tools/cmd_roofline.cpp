@@ -58,7 +58,8 @@ int roofline_command(const std::vector<std::string>& argv) {
   std::vector<Roof> roofs{{"CPU: " + std::to_string(m.threads) + " threads", m.fma_gflops_all, m.copy_gbps}};
   const Roof one_core{"CPU: one core's FMA peak", m.fma_gflops_1core, m.copy_gbps};
   for (const GpuCeilings& gpu : gpus.devices)
-    roofs.push_back({"GPU: " + gpu.name + " (bf16 GEMM)", 1e3 * gpu.bf16_gemm_tflops, gpu.copy_gbps});
+    if (gpu.gemm_unavailable.empty())  // without the GEMM's rate there is no compute roof to draw
+      roofs.push_back({"GPU: " + gpu.name + " (bf16 GEMM)", 1e3 * gpu.bf16_gemm_tflops, gpu.copy_gbps});
 
   std::vector<Placed> placed;
   std::vector<std::pair<std::string, std::string>> skipped;

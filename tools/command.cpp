@@ -104,7 +104,9 @@ void gpu_json(Json& json, const GpuReport& gpus) {
   for (const GpuCeilings& gpu : gpus.devices) {
     json.begin_object().field("name", gpu.name).field("sm_count", gpu.sm_count);
     json.field("memory_gib", gpu.memory_gib).field("copy_gbps", gpu.copy_gbps);
-    json.field("bf16_gemm_tflops", gpu.bf16_gemm_tflops).end_object();
+    json.field("bf16_gemm_tflops", gpu.bf16_gemm_tflops);  // null when not measured (NaN)
+    if (!gpu.gemm_unavailable.empty()) json.field("gemm_unavailable", gpu.gemm_unavailable);
+    json.end_object();
   }
   json.end_array();
   if (gpus.devices.empty()) json.field("gpu_absent_reason", gpus.absent_reason);

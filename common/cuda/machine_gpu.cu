@@ -5,12 +5,17 @@
 //
 // cuBLAS is opened here, when the GEMM is measured, not linked: loading libcublasLt costs about 210 MB of
 // resident memory before main() (its initializers), which every command of the tool and every test would pay.
+// FLASHLAB_CUBLAS, when set, is the library file to open (an offline machine may have cuBLAS only inside
+// PyTorch's environment, bench/gpu_report.py finds it there). A machine without it still gets the copy
+// bandwidth; the GEMM is reported unavailable, with the reason.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "common/cuda/check.hpp"
@@ -37,9 +42,12 @@ struct Cublas {
 
   static const Cublas& get() {
     static const Cublas cublas = [] {
-      const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+      const char* const given = std::getenv("FLASHLAB_CUBLAS");
+      const std::string name = given != nullptr && *given != '\0'
+                                   ? std::string(given)
+                                   : "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
       void* const library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (library == nullptr) fail("cannot open ", name, " for the GEMM ceiling: ", dlerror());
+      if (library == nullptr) fail("cannot open ", name, ": ", dlerror());
       Cublas loaded;
       symbol(library, "cublasCreate_v2", loaded.create);
       symbol(library, "cublasDestroy_v2", loaded.destroy);
@@ -117,7 +125,12 @@ const GpuReport& gpu_ceilings() {
       ceilings.sm_count = prop.multiProcessorCount;
       ceilings.memory_gib = static_cast<double>(prop.totalGlobalMem) / double(size_t(1) << 30);
       ceilings.copy_gbps = measure_copy_gbps();
-      ceilings.bf16_gemm_tflops = measure_bf16_gemm_tflops();
+      try {
+        ceilings.bf16_gemm_tflops = measure_bf16_gemm_tflops();
+      } catch (const Error& error) {  // no cuBLAS here: the copy still counts
+        ceilings.bf16_gemm_tflops = std::nan("");
+        ceilings.gemm_unavailable = error.what();
+      }
       measured.devices.push_back(ceilings);
     }
     FLASHLAB_CUDA_CHECK(cudaSetDevice(current));
