@@ -48,6 +48,11 @@ const Implementation* find_implementation(std::string_view name) {
   return nullptr;
 }
 
+const DeviceBuild& device_build(const Implementation& impl) {
+  const bool emulated = impl.emulation && !impl.emulation().empty();
+  return emulated ? impl.emulated_build : impl.gpu_build;
+}
+
 bool offers(const Implementation& impl, DType dtype) {
   return std::find(impl.dtypes.begin(), impl.dtypes.end(), dtype) != impl.dtypes.end();
 }

@@ -62,6 +62,16 @@ struct BackwardTensors {
   void* dv = nullptr;
 };
 
+// One build of a GPU implementation's kernels (common/cuda/target.hpp: nvcc's for the GPU, or the same source
+// compiled for the CPU emulator): its launchers on device pointers, enqueued on the default stream with no
+// copy and no synchronization, and the scratch each needs. Benchmarks time these alone.
+struct DeviceBuild {
+  std::function<void(const Problem&, const DeviceTensors&)> forward;     // empty: not in this build
+  std::function<size_t(const Problem&)> workspace;                       // forward's scratch; empty = none
+  std::function<void(const Problem&, const BackwardTensors&)> backward;  // empty: no backward
+  std::function<size_t(const Problem&)> backward_workspace;              // empty = none
+};
+
 struct Implementation {
   std::string name;     // "stage/variant", e.g. "naive/three_pass"
   std::string summary;  // the one idea, in one line
@@ -95,13 +105,12 @@ struct Implementation {
   // = unknown.
   std::function<double(const Problem&)> bytes_moved;
 
-  // GPU implementations only: the forward pass on device pointers, enqueued on the default stream, with no
-  // copy and no synchronization (benchmarks time this alone). GPU stages set it with gpu_implementation()
-  // (common/cuda/gpu_stage.hpp), which also derives `forward`, `availability` and `emulation` from their
-  // builds. Empty for CPU implementations and for GPU implementations in a build without CUDA.
-  std::function<void(const Problem&, const DeviceTensors&)> forward_device;
-  // Scratch GPU memory forward_device needs for a problem (e.g. FA1's running l and m); empty = none.
-  std::function<size_t(const Problem&)> device_workspace_bytes;
+  // GPU implementations only: the two builds of the kernels on device pointers. GPU stages set them with
+  // gpu_implementation() (common/cuda/gpu_stage.hpp), which also derives `forward`, `availability` and
+  // `emulation` from them. gpu_build is empty in a build without CUDA; both are empty for CPU
+  // implementations.
+  DeviceBuild gpu_build;
+  DeviceBuild emulated_build;
   // GPU implementations only: "" when `forward` runs on a GPU here, else why it runs in the CPU emulator of
   // the CUDA execution model instead ("no CUDA device: ...", "emulation requested (--emulate)"). Empty for
   // CPU implementations.
@@ -124,6 +133,11 @@ struct Registration {
 const std::vector<Implementation>& implementations();
 // nullptr when no implementation has that name.
 const Implementation* find_implementation(std::string_view name);
+
+// The build a GPU implementation runs in here: the emulator's when impl.emulation() gives a reason (no GPU
+// that can run it, or emulation asked for), else the GPU's. Every caller that launches on device pointers
+// (benchmarks, the registry's adapter) picks the build through this.
+const DeviceBuild& device_build(const Implementation& impl);
 
 // Whether `impl` takes inputs and outputs of this dtype.
 bool offers(const Implementation& impl, DType dtype);

@@ -51,7 +51,7 @@ inline Fp8Workspace fp8_workspace(const Problem& p, const Fp8Config& config) {
   return layout;
 }
 
-// The registry's device_workspace_bytes: the scratch of the registered configuration.
+// The registry's DeviceBuild::workspace: the scratch of the registered configuration.
 inline size_t fp8_workspace_bytes(const Problem& problem) {
   return fp8_workspace(problem, registered_fp8_config(problem.head_dim)).bytes;
 }

@@ -40,10 +40,14 @@ TEST_CASE("GPU implementations are listed, and run on a GPU or say why they run 
     REQUIRE(impl.emulation);
     CHECK(impl.forward);  // the adapter exists in every build
 #if FLASHLAB_HAVE_CUDA
-    CHECK(impl.forward_device);  // the GPU build's launcher on device pointers, for benchmarks
+    CHECK(impl.gpu_build.forward);  // the GPU build's launcher on device pointers, for benchmarks
+    CHECK(bool(impl.gpu_build.backward) == bool(impl.backward));
 #else
-    CHECK(!impl.forward_device);
+    CHECK(!impl.gpu_build.forward);
+    CHECK(!impl.gpu_build.backward);
 #endif
+    CHECK(impl.emulated_build.forward);  // the same launcher compiled for the emulator
+    CHECK(bool(impl.emulated_build.backward) == bool(impl.backward));
     const std::string emulated = impl.emulation();
     if (impl.availability().empty()) {
       // Runnable: on this machine's GPU, or else in the emulator, with the machine's reason first.

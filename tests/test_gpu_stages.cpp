@@ -59,8 +59,9 @@ TEST_CASE("GPU stages declare their formats, and whether they round P") {
     INFO(name);
     CHECK(entry(name).device == Device::cuda);
 #if FLASHLAB_HAVE_CUDA
-    CHECK(entry(name).device_workspace_bytes);  // the int lengths, at least
+    CHECK(entry(name).gpu_build.workspace);  // the int lengths, at least
 #endif
+    CHECK(entry(name).emulated_build.workspace);
   }
 }
 
@@ -163,7 +164,7 @@ TEST_CASE("cuda_v3_hopper/fp8's workspace holds every scratch region, aligned an
       const size_t end = regions[r].offset + static_cast<size_t>(regions[r].bytes);
       CHECK(end <= (r + 1 < regions.size() ? regions[r + 1].offset : w.bytes));
     }
-    CHECK(entry("cuda_v3_hopper/fp8").device_workspace_bytes(p) == w.bytes);
+    CHECK(entry("cuda_v3_hopper/fp8").emulated_build.workspace(p) == w.bytes);
   }
 }
 

@@ -1,22 +1,37 @@
-// flashlab gpu-bench: the GPU implementations timed on device pointers (no copies in the timing), over the
-// benchmark shapes that bench/gpu_report.sh and bench/peers_torch.py share. Rows follow the results schema of
-// SPEC "Measuring".
+// flashlab gpu-bench: the GPU implementations timed on device pointers (no copies in the timing), shape by
+// shape, over the benchmark shapes that bench/gpu_report.py and bench/peers_torch.py share. Rows follow the
+// results schema (docs/conventions.md "Results").
 //
+//   flashlab gpu-bench [IMPL...] [--shapes SET | problem flags] [--pass forward|backward] [--seconds S]
+//                      [--repeat N] [--max-seconds S] [--emulate] [--json]
 //   flashlab gpu-bench --list-shapes [--shapes SET]      the shapes as JSON (the peers script reads them)
-//   flashlab gpu-bench [IMPL...] [--shapes SET] [--repeat N] [--max-seconds S] [--json]
+//   flashlab gpu-bench --ceilings [--json]               the GPU's copy bandwidth and bf16 GEMM rate
 //
-// Shape sets: "sweep" (FlashAttention's benchmark: batch * seqlen = 16k tokens, 2048 hidden, seqlen 1k..16k,
-// head_dim 64 and 128, causal or not), "occupancy" (8 heads against 256 (batch, head) pairs at seqlen 4k),
-// "quick" (two small shapes, for trying the command), "all" (sweep + occupancy), "decode" (one query row,
-// 32/8 heads, head_dim 128, KV 8k to 128k at batch 1, 16k at batch 8, 4k at batch 64, and the 64k one again
-// from a paged cache of 256-token pages: the decoding stages' bandwidth). With --json the output also holds
-// the GPU's measured ceilings (gpu_ceilings() of common/machine.hpp).
+// Shapes are the outer loop: a shape's inputs and its sampled fp64 reference are made once, then every named
+// implementation (in the order named; else the registry's) runs on them. An implementation that refuses a
+// shape gets a row that says why ("skipped"). Shape sets: "sweep" (FlashAttention's benchmark: batch * seqlen
+// = 16k tokens, 2048 hidden, seqlen 1k..16k, head_dim 64 and 128, causal or not), "occupancy" (8 heads
+// against 256 (batch, head) pairs at seqlen 4k), "decode" (one query row, 32/8 heads, head_dim 128, KV 8k to
+// 128k at batch 1, 16k at batch 8, 4k at batch 64, and 64k again from a paged cache of 256-token pages),
+// "all" (sweep + occupancy), "quick" (two small shapes), "report" (the GPU report's, headline shapes first:
+// each goal of docs/results' GPU issue, then the rest of the sweep), "backward" (the backward's: d 128 and 64
+// at 8k) and "rehearse" (tiny shapes for the emulator). Problem flags instead of --shapes time one shape.
+//
+// --emulate runs the emulator's build of the same launchers on the same device-pointer path (the GPU report's
+// rehearsal): its rows are marked "emulated" and carry no rate, since their time is the CPU's.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/cuda/device.hpp"
+#include "common/cuda/device_timing.hpp"
+#include "common/cuda/gpu_stage.hpp"
+#include "common/cuda/storage.hpp"
 #include "common/error.hpp"
 #include "common/flops.hpp"
 #include "common/inputs.hpp"
@@ -29,26 +44,12 @@
 #include "tools/command.hpp"
 #include "tools/json.hpp"
 
-#if FLASHLAB_HAVE_CUDA
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <memory>
-
-#include "common/cuda/device_problem.hpp"
-#include "common/cuda/event_timer.hpp"
-#endif
-
 namespace flashlab::cli {
 
 namespace {
 
 Problem bench_shape(int64_t batch, int64_t heads, int64_t seqlen, int64_t head_dim, bool causal) {
-  Problem p;
-  p.batch = batch;
-  p.heads_q = p.heads_kv = heads;
-  p.seqlen_q = p.seqlen_k = seqlen;
-  p.head_dim = head_dim;
+  Problem p = problem_shape(batch, heads, heads, seqlen, seqlen, head_dim);
   p.causal = causal;
   return p;
 }
@@ -59,8 +60,47 @@ Problem decode_shape(int64_t batch, int64_t seqlen_k, int64_t page_size) {
   return p;
 }
 
+// FlashAttention's benchmark shape: batch * seqlen = 16k tokens, 2048 hidden.
+Problem sweep_shape(int64_t seqlen, int64_t head_dim, bool causal) {
+  return bench_shape(16384 / seqlen, 2048 / head_dim, seqlen, head_dim, causal);
+}
+
+void append(std::vector<Problem>& shapes, const Problem& p) {
+  for (const Problem& q : shapes)
+    if (q.describe() == p.describe()) return;
+  shapes.push_back(p);
+}
+
 std::vector<Problem> shape_set(const std::string& name) {
   std::vector<Problem> shapes;
+  if (name == "report") {
+    // The goals first (the GPU-speed goals of docs/results), so that a run stopped at its budget has them:
+    // ws and split_q at d 128, 8k; the decode at 64k; fp8 against ws at d 256; causal; d 64.
+    append(shapes, sweep_shape(8192, 128, false));
+    append(shapes, decode_shape(1, 65536, 0));
+    append(shapes, sweep_shape(8192, 256, false));
+    append(shapes, sweep_shape(8192, 128, true));
+    append(shapes, sweep_shape(8192, 64, false));
+    append(shapes, sweep_shape(8192, 64, true));
+    for (int64_t seqlen : {4096, 16384})
+      for (int64_t head_dim : {128, 64})
+        for (bool causal : {false, true}) append(shapes, sweep_shape(seqlen, head_dim, causal));
+    append(shapes, decode_shape(1, 131072, 0));
+    append(shapes, decode_shape(1, 65536, 256));
+    for (int64_t seqlen : {1024, 2048})
+      for (int64_t head_dim : {128, 64})
+        for (bool causal : {false, true}) append(shapes, sweep_shape(seqlen, head_dim, causal));
+  }
+  if (name == "backward") {
+    append(shapes, sweep_shape(8192, 128, false));
+    append(shapes, sweep_shape(8192, 128, true));
+    append(shapes, sweep_shape(8192, 64, false));
+  }
+  if (name == "rehearse") {  // the emulator's: a few blocks each, every kind of shape the report has
+    append(shapes, bench_shape(1, 2, 128, 128, false));
+    append(shapes, bench_shape(1, 2, 96, 64, true));
+    append(shapes, problem_shape(1, 4, 2, 1, 256, 128));
+  }
   if (name == "decode") {
     for (int64_t seqlen_k : {8192, 65536, 131072}) shapes.push_back(decode_shape(1, seqlen_k, 0));
     shapes.push_back(decode_shape(8, 16384, 0));
@@ -71,7 +111,7 @@ std::vector<Problem> shape_set(const std::string& name) {
     for (int64_t head_dim : {64, 128})
       for (bool causal : {false, true})
         for (int64_t seqlen : {1024, 2048, 4096, 8192, 16384})
-          shapes.push_back(bench_shape(16384 / seqlen, 2048 / head_dim, seqlen, head_dim, causal));
+          shapes.push_back(sweep_shape(seqlen, head_dim, causal));
   if (name == "occupancy" || name == "all")
     for (int64_t head_dim : {64, 128}) {
       shapes.push_back(bench_shape(1, 8, 4096, head_dim, false));    // 8 blocks for 132 SMs
@@ -81,7 +121,8 @@ std::vector<Problem> shape_set(const std::string& name) {
     shapes.push_back(bench_shape(2, 4, 1024, 64, false));
     shapes.push_back(bench_shape(2, 4, 1024, 128, true));
   }
-  if (shapes.empty()) fail("--shapes (", name, ") must be sweep, occupancy, quick, all or decode");
+  if (shapes.empty())
+    fail("--shapes (", name, ") must be report, backward, rehearse, sweep, occupancy, quick, all or decode");
   return shapes;
 }
 
@@ -92,68 +133,216 @@ void shape_json(Json& json, const Problem& p) {
   if (p.page_size > 0) json.field("page_size", p.page_size);  // decode shapes read from a paged cache
 }
 
-#if FLASHLAB_HAVE_CUDA
 struct BenchRow {
   std::string impl;
   Problem problem;
-  double time_ms = 0, tflops = 0, gbps = 0, max_err_o = 0;
+  bool backward = false;
+  bool emulated = false;
+  std::string skipped;  // why it did not run ("" when it did)
+  double time_ms = 0, max_err_o = NAN;
   int repeats = 0;
 };
 
-// One implementation on one shape: inputs uploaded once per copy, enough copies that rotating through them
-// defeats the L2 cache; warm-up, then the median of CUDA-event timings; then a sampled fp64 check of copy 0.
-BenchRow bench_one(const Implementation& impl, const Problem& p, int max_repeats) {
-  const cuda::DeviceProperties device = *cuda::device_properties();
-  AttentionInputs inputs = random_inputs(p, Distribution::normal, 7);
-  attach_paged_kv(p, inputs);  // K and V in pages too, when the shape has a page size
-  const size_t workspace = impl.device_workspace_bytes ? impl.device_workspace_bytes(p) : 0;
-  std::vector<std::unique_ptr<cuda::DeviceProblem>> copies;
-  copies.push_back(std::make_unique<cuda::DeviceProblem>(p, inputs, workspace));
-  // Twice the L2 in rotation, within 4 GiB and 16 copies.
-  const size_t per_copy = copies[0]->tensor_bytes();
-  const size_t wanted =
-      std::min<size_t>({16, 2 * device.l2_bytes / per_copy + 1, (size_t(4) << 30) / per_copy});
-  while (copies.size() < std::max<size_t>(1, wanted))
-    copies.push_back(std::make_unique<cuda::DeviceProblem>(p, inputs, workspace));
-  auto run = [&](int n) { impl.forward_device(p, copies[n % copies.size()]->tensors()); };
+void row_json(Json& json, const BenchRow& row) {
+  json.begin_object().field("impl", row.impl).field("dtype", to_string(row.problem.dtype));
+  json.field("pass", row.backward ? "backward" : "forward");
+  shape_json(json, row.problem);
+  if (!row.skipped.empty()) {
+    json.key("time_ms").null().key("tflops").null().key("gbps").null().key("max_err_o").null();
+    json.field("skipped", row.skipped);
+  } else {
+    const double seconds = row.time_ms * 1e-3;
+    const double flops = row.backward ? backward_flops(row.problem) : forward_flops(row.problem);
+    const double bytes =
+        forward_min_bytes(row.problem, static_cast<double>(cuda::storage_bytes(row.problem.dtype)));
+    json.field("time_ms", row.time_ms);
+    if (row.emulated) {  // the emulator's time is the CPU's: no rate derived from it
+      json.key("tflops").null().key("gbps").null();
+    } else {
+      json.field("tflops", flops / seconds / 1e12);
+      json.field("gbps", row.backward ? NAN : bytes / seconds / 1e9);
+    }
+    json.field("max_err_o", row.max_err_o).field("repeat", row.repeats);
+  }
+  if (row.emulated) json.field("emulated", true);
+  json.end_object();
+}
 
-  // Repeats: as many as fit about 1 s of GPU time, at least 3 (the slow baseline stages take a second at
-  // 16k).
-  const double first_ms = cuda::median_event_ms(1, 1, run);
-  const int repeats = std::clamp(static_cast<int>(1000.0 / std::max(first_ms, 1e-3)), 3, max_repeats);
-  BenchRow row{impl.name, p};
-  row.repeats = repeats;
-  row.time_ms = cuda::median_event_ms(0, repeats, run);
-  row.tflops = forward_flops(p) / (row.time_ms * 1e-3) / 1e12;
-  row.gbps =
-      forward_min_bytes(p, static_cast<double>(cuda::storage_bytes(p.dtype))) / (row.time_ms * 1e-3) / 1e9;
+void row_text(const BenchRow& row) {
+  const char* pass = row.backward ? "backward" : "forward";
+  if (!row.skipped.empty()) {
+    std::printf("%-26s %-8s %-44s skipped: %s\n", row.impl.c_str(), pass, row.problem.describe().c_str(),
+                row.skipped.c_str());
+    return;
+  }
+  const double flops = row.backward ? backward_flops(row.problem) : forward_flops(row.problem);
+  char rate[48] = "emulated: no rate";
+  if (!row.emulated) std::snprintf(rate, sizeof rate, "%8.2f TFLOP/s", flops / (row.time_ms * 1e-3) / 1e12);
+  std::printf("%-26s %-8s %-44s %10.3f ms %s  err O %.2e  (median of %d)\n", row.impl.c_str(), pass,
+              row.problem.describe().c_str(), row.time_ms, rate, row.max_err_o, row.repeats);
+}
+
+// The timing plan: rotation past twice the L2 on a GPU; in the emulator one copy and the fewest repeats.
+cuda::TimingPlan timing_plan(bool emulated, double seconds, int max_repeats) {
+  cuda::TimingPlan plan;
+  plan.seconds = seconds;
+  plan.max_repeats = max_repeats;
+  if (emulated) {
+    plan.max_copies = 1;
+    plan.min_repeats = plan.max_repeats = 1;
+  } else if (const auto device = cuda::device_properties()) {
+    plan.rotate_bytes = std::min<size_t>(2 * device->l2_bytes, size_t(4) << 30);
+  }
+  return plan;
+}
+
+cuda::Timing time_forward(const Implementation& impl, const Problem& p, const AttentionInputs& inputs,
+                          const cuda::TimingPlan& plan, bool emulated, AttentionOutputs& out) {
+  if (emulated) return cuda::emulated::time_forward(p, inputs, impl.emulated_build, plan, out);
+#if FLASHLAB_LINKS_GPU_BUILDS
+  return cuda::gpu::time_forward(p, inputs, impl.gpu_build, plan, out);
+#else
+  fail("built without CUDA");
+#endif
+}
+
+cuda::Timing time_backward(const Implementation& impl, const Problem& p, const AttentionInputs& inputs,
+                           const AttentionOutputs& forward, const HostTensor& d_out,
+                           const cuda::TimingPlan& plan, bool emulated, AttentionGradients& gradients) {
+  if (emulated)
+    return cuda::emulated::time_backward(p, inputs, forward, d_out, impl.emulated_build, plan, gradients);
+#if FLASHLAB_LINKS_GPU_BUILDS
+  return cuda::gpu::time_backward(p, inputs, forward, d_out, impl.gpu_build, plan, gradients);
+#else
+  fail("built without CUDA");
+#endif
+}
+
+// One shape: its inputs drawn once, its sampled fp64 reference computed once (when a forward runs), then
+// every implementation in turn. `started` and `max_seconds` stop the run between implementations.
+class ShapeBench {
+ public:
+  ShapeBench(const Problem& shape, bool backward) : shape_(shape), backward_(backward) {}
+
+  BenchRow run(const Implementation& impl, std::optional<DType> dtype, const cuda::TimingPlan& gpu_plan,
+               const cuda::TimingPlan& emulated_plan) {
+    BenchRow row{impl.name, shape_, backward_};
+    row.problem.dtype = dtype.value_or(impl.dtypes.front());
+    const std::string emulation = impl.emulation();
+    row.emulated = !emulation.empty();
+    row.skipped = backward_ ? why_cannot_run_backward(impl, row.problem) : why_cannot_run(impl, row.problem);
+    // Without --emulate, a stage this GPU cannot run is not timed in the emulator in its place.
+    if (row.skipped.empty() && row.emulated && !cuda::emulation_forced())
+      row.skipped = "runs only in the emulator here: " + emulation;
+    if (!row.skipped.empty()) return row;
+    const AttentionInputs& in = inputs(row.problem.dtype);
+    const cuda::TimingPlan& plan = row.emulated ? emulated_plan : gpu_plan;
+    if (backward_) {
+      // The forward's O and LSE from the registry's adapter (not timed), then the backward on device
+      // pointers.
+      const AttentionOutputs forward = run_forward(impl, row.problem, in);
+      if (!d_out_) d_out_ = random_d_out(row.problem, 8);
+      AttentionGradients gradients = AttentionGradients::poisoned(row.problem);
+      const cuda::Timing timing =
+          time_backward(impl, row.problem, in, forward, *d_out_, plan, row.emulated, gradients);
+      row.time_ms = timing.median_ms;
+      row.repeats = timing.repeats;
+      return row;
+    }
+    AttentionOutputs out = AttentionOutputs::poisoned(row.problem);
+    const cuda::Timing timing = time_forward(impl, row.problem, in, plan, row.emulated, out);
+    row.time_ms = timing.median_ms;
+    row.repeats = timing.repeats;
+    row.max_err_o = sampled_error(row.problem, out);
+    return row;
+  }
+
+ private:
+  // Drawn once per shape, in float32; the upload rounds them to each implementation's dtype.
+  const AttentionInputs& inputs(DType dtype) {
+    if (!inputs_) {
+      Problem p = shape_;
+      p.dtype = dtype;
+      inputs_ = random_inputs(p, Distribution::normal, 7);
+      attach_paged_kv(p, *inputs_);  // K and V in pages too, when the shape has a page size
+    }
+    return *inputs_;
+  }
 
   // Error of O against the fp64 reference on every row_step-th query row (about 2 GFLOP of fp64 work at
-  // most); the rows not sampled are set to the reference's defaults so that deviation() measures the sampled
-  // ones.
-  AttentionOutputs out = AttentionOutputs::poisoned(p);
-  run(0);
-  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  copies[0]->download(out);
-  const double work =
-      static_cast<double>(p.batch * p.heads_q * p.seqlen_q) * static_cast<double>(p.seqlen_k * p.head_dim);
-  const int64_t row_step = std::max<int64_t>(1, static_cast<int64_t>(work / 1e9));
-  const ReferenceResult ref = reference_attention(p, inputs, row_step);
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t i = 0; i < p.seqlen_q; ++i)
-      if (i % row_step != 0)
-        for (int64_t h = 0; h < p.heads_q; ++h) {
-          std::fill_n(out.o_row(p, b, i, h), p.head_dim, 0.0f);
-          out.lse_at(p, b, h, i) = -INFINITY;
-        }
-  row.max_err_o = deviation(p, out, ref).max_err_o;
-  return row;
+  // most, computed once per shape); the rows not sampled are set to the reference's defaults so that
+  // deviation() measures the sampled ones.
+  double sampled_error(const Problem& p, AttentionOutputs& out) {
+    const double work =
+        static_cast<double>(p.batch * p.heads_q * p.seqlen_q) * static_cast<double>(p.seqlen_k * p.head_dim);
+    const int64_t row_step = std::max<int64_t>(1, static_cast<int64_t>(work / 1e9));
+    if (!reference_) reference_ = reference_attention(p, *inputs_, row_step);
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t i = 0; i < p.seqlen_q; ++i)
+        if (i % row_step != 0)
+          for (int64_t h = 0; h < p.heads_q; ++h) {
+            std::fill_n(out.o_row(p, b, i, h), p.head_dim, 0.0f);
+            out.lse_at(p, b, h, i) = -INFINITY;
+          }
+    return deviation(p, out, *reference_).max_err_o;
+  }
+
+  Problem shape_;
+  bool backward_;
+  std::optional<AttentionInputs> inputs_;
+  std::optional<ReferenceResult> reference_;
+  std::optional<HostTensor> d_out_;
+};
+
+int ceilings_command(const Args& args) {
+  if (const std::string& reason = cuda::unavailable_reason(); !reason.empty())
+    fail("gpu-bench --ceilings needs a GPU: ", reason);
+  progress("measuring the GPU's copy bandwidth and bf16 GEMM rate ...");
+  const GpuReport& report = gpu_ceilings();  // common/machine.hpp, measured by common/cuda/machine_gpu.cu
+  progress("");
+  if (report.devices.empty()) fail("gpu-bench: no GPU ceilings: ", report.absent_reason);
+  const GpuCeilings& ceilings = report.devices.front();
+  if (!args.has("--json")) {
+    std::printf("%s: device-to-device copy %.1f GB/s, bf16 GEMM ", ceilings.name.c_str(), ceilings.copy_gbps);
+    if (ceilings.gemm_unavailable.empty())
+      std::printf("%.1f TFLOP/s\n", ceilings.bf16_gemm_tflops);
+    else
+      std::printf("not measured: %s\n", ceilings.gemm_unavailable.c_str());
+    return 0;
+  }
+  Json json;
+  json.begin_object().field("device", ceilings.name).field("sm_count", ceilings.sm_count);
+  json.field("copy_gbps", ceilings.copy_gbps).field("bf16_gemm_tflops", ceilings.bf16_gemm_tflops);
+  if (!ceilings.gemm_unavailable.empty()) json.field("gemm_unavailable", ceilings.gemm_unavailable);
+  std::cout << json.end_object().str();
+  return 0;
 }
-#endif
+
+bool has_problem_flag(const Args& args) {
+  for (const std::string& flag : problem_flags())
+    if (flag != "--dtype" && flag != "--seed" && args.has(flag)) return true;
+  return args.has("--causal");
+}
 
 int gpu_bench_command(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--shapes", "--repeat", "--max-seconds"}, {"--json", "--list-shapes"});
-  const std::vector<Problem> shapes = shape_set(args.get("--shapes").value_or("all"));
+  auto valued = problem_flags();
+  valued.insert({"--shapes", "--repeat", "--max-seconds", "--seconds", "--pass"});
+  auto switches = problem_switches();
+  switches.insert({"--json", "--list-shapes", "--ceilings"});
+  const Args args(argv, valued, switches);
+  if (args.has("--ceilings")) return ceilings_command(args);
+  if (args.has("--shapes") && has_problem_flag(args))
+    fail("--shapes and problem flags: give one or the other");
+  std::vector<Problem> shapes;
+  std::optional<DType> dtype;
+  if (has_problem_flag(args)) {
+    shapes.push_back(problem_from_args(args, /*with_inputs=*/false).problem);
+  } else {
+    shapes = shape_set(args.get("--shapes").value_or("all"));
+    if (args.has("--emulate")) cuda::force_emulation(true);
+  }
+  // Each implementation runs in its first dtype unless --dtype names one (then one that lacks it is skipped).
+  if (auto text = args.get("--dtype")) dtype = parse_dtype(*text);
   if (args.has("--list-shapes")) {
     Json json;
     json.begin_array();
@@ -165,72 +354,63 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
     std::cout << json.end_array().str();
     return 0;
   }
-  // Read and checked in every build, so that a bad flag is reported the same way with or without CUDA.
-  [[maybe_unused]] const int64_t max_repeats = repeats_from_args(args, 20, 3);
-  // A time budget: once spent, the remaining shapes are skipped (and named on stderr), so that a caller with
-  // a deadline still gets the rows measured so far.
+  const std::string pass = args.get("--pass").value_or("forward");
+  if (pass != "forward" && pass != "backward") fail("--pass (", pass, ") must be forward or backward");
+  const int max_repeats = static_cast<int>(repeats_from_args(args, 20, 3));
+  const double seconds = args.get_double("--seconds", 1.0);
+  if (!(seconds > 0)) fail("--seconds (", seconds, ") must be > 0");
+  // A time budget: once spent, the remaining measurements are skipped (and named on stderr), so that a caller
+  // with a deadline still gets the rows measured so far.
   const double max_seconds = args.get_double("--max-seconds", 1e30);
   if (!(max_seconds > 0)) fail("--max-seconds (", max_seconds, ") must be > 0");
   const std::vector<const Implementation*> chosen =
       implementations_from_args(args, [](const Implementation& impl) { return impl.device == Device::cuda; });
   for (const Implementation* impl : chosen)
     if (impl->device != Device::cuda) fail(impl->name, " is not a GPU implementation");
-  if (const std::string& reason = cuda::unavailable_reason(); !reason.empty())
-    fail("gpu-bench needs a GPU: ", reason);
-#if FLASHLAB_HAVE_CUDA
+  if (const std::string& reason = cuda::unavailable_reason(); !reason.empty() && !cuda::emulation_forced())
+    fail("gpu-bench needs a GPU (or --emulate): ", reason);
+
+  const cuda::TimingPlan gpu_plan = timing_plan(false, seconds, max_repeats);
+  const cuda::TimingPlan emulated_plan = timing_plan(true, seconds, max_repeats);
   const auto start = std::chrono::steady_clock::now();
   std::vector<BenchRow> rows;
-  for (const Implementation* impl : chosen) {
-    for (Problem p : shapes) {
-      p.dtype = impl->dtypes.front();
+  for (const Problem& shape : shapes) {
+    ShapeBench bench(shape, pass == "backward");
+    for (const Implementation* impl : chosen) {
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > max_seconds) {
         std::fprintf(stderr, "gpu-bench: --max-seconds %g spent, %s not measured on %s\n", max_seconds,
-                     impl->name.c_str(), p.describe().c_str());
+                     impl->name.c_str(), shape.describe().c_str());
         continue;
       }
-      if (const std::string reason = why_cannot_run(*impl, p); !reason.empty()) {
-        std::fprintf(stderr, "gpu-bench: %s skips %s: %s\n", impl->name.c_str(), p.describe().c_str(),
-                     reason.c_str());
-        continue;
-      }
-      progress(impl->name + " on " + p.describe() + " ...");
-      rows.push_back(bench_one(*impl, p, static_cast<int>(max_repeats)));
-      const BenchRow& row = rows.back();
-      if (!args.has("--json"))
-        std::printf("%-22s %-40s %10.3f ms %8.2f TFLOP/s %8.1f GB/s  err O %.2e  (median of %d)\n",
-                    row.impl.c_str(), p.describe().c_str(), row.time_ms, row.tflops, row.gbps, row.max_err_o,
-                    row.repeats);
+      progress(impl->name + " on " + shape.describe() + " ...");
+      rows.push_back(bench.run(*impl, dtype, gpu_plan, emulated_plan));
+      if (!args.has("--json")) row_text(rows.back());
     }
   }
   progress("");
   if (args.has("--json")) {
+    const auto device = cuda::device_properties();
+    const bool all_emulated =
+        std::all_of(rows.begin(), rows.end(), [](const BenchRow& row) { return row.emulated; });
     Json json;
-    progress("measuring the GPU's copy bandwidth and bf16 GEMM rate ...");
-    const GpuReport& report = gpu_ceilings();  // common/machine.hpp, measured by common/cuda/machine_gpu.cu
-    if (report.devices.empty()) fail("gpu-bench: no GPU ceilings: ", report.absent_reason);
-    const GpuCeilings& ceilings = report.devices.front();
-    progress("");
-    json.begin_object().field("device", ceilings.name).field("sm_count", ceilings.sm_count);
-    json.field("copy_gbps", ceilings.copy_gbps).field("bf16_gemm_tflops", ceilings.bf16_gemm_tflops);
+    json.begin_object();
+    json.field("device",
+               device && !all_emulated ? device->name : "the CPU emulator of the CUDA execution model");
     json.key("rows").begin_array();
-    for (const BenchRow& row : rows) {
-      json.begin_object().field("impl", row.impl).field("dtype", to_string(row.problem.dtype));
-      shape_json(json, row.problem);
-      json.field("time_ms", row.time_ms).field("tflops", row.tflops).field("gbps", row.gbps);
-      json.field("max_err_o", row.max_err_o).field("repeat", row.repeats).end_object();
-    }
+    for (const BenchRow& row : rows) row_json(json, row);
     std::cout << json.end_array().end_object().str();
   }
-#endif
   return 0;
 }
 
 const CommandRegistration gpu_bench{
     {"gpu-bench",
-     "flashlab gpu-bench [IMPL...] [--shapes sweep|occupancy|quick|all|decode] [--repeat N] [--max-seconds "
-     "S] "
+     "flashlab gpu-bench [IMPL...] [--shapes report|backward|rehearse|sweep|occupancy|quick|all|decode | "
+     "problem flags]\n"
+     "                   [--pass forward|backward] [--seconds S] [--repeat N] [--max-seconds S] [--emulate] "
      "[--json]\n"
-     "flashlab gpu-bench --list-shapes [--shapes SET]   (the benchmark shapes as JSON)",
+     "flashlab gpu-bench --list-shapes [--shapes SET]   (the benchmark shapes as JSON)\n"
+     "flashlab gpu-bench --ceilings [--json]            (the GPU's copy bandwidth and bf16 GEMM rate)",
      gpu_bench_command}};
 
 }  // namespace

@@ -43,6 +43,7 @@ int list_command(const std::vector<std::string>& argv) {
       json.field("summary", impl.summary).field("constraints", impl.constraints);
       json.field("available", reason.empty()).field("reason", reason);
       json.field("emulated", reason.empty() && !emulation.empty()).field("emulation_reason", emulation);
+      json.field("backward", bool(impl.backward));
       json.end_object();
     }
     json.end_array();

@@ -96,30 +96,47 @@ void DeviceProblem::upload_forward(const AttentionOutputs& outputs) {
   if (lse_.size() > 0) lse_.copy_from_host(outputs.lse.ptr());
 }
 
+DeviceGradients::DeviceGradients(const Problem& problem, const HostTensor& d_out)
+    : dtype_(problem.dtype),
+      d_out_(upload(problem.dtype, d_out.ptr(), d_out.data.size())),
+      dq_(static_cast<size_t>(problem.q_elements()) * storage_bytes(problem.dtype)),
+      dk_(static_cast<size_t>(problem.kv_elements()) * storage_bytes(problem.dtype)),
+      dv_(static_cast<size_t>(problem.kv_elements()) * storage_bytes(problem.dtype)) {
+  if (d_out.size() != problem.q_elements())
+    fail("dO does not match the problem's shapes (", problem.describe(), ")");
+}
+
+BackwardTensors DeviceGradients::tensors(const DeviceProblem& device) const {
+  BackwardTensors tensors;
+  tensors.forward = device.tensors();
+  tensors.d_out = d_out_.get();
+  tensors.dq = dq_.get();
+  tensors.dk = dk_.get();
+  tensors.dv = dv_.get();
+  return tensors;
+}
+
+void DeviceGradients::download(AttentionGradients& gradients) const {
+  for (const auto& [buffer, tensor] :
+       {std::pair{&dq_, &gradients.dq}, {&dk_, &gradients.dk}, {&dv_, &gradients.dv}}) {
+    if (static_cast<size_t>(tensor->size()) * storage_bytes(dtype_) != buffer->bytes())
+      fail("gradients do not match the problem's shapes");
+    std::vector<std::byte> stored(buffer->bytes());
+    if (!stored.empty()) buffer->copy_to_host(stored.data());
+    from_storage(dtype_, stored.data(), tensor->data.size(), tensor->ptr());
+  }
+}
+
 void run_backward_on_device(const Problem& problem, const AttentionInputs& inputs,
                             const AttentionOutputs& forward, const HostTensor& d_out,
                             AttentionGradients& gradients, size_t workspace_bytes,
                             const std::function<void(const BackwardTensors&)>& launch) {
   DeviceProblem device(problem, inputs, workspace_bytes);
   device.upload_forward(forward);
-  const DeviceBuffer<std::byte> d_out_device = upload(problem.dtype, d_out.ptr(), d_out.data.size());
-  const size_t element = storage_bytes(problem.dtype);
-  DeviceBuffer<std::byte> dq(gradients.dq.data.size() * element), dk(gradients.dk.data.size() * element),
-      dv(gradients.dv.data.size() * element);
-  BackwardTensors tensors;
-  tensors.forward = device.tensors();
-  tensors.d_out = d_out_device.get();
-  tensors.dq = dq.get();
-  tensors.dk = dk.get();
-  tensors.dv = dv.get();
-  launch(tensors);
+  const DeviceGradients device_gradients(problem, d_out);
+  launch(device_gradients.tensors(device));
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  for (const auto& [buffer, tensor] :
-       {std::pair{&dq, &gradients.dq}, {&dk, &gradients.dk}, {&dv, &gradients.dv}}) {
-    std::vector<std::byte> stored(buffer->bytes());
-    if (!stored.empty()) buffer->copy_to_host(stored.data());
-    from_storage(problem.dtype, stored.data(), tensor->data.size(), tensor->ptr());
-  }
+  device_gradients.download(gradients);
 }
 
 void run_on_device(const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs,

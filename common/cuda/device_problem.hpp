@@ -41,6 +41,21 @@ class DeviceProblem {
   DeviceTensors tensors_;
 };
 
+// The backward's own device tensors: dO (uploaded in the storage format) and the gradients to write, beside a
+// DeviceProblem that holds the inputs and the forward's O and LSE.
+class DeviceGradients {
+ public:
+  DeviceGradients(const Problem& problem, const HostTensor& d_out);
+  // The backward's tensors over `device`'s (which must hold the forward's O and LSE, upload_forward).
+  BackwardTensors tensors(const DeviceProblem& device) const;
+  // Copies dQ, dK and dV (converted to float32) into host gradients of the problem's shapes.
+  void download(AttentionGradients& gradients) const;
+
+ private:
+  DType dtype_;
+  DeviceBuffer<std::byte> d_out_, dq_, dk_, dv_;
+};
+
 }  // namespace FLASHLAB_CUDA_TARGET
 using namespace FLASHLAB_CUDA_TARGET;
 }  // namespace flashlab::cuda

@@ -43,15 +43,18 @@ Implementation gpu_implementation(Implementation impl, DeviceBuilds builds) {
     return gpu_reason();
   };
   impl.availability = [] { return std::string(); };  // the emulator's build runs anywhere
-  impl.forward_device = builds.gpu;
-  impl.device_workspace_bytes = builds.gpu_workspace;
-  impl.forward = [builds, emulation = impl.emulation](const Problem& problem, const AttentionInputs& inputs,
-                                                      AttentionOutputs& outputs) {
+  if (builds.gpu != nullptr) {
+    impl.gpu_build.forward = builds.gpu;
+    if (builds.gpu_workspace != nullptr) impl.gpu_build.workspace = builds.gpu_workspace;
+  }
+  impl.emulated_build.forward = builds.emulated;
+  if (builds.emulated_workspace != nullptr) impl.emulated_build.workspace = builds.emulated_workspace;
+  impl.forward = [emulation = impl.emulation, gpu = impl.gpu_build, emulated_build = impl.emulated_build](
+                     const Problem& problem, const AttentionInputs& inputs, AttentionOutputs& outputs) {
     const bool emulated = !emulation().empty();
-    const DeviceLauncher launcher = emulated ? builds.emulated : builds.gpu;
-    const DeviceWorkspace workspace = emulated ? builds.emulated_workspace : builds.gpu_workspace;
-    const size_t bytes = workspace ? workspace(problem) : 0;
-    const auto launch = [&problem, launcher](const DeviceTensors& tensors) { launcher(problem, tensors); };
+    const DeviceBuild& build = emulated ? emulated_build : gpu;
+    const size_t bytes = build.workspace ? build.workspace(problem) : 0;
+    const auto launch = [&problem, &build](const DeviceTensors& tensors) { build.forward(problem, tensors); };
     if (emulated) {
       cuda::emulated::run_on_device(problem, inputs, outputs, bytes, launch);
       return;
@@ -66,6 +69,10 @@ Implementation gpu_implementation(Implementation impl, DeviceBuilds builds) {
 Implementation with_gpu_backward(Implementation impl, DeviceBackwardBuilds builds,
                                  std::function<std::string(const Problem&)> supports) {
   impl.supports_backward = std::move(supports);
+  if (builds.gpu != nullptr) impl.gpu_build.backward = builds.gpu;
+  impl.emulated_build.backward = builds.emulated;
+  if (builds.workspace != nullptr)
+    impl.gpu_build.backward_workspace = impl.emulated_build.backward_workspace = builds.workspace;
   impl.backward = [builds, emulation = impl.emulation](
                       const Problem& problem, const AttentionInputs& inputs, const AttentionOutputs& forward,
                       const HostTensor& d_out, AttentionGradients& gradients) {

@@ -17,7 +17,8 @@
 // LSE back, so the harness and the tool treat a GPU implementation like a CPU one. It runs the GPU build
 // where a CUDA device can run it (the stage's own `availability`, e.g. a compute capability, says whether
 // this one can), and the emulator's build otherwise or when emulation is requested (`emulation` says why);
-// `forward_device` is the GPU build's launcher (benchmarks time it on device pointers).
+// `gpu_build` and `emulated_build` hold the two builds' launchers (benchmarks time them on device pointers,
+// through device_build() of common/registry.hpp).
 #pragma once
 
 #include <cstddef>
