@@ -51,6 +51,17 @@ PreparedCase prepare(const Case& test_case, DType dtype) {
   return prepared;
 }
 
+PreparedBackward prepare_backward(const PreparedCase& prepared, uint64_t seed, bool rounds_p) {
+  PreparedBackward result;
+  const Problem& p = prepared.problem;
+  result.d_out = random_d_out(p, seed);
+  result.reference = reference_backward(p, prepared.inputs, result.d_out);
+  const AttentionGradients baseline = baseline_backward(p, prepared.inputs, result.d_out, p.dtype, rounds_p);
+  result.tolerance =
+      gradient_tolerance_from_baseline(p.dtype, gradient_deviation(p, baseline, result.reference));
+  return result;
+}
+
 std::string error_of(const std::function<void()>& run) {
   try {
     run();

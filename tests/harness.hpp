@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/reference.hpp"
+#include "common/reference_backward.hpp"
 #include "common/registry.hpp"
 #include "common/tolerance.hpp"
 #include "emulator/counters.hpp"
@@ -38,6 +39,15 @@ struct PreparedCase {
 // Q past seqlens_q, keys of K and V past seqlens_k) is memory the caller may leave holding anything, so it
 // holds NaN and Inf here, and no visible row may change (docs/conventions.md §3: padding is never read).
 PreparedCase prepare(const Case& test_case, DType dtype);
+
+// A case's upstream gradient (seeded), reference gradients and gradient tolerance (from the baseline backward
+// at the case's dtype, rounding P when the implementation does: Implementation::rounds_p).
+struct PreparedBackward {
+  HostTensor d_out;
+  ReferenceGradients reference;
+  GradientTolerance tolerance;
+};
+PreparedBackward prepare_backward(const PreparedCase& prepared, uint64_t seed, bool rounds_p);
 
 // The message of the flashlab::Error that `run` throws (what the emulator found wrong in a kernel), or ""
 // when it runs through; and whether `text` contains `part`.

@@ -16,29 +16,6 @@
 
 namespace flashlab::testing {
 
-namespace {
-
-// A case's upstream gradient, reference gradients and gradient tolerance, computed once per dtype and
-// rounding of P (Implementation::rounds_p).
-struct PreparedBackward {
-  HostTensor d_out;
-  ReferenceGradients reference;
-  GradientTolerance tolerance;
-};
-
-PreparedBackward prepare_backward(const PreparedCase& prepared, uint64_t seed, bool rounds_p) {
-  PreparedBackward result;
-  const Problem& p = prepared.problem;
-  result.d_out = random_d_out(p, seed);
-  result.reference = reference_backward(p, prepared.inputs, result.d_out);
-  const AttentionGradients baseline = baseline_backward(p, prepared.inputs, result.d_out, p.dtype, rounds_p);
-  result.tolerance =
-      gradient_tolerance_from_baseline(p.dtype, gradient_deviation(p, baseline, result.reference));
-  return result;
-}
-
-}  // namespace
-
 TEST_CASE("every backward matches the fp64 reference backward on the case matrix") {
   struct Tally {
     int passed = 0, failed = 0;

@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/cuda/device.hpp"
 #include "common/error.hpp"
 #include "common/inputs.hpp"
 #include "common/number_format.hpp"
@@ -141,7 +142,8 @@ double rmse(const std::vector<float>& out, const std::vector<double>& ref) {
 }
 
 int fp8_accuracy_command(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--seqlen", "--head-dim", "--heads", "--seed", "--device"}, {"--json"});
+  const Args args(argv, {"--seqlen", "--head-dim", "--heads", "--seed", "--device"}, {"--json", "--emulate"});
+  if (args.has("--emulate")) cuda::force_emulation(true);  // --device cuda's rows from the emulated kernel
   if (!args.positional().empty()) fail("fp8-accuracy takes no arguments (got '", args.positional()[0], "')");
   Problem p;
   p.seqlen_q = p.seqlen_k = args.get_int("--seqlen", 2048);
@@ -255,10 +257,11 @@ int fp8_accuracy_command(const std::vector<std::string>& argv) {
   return 0;
 }
 
-const CommandRegistration fp8_accuracy{
-    {"fp8-accuracy",
-     "flashlab fp8-accuracy [--seqlen N] [--head-dim D] [--heads N] [--seed S] [--device cpu|cuda] [--json]",
-     fp8_accuracy_command}};
+const CommandRegistration fp8_accuracy{{"fp8-accuracy",
+                                        "flashlab fp8-accuracy [--seqlen N] [--head-dim D] [--heads N] "
+                                        "[--seed S] [--device cpu|cuda] [--emulate] "
+                                        "[--json]",
+                                        fp8_accuracy_command}};
 
 }  // namespace
 

@@ -1,0 +1,931 @@
+#!/usr/bin/env python3
+"""The GPU report: build, check and time flashlab on a GPU machine, in phases that fit a short, offline visit.
+
+    bash bench/gpu_report.sh [--phase all|check|speed|extra] [--commit SHA] [--kit DIR] [--impls REGEX] OUTDIR
+    bash bench/gpu_report.sh --rehearse OUTDIR       every phase here, without a GPU (CI runs it)
+    bash bench/gpu_report.sh --merge OUTDIR RESULTS.json...   one result from several calls' results
+
+Phases and their budgets (bench/README.md "On an offline GPU machine"):
+  check (300 s): the build for this GPU's architecture only; the harness on the GPU and the emulator's tests
+                 against the hardware; compute-sanitizer memcheck and racecheck over a few small cases of every
+                 GPU implementation, each tool in one process.
+  speed (240 s): the GPU's copy bandwidth and bf16 GEMM rate; then shape by shape (the goals' shapes first),
+                 our implementations (the Hopper rungs and the decode first) and right after them PyTorch SDPA's
+                 flash, cuDNN, efficient and math backends on the same shape; the backward likewise.
+  extra (240 s): what is not a speed: FP8 accuracy on the GPU's kernel; Nsight Compute's profile of one launch
+                 of each top kernel (split_q, ws, fp8, the decode), its clocks left alone.
+  all   (540 s): check, speed, then extra while time is left.
+A phase run alone builds first when it finds no build.
+
+Everything a step finishes is written at once: OUTDIR always holds a complete, valid result of what has run
+so far, in at most 8 files (results-DEVICE-DATE.json and .md, summary.txt, logs.tar.gz), so a call killed at its
+time limit keeps every finished row. A tool that does not work in this runtime (compute-sanitizer, cuBLAS,
+PyTorch) is reported "unavailable", never as a kernel failure, and costs no other row. Exit code: 0 when no check
+failed, 1 otherwise, 2 for a usage error.
+
+--rehearse runs every phase on a machine without a GPU: the GPU stages in the CPU emulator on tiny shapes (rows
+marked "emulated", no rate), the sanitizers and the peers in their dry form, through the same steps, files and
+budgets; then it drills the failures a GPU visit can meet (a step that times out, no cuBLAS, no peers) and
+checks that every finished row survives each, that the files follow the results schema
+(bench/results_schema.py) and that OUTDIR holds at most 8 files.
+"""
+import argparse
+import datetime
+import glob
+import json
+import os
+import re
+import select
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import results_schema  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAX_FILES = 8
+PHASE_BUDGETS = {"check": 300, "speed": 240, "extra": 240}
+ALL_BUDGET = 540
+# Our implementations in the order they are timed on each shape: the Hopper rungs and the decode first (the
+# stages a short visit must not leave untimed), then FA2, then the CUDA-core baselines.
+PRIORITY = ["cuda_v3_hopper/ws", "cuda_v3_hopper/ws_no_overlap", "cuda_v3_hopper/ws_no_pingpong",
+            "cuda_v3_hopper/ws_no_producer", "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "cuda_v2/split_q",
+            "cuda_v2/split_q_simt", "cuda_v1/split_k"]
+PEERS = ["torch/sdpa_flash", "torch/sdpa_cudnn", "torch/sdpa_efficient", "torch/sdpa_math"]
+# The harness's test cases each sanitizer runs, in one process: every GPU implementation's small cases (forward
+# and backward, tests/test_small_cases.cpp); memcheck also the FP8 pre-pass and kernel checks.
+SMALL_CASES = "every GPU implementation on the small cases*"
+SANITIZED = {"memcheck": [SMALL_CASES, "the FP8*"], "racecheck": [SMALL_CASES]}
+
+
+def now():
+    return time.monotonic()
+
+
+class Report:
+    """The result being built, written whole (atomically) after every step."""
+
+    def __init__(self, out, work, command, commit, rehearsal):
+        self.out, self.work = out, work
+        self.logs = os.path.join(work, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+        self.result = {"device": "unknown", "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+                       "commit": commit, "command": command, "copy_gbps": None, "bf16_gemm_tflops": None,
+                       "rows": [], "checks": []}
+        if rehearsal:
+            self.result["rehearsal"] = True
+        self.notes = []  # lines for summary.txt beyond the checks
+        self.written = []
+
+    def stem(self):
+        device = re.sub(r"[^A-Za-z0-9]+", "-", self.result["device"]).strip("-").lower()[:40] or "unknown"
+        return f"results-{device}-{self.result['date']}"
+
+    def check(self, step, status, seconds, budget, log, phase):
+        record = {"step": step, "status": status, "seconds": None if seconds is None else round(seconds, 1),
+                  "budget_s": budget, "log": log, "phase": phase}
+        if self.result.get("rehearsal"):
+            record["emulated"] = True
+        self.result["checks"].append(record)
+        mark = {"ok": "ok", "failed": "FAILED", "unavailable": "unavailable"}[status]
+        timing = "" if seconds is None else f" ({seconds:.0f} s of {budget} s)" if budget else f" ({seconds:.0f} s)"
+        print(f"== {step}: {mark}{timing}" + (f" [{log}]" if log else ""), flush=True)
+        self.write()
+
+    def rows(self, rows):
+        self.result["rows"].extend(rows)
+        self.write()
+
+    def write(self):
+        """results-*.json, results-*.md, summary.txt and logs.tar.gz, each replaced atomically."""
+        stem = self.stem()
+        files = {stem + ".json": json.dumps(self.result, indent=1) + "\n",
+                 stem + ".md": markdown(self.result), "summary.txt": self.summary()}
+        for old in self.written:  # the device's name may have arrived since the last write
+            if old not in files and old != "logs.tar.gz":
+                try:
+                    os.remove(os.path.join(self.out, old))
+                except FileNotFoundError:
+                    pass
+        for name, text in files.items():
+            temporary = os.path.join(self.out, "." + name + ".tmp")
+            with open(temporary, "w") as f:
+                f.write(text)
+            os.replace(temporary, os.path.join(self.out, name))
+        temporary = os.path.join(self.out, ".logs.tar.gz.tmp")
+        with tarfile.open(temporary, "w:gz") as tar:
+            tar.add(self.logs, arcname="logs")
+        os.replace(temporary, os.path.join(self.out, "logs.tar.gz"))
+        self.written = list(files) + ["logs.tar.gz"]
+
+    def summary(self):
+        r = self.result
+        lines = [f"{'REHEARSAL (emulated, no GPU measured): ' if r.get('rehearsal') else ''}{r['device']}, "
+                 f"{r['date']}, commit {r['commit']}", f"command: {r['command']}"]
+        for c in r["checks"]:
+            if c["status"] != "ok" or c["step"].startswith(("build", "harness", "memcheck", "racecheck")):
+                timing = "" if c["seconds"] is None else f" {c['seconds']:.0f}/{c['budget_s']} s"
+                lines.append(f"{c['status']:>11}: {c['step']}{timing}" + (f" [{c['log']}]" if c["log"] else ""))
+        measured = [row for row in r["rows"] if row.get("time_ms") is not None]
+        lines.append(f"rows: {len(measured)} measured, {len(r['rows']) - len(measured)} refused or skipped")
+        lines += self.notes
+        failed = sum(c["status"] == "failed" for c in r["checks"])
+        lines.append(f"checks: {len(r['checks'])}, failed: {failed}")
+        return "\n".join(lines) + "\n"
+
+    def failed(self):
+        return [c for c in self.result["checks"] if c["status"] == "failed"]
+
+
+def fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def shape_key(row):
+    return (row.get("pass", "forward"), row["batch"], row["heads"], row["kv_heads"], row["seqlen_q"], row["seqlen_k"],
+            row["head_dim"], row["causal"], row.get("page_size", 0))
+
+
+def shape_title(key):
+    passname, batch, heads, kv_heads, sq, sk, d, causal, page = key
+    seqlen = str(sq) if sq == sk else f"{sq} x {sk}"
+    text = f"{passname}: batch {batch}, heads {heads}" + ("" if heads == kv_heads else f"/{kv_heads}")
+    text += f", seqlen {seqlen}, d {d}" + (", causal" if causal else "") + (f", pages of {page}" if page else "")
+    return text
+
+
+def markdown(r):
+    """The result as a Markdown page: checks, then one table per shape with each row's speed-up over the peers."""
+    lines = [f"# GPU results: {r['device']}, {r['date']}", ""]
+    if r.get("rehearsal"):
+        lines += ["**Rehearsal**: no GPU was used. GPU stages ran in the CPU emulator on tiny shapes and the peers "
+                  "in a dry form; no time below is a GPU measurement.", ""]
+    lines += [f"- commit: `{r['commit']}`", f"- command: `{r['command']}`"]
+    for command in r.get("commands", []):
+        lines.append(f"- merged from: `{command}`")
+    if r.get("gpu"):
+        lines.append("- GPU: " + ", ".join(f"{k} {v}" for k, v in r["gpu"].items()))
+    if r.get("peers"):
+        lines.append("- peers: " + ", ".join(f"{k} {v}" for k, v in r["peers"].items()))
+    lines += [f"- measured ceilings: device-to-device copy {fmt(r['copy_gbps'], '.0f')} GB/s, "
+              f"bf16 GEMM {fmt(r['bf16_gemm_tflops'], '.0f')} TFLOP/s", "", "## Checks", "",
+              "| phase | step | status | seconds / budget | log |", "|---|---|---|---:|---|"]
+    for c in r["checks"]:
+        lines.append(f"| {c.get('phase', '')} | {c['step']} | {c['status']} | {fmt(c['seconds'], '.0f')} / "
+                     f"{fmt(c['budget_s'], 'd')} | {c['log']} |")
+    groups = {}
+    for row in r["rows"]:
+        groups.setdefault(shape_key(row), []).append(row)
+    lines += ["", "## Speed", "", "Median of CUDA-event timings on device pointers, inputs rotated past the L2. "
+              "err O: max |O - ref64| / max(1, |ref64|) on sampled rows. x flash, x cuDNN: that peer's time over "
+              "this row's (above 1: faster than the peer).", ""]
+    for key, rows in groups.items():
+        # Speed-ups only between measured rows: an emulated time is the CPU's.
+        peer = {row["impl"]: row["time_ms"] for row in rows
+                if row["impl"].startswith("torch/") and row.get("time_ms") and not row.get("emulated")}
+        lines += [f"### {shape_title(key)}", "", "| impl | dtype | ms | TFLOP/s | GB/s | x flash | x cuDNN | err O |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for row in rows:
+            if row.get("time_ms") is None:
+                reason = row.get("skipped", "").replace("|", "/")[:140]
+                lines.append(f"| {row['impl']} | {row['dtype']} | refused: {reason} | | | | | |")
+                continue
+            ratios = [fmt(peer[p] / row["time_ms"] if p in peer and not row.get("emulated") else None, ".2f")
+                      for p in ("torch/sdpa_flash", "torch/sdpa_cudnn")]
+            ms = fmt(row["time_ms"], ".3f") + (" (emulated)" if row.get("emulated") else "")
+            lines.append(f"| {row['impl']} | {row['dtype']} | {ms} | {fmt(row.get('tflops'), '.1f')} | "
+                         f"{fmt(row.get('gbps'), '.0f')} | {ratios[0]} | {ratios[1]} | {fmt(row.get('max_err_o'), '.1e')} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+class Visit:
+    """One call of the report: the steps of its phases under their budgets."""
+
+    def __init__(self, args, report):
+        self.args, self.report = args, report
+        self.rehearse = args.rehearse
+        self.build = os.path.abspath(args.build_dir or os.environ.get("FLASHLAB_BUILD_DIR")
+                                     or os.path.join(ROOT, "build"))
+        self.flashlab = os.path.join(self.build, "bin", "flashlab")
+        self.tests = os.path.join(self.build, "tests", "flashlab_tests")
+        self.inject = set(filter(None, os.environ.get("FLASHLAB_REPORT_INJECT", "").split(",")))
+        self.phase = None
+        self.deadline = None
+        self.compute_capability = None
+        self.cublas = None
+        self.sanitizer = None
+        self.impls = None
+        self.built = None
+        self.env = dict(os.environ)
+
+    # ---- running a step
+    def remaining(self):
+        return max(0.0, self.deadline - now())
+
+    def run(self, step, budget, argv, log, env=None, classify=None, stdin=None):
+        """Runs argv with its output in logs/LOG, stopped at min(budget, the phase's time left). Returns
+        (status, output). `classify(returncode, output)` maps a finished run to ok/failed/unavailable."""
+        limit = min(budget, self.remaining())
+        path = os.path.join(self.report.logs, log)
+        if limit < 1:
+            with open(path, "a") as f:
+                f.write(f"not run: the {self.phase} phase's budget was spent\n")
+            self.report.check(step, "failed", 0.0, budget, log, self.phase)
+            return "failed", ""
+        if f"timeout:{step}" in self.inject:  # the rehearsal's drill: a step that overruns its budget
+            argv, limit = ["bash", "-c", 'sleep 600; exec "$@"', "sleep"] + list(argv), min(limit, 2)
+        start = now()
+        with open(path, "a") as f:
+            f.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")
+            f.flush()
+            process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                       env={**self.env, **(env or {})}, cwd=ROOT, start_new_session=True,
+                                       stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
+            try:
+                output, _ = process.communicate(stdin, timeout=limit)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                output, _ = process.communicate()
+                timed_out = True
+            f.write(output or "")
+            seconds = now() - start
+            if timed_out:
+                f.write(f"\n(timed out after {limit:.0f} s; budget {budget} s)\n")
+                status = "failed"
+            else:
+                status = classify(process.returncode, output) if classify else (
+                    "ok" if process.returncode == 0 else "failed")
+                f.write(f"\n(exit code {process.returncode}, {seconds:.1f} s)\n")
+        self.report.check(step, status, seconds, budget, log, self.phase)
+        return status, output or ""
+
+    def note(self, step, status, log, text):
+        """A check that runs no command (a tool looked for, a file found)."""
+        with open(os.path.join(self.report.logs, log), "a") as f:
+            f.write(text.rstrip() + "\n")
+        self.report.check(step, status, None, None, log, self.phase)
+
+    # ---- preflight: what this runtime has
+    def preflight(self):
+        r = self.report.result
+        if self.rehearse:
+            r["device"] = "rehearsal, no GPU: the CPU emulator of the CUDA execution model"
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            query = "name,compute_cap,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem"
+            result = subprocess.run([smi, f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
+                                    text=True)
+            with open(os.path.join(self.report.logs, "nvidia-smi.log"), "w") as f:
+                f.write(result.stdout + result.stderr)
+                f.write(subprocess.run([smi], capture_output=True, text=True).stdout)
+            fields = [x.strip() for x in result.stdout.splitlines()[0].split(",")] if result.stdout.strip() else []
+            if result.returncode == 0 and len(fields) == 7 and not self.rehearse:
+                r["device"] = fields[0]
+                self.compute_capability = fields[1]
+                r["gpu"] = {"compute capability": fields[1], "driver": fields[2], "memory": fields[3],
+                            "SM clock at start": fields[4], "max SM clock": fields[5], "memory clock": fields[6]}
+                self.note("GPU", "ok", "nvidia-smi.log", result.stdout)
+            else:
+                self.note("GPU", "failed" if not self.rehearse else "unavailable", "nvidia-smi.log",
+                          "nvidia-smi gave no device")
+        else:
+            self.note("GPU", "unavailable" if self.rehearse else "failed", "preflight.log", "nvidia-smi: not found")
+        # CMake: the presets name the version they need.
+        needed = json.load(open(os.path.join(ROOT, "CMakePresets.json")))["cmakeMinimumRequired"]
+        needed = (needed["major"], needed["minor"])
+        version = self.version(["cmake", "--version"], r"cmake version (\d+)\.(\d+)")
+        if version is None:
+            self.note("cmake", "failed", "preflight.log", "cmake: not found")
+        else:
+            status = "ok" if version >= needed else "failed"
+            self.note(f"cmake {version[0]}.{version[1]} (the presets need {needed[0]}.{needed[1]})", status,
+                      "preflight.log", f"cmake {version}, needed {needed}")
+        for tool in ("nvcc", "ninja", "g++"):
+            path = shutil.which(tool) or (tool == "nvcc" and os.path.exists("/usr/local/cuda/bin/nvcc")
+                                          and "/usr/local/cuda/bin/nvcc")
+            self.note(tool, "ok" if path else "failed", "preflight.log", f"{tool}: {path or 'not found'}")
+        self.kit()
+        self.find_cublas()
+        self.sanitizer = shutil.which("compute-sanitizer") or next(iter(sorted(glob.glob(
+            "/usr/local/cuda*/bin/compute-sanitizer") + glob.glob("/usr/local/cuda*/compute-sanitizer/compute-sanitizer"))), None)
+        self.note("compute-sanitizer", "ok" if self.sanitizer else "unavailable", "preflight.log",
+                  f"compute-sanitizer: {self.sanitizer or 'not found'}")
+
+    @staticmethod
+    def version(argv, pattern):
+        try:
+            text = subprocess.run(argv, capture_output=True, text=True).stdout
+        except OSError:
+            return None
+        match = re.search(pattern, text)
+        return tuple(int(x) for x in match.groups()) if match else None
+
+    def kit(self):
+        kit = self.args.kit or os.environ.get("FLASHLAB_KIT")
+        if kit:
+            kit = os.path.abspath(kit)
+            if os.path.isdir(os.path.join(kit, "usr", "include")):
+                self.env["FLASHLAB_KIT"] = kit
+                self.note("kit", "ok", "preflight.log", f"the kit in {kit}:\n" + open(os.path.join(kit, "MANIFEST")).read()
+                          if os.path.exists(os.path.join(kit, "MANIFEST")) else f"the kit in {kit}")
+            else:
+                self.note("kit", "failed", "preflight.log", f"{kit} holds no kit (make one: ./flashlab kit DIR)")
+        elif os.path.exists("/usr/include/eigen3/Eigen/Dense"):
+            self.note("kit", "ok", "preflight.log", "no kit: the system's packages (Eigen found in /usr/include)")
+        else:
+            self.note("kit", "failed", "preflight.log", "no kit and no system Eigen: make a kit with ./flashlab kit "
+                      "kit on a machine with network, carry it, and pass --kit kit (bench/README.md)")
+
+    def find_cublas(self):
+        """libcublas.so.13 where the loader finds it, else inside a Python environment's nvidia wheels."""
+        candidates = []
+        if "no-cublas" not in self.inject:
+            given = os.environ.get("FLASHLAB_CUBLAS")
+            if given:
+                candidates.append(given)
+            ldconfig = subprocess.run(["sh", "-c", "ldconfig -p 2>/dev/null"], capture_output=True, text=True).stdout
+            candidates += re.findall(r"=> (\S*libcublas\.so\.13)$", ldconfig, re.M)
+            candidates += sorted(glob.glob("/usr/local/cuda*/lib64/libcublas.so.13"))
+            script = ("import site, sys; print('\\n'.join(site.getsitepackages() + [site.getusersitepackages()] + "
+                      "sys.path))")
+            paths = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True).stdout.split()
+            for path in paths:
+                candidates += sorted(glob.glob(os.path.join(path, "nvidia", "**", "libcublas.so.13*"), recursive=True))
+        found = next((c for c in candidates if os.path.exists(c)), None)
+        if found:
+            self.cublas = found
+            self.env["FLASHLAB_CUBLAS"] = found
+            folder = os.path.dirname(found)  # its libcublasLt beside it
+            self.env["LD_LIBRARY_PATH"] = folder + (":" + self.env["LD_LIBRARY_PATH"]
+                                                    if self.env.get("LD_LIBRARY_PATH") else "")
+            self.note("cuBLAS", "ok", "preflight.log", f"cuBLAS: {found}")
+        else:
+            self.env["FLASHLAB_CUBLAS"] = "/nonexistent/libcublas.so.13" if "no-cublas" in self.inject else ""
+            self.note("cuBLAS", "unavailable", "preflight.log",
+                      "libcublas.so.13 not found (loader, /usr/local/cuda, Python's nvidia wheels): "
+                      "the bf16 GEMM ceiling is not measured")
+
+    # ---- the build
+    def ensure_build(self, budget=200):
+        if self.built is not None:  # once per call
+            return self.built
+        self.built = self.build_once(budget)
+        return self.built
+
+    def build_once(self, budget):
+        built = os.path.exists(self.flashlab) and os.path.exists(self.tests)
+        if self.rehearse:
+            if not os.path.exists(os.path.join(self.build, "CMakeCache.txt")):
+                self.note("build", "failed", "build.log", f"no build in {self.build}: the rehearsal uses the "
+                          "existing one (./flashlab test builds it)")
+                return False
+            status, _ = self.run("build (the existing build, brought up to date)", budget,
+                                 ["cmake", "--build", self.build, "--target", "flashlab", "flashlab_tests"],
+                                 "build.log")
+            return status == "ok"
+        if built and self.phase != "check":  # a later call on the same machine: the build is there
+            return True
+        if not os.path.exists(os.path.join(self.build, "CMakeCache.txt")):
+            configure = ["cmake", "--preset", "release", "-B", self.build, "-DFLASHLAB_CUDA=ON"]
+            if self.compute_capability:  # this GPU's architecture only (sm_90a on Hopper)
+                arch = self.compute_capability.replace(".", "")
+                arch += "a" if arch == "90" else ""
+                configure.append(f"-DFLASHLAB_CUDA_GENCODE=-gencode=arch=compute_{arch},code=sm_{arch}")
+            if self.env.get("FLASHLAB_KIT"):
+                configure.append(f"-DFLASHLAB_KIT={self.env['FLASHLAB_KIT']}")
+            status, _ = self.run("configure", 30, configure, "configure.log")
+            if status != "ok":
+                return False
+        status, _ = self.run("build (flashlab, flashlab_tests)", budget,
+                             ["cmake", "--build", self.build, "--parallel", str(os.cpu_count() or 2), "--target",
+                              "flashlab", "flashlab_tests"], "build.log")
+        return status == "ok"
+
+    def gpu_implementations(self):
+        """The GPU implementations to time here, in PRIORITY order, and their entries from `flashlab list`."""
+        if self.impls is not None:
+            return self.impls
+        listing = json.loads(subprocess.run([self.flashlab, "list", "--json"], capture_output=True, text=True,
+                                            check=True, env=self.env).stdout)
+        entries = {e["name"]: e for e in listing if e["device"] == "cuda"}
+        names = [n for n in PRIORITY if n in entries] + sorted(n for n in entries if n not in PRIORITY)
+        if self.args.impls:
+            names = [n for n in names if re.search(self.args.impls, n)]
+        self.impls = []
+        for name in names:
+            entry = entries[name]
+            if not self.rehearse and entry.get("emulation_reason"):
+                self.report.notes.append(f"left out: {name} runs only in the emulator here ({entry['emulation_reason']})")
+                continue
+            self.impls.append(entry)
+        return self.impls
+
+    # ---- check phase
+    def check_phase(self):
+        if not self.ensure_build(130):
+            return
+        if self.rehearse:  # the emulated harness runs in CI's own tests: here the small cases, in the emulator
+            self.run("harness (the small cases, emulated)", 180, [self.tests, "--test-case=" + SMALL_CASES],
+                     "harness.log", env={"FLASHLAB_DEVICE": "cuda", "FLASHLAB_EMULATE": "1",
+                                         "FLASHLAB_DTYPES": "first"})
+        else:
+            self.run("harness on the GPU, emulator against hardware", 70,
+                     ["ctest", "--test-dir", self.build, "-R", "^(harness|harness_gpu)$", "--output-on-failure"],
+                     "harness.log")
+        for tool, budget in (("memcheck", 35), ("racecheck", 35)):
+            self.sanitize(tool, budget)
+
+    def sanitize(self, tool, budget):
+        patterns = SANITIZED[tool]
+        step = f"{tool} (the small cases" + ("; the FP8 checks)" if len(patterns) > 1 else ")")
+        log = f"sanitizer_{tool}.log"
+        env = {"FLASHLAB_DEVICE": "cuda", "FLASHLAB_DTYPES": "first"}
+        if self.rehearse:  # the dry form: the same program and test filters, each of which must select a test
+            def listed(returncode, output):
+                found = re.findall(r"\[doctest\] unskipped test cases passing the current filters: (\d+)", output)
+                return "ok" if returncode == 0 and len(found) == len(patterns) and "0" not in found else "failed"
+            script = "".join(f'"$0" --list-test-cases --test-case={shlex.quote(p)} && ' for p in patterns) + "true"
+            self.run(step + ", dry: the filters", 30, ["sh", "-c", script, self.tests], log, env=env,
+                     classify=listed)
+            return
+        if not self.sanitizer:
+            self.note(step, "unavailable", log, "compute-sanitizer: not found")
+            return
+
+        def verdict(returncode, output):
+            # No error summary: the tool never attached (e.g. "Device not supported" in some runtimes).
+            summary = re.search(r"ERROR SUMMARY: (\d+) error", output)
+            if summary is None:
+                return "unavailable"
+            return "ok" if returncode == 0 and summary.group(1) == "0" else "failed"
+        env["FLASHLAB_REQUIRE_GPU"] = "1"
+        self.run(step, budget, [self.sanitizer, "--tool", tool, "--error-exitcode", "3", self.tests,
+                                "--test-case=" + ",".join(patterns)], log, env=env, classify=verdict)
+
+    # ---- speed phase
+    def speed_phase(self):
+        if not self.ensure_build(200):
+            return
+        self.ceilings()
+        peers = Peers(self)
+        try:
+            forward = self.shapes("rehearse" if self.rehearse else "report")
+            backward = [] if self.rehearse and "no-backward" in self.inject else self.shapes(
+                "rehearse" if self.rehearse else "backward")[:1 if self.rehearse else None]
+            # The goals' forward shapes, the first backward shape, then the rest.
+            plan = [(s, False) for s in forward[:3]] + [(s, True) for s in backward[:1]] + \
+                   [(s, False) for s in forward[3:]] + [(s, True) for s in backward[1:]]
+            backward_impls = [e["name"] for e in self.gpu_implementations() if e.get("backward")]
+            for n, (shape, is_backward) in enumerate(plan):
+                if n < self.args.first_shape:  # measured by an earlier call
+                    continue
+                if self.remaining() < 5:
+                    self.report.notes.append(f"speed: {len(plan) - n} of {len(plan)} shapes not measured "
+                                             "(the phase's budget was spent); a later --phase speed call measures them")
+                    break
+                names = backward_impls if is_backward else [e["name"] for e in self.gpu_implementations()]
+                self.time_ours(n, shape, names, is_backward)
+                peers.time(n, shape, is_backward)
+        finally:
+            peers.close()
+
+    def shapes(self, name):
+        text = subprocess.run([self.flashlab, "gpu-bench", "--list-shapes", "--shapes", name], capture_output=True,
+                              text=True, check=True, env=self.env).stdout
+        return json.loads(text)
+
+    def ceilings(self):
+        status, output = self.run("ceilings: device-to-device copy, bf16 GEMM", 30,
+                                  [self.flashlab, "gpu-bench", "--ceilings", "--json"], "ceilings.log",
+                                  classify=lambda rc, out: "ok" if rc == 0 else
+                                  "unavailable" if "needs a GPU" in out else "failed")
+        if status != "ok":
+            return
+        ceilings = json_line(output)
+        self.report.result["copy_gbps"] = ceilings["copy_gbps"]
+        self.report.result["bf16_gemm_tflops"] = ceilings.get("bf16_gemm_tflops")
+        if ceilings.get("gemm_unavailable"):
+            self.note("bf16 GEMM (cuBLAS)", "unavailable", "ceilings.log", ceilings["gemm_unavailable"])
+
+    def time_ours(self, n, shape, names, backward):
+        if not names:
+            return
+        argv = [self.flashlab, "gpu-bench"] + names + shape_flags(shape) + ["--json", "--seconds", "0.25"]
+        if backward:
+            argv += ["--pass", "backward"]
+        if self.rehearse:
+            argv.append("--emulate")
+        step = f"ours: {'backward ' if backward else ''}shape {n}"
+        status, output = self.run(step, 90 if self.rehearse else 45, argv, "gpu_bench.log")
+        if status == "ok":
+            self.report.rows(json_line(output)["rows"])
+
+
+def json_line(output):
+    """The last line of a command's output that is a JSON object (the tool prints its --json on one line; a
+    driver or library may have written warnings before it)."""
+    for line in reversed(output.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise ValueError("no JSON line in the output")
+
+
+def shape_flags(shape):
+    flags = ["--batch", str(shape["batch"]), "--heads", str(shape["heads"]), "--kv-heads", str(shape["kv_heads"]),
+             "--seqlen-q", str(shape["seqlen_q"]), "--seqlen-k", str(shape["seqlen_k"]), "--head-dim",
+             str(shape["head_dim"])]
+    if shape["causal"]:
+        flags.append("--causal")
+    if shape.get("page_size"):
+        flags += ["--page-size", str(shape["page_size"])]
+    return flags
+
+
+class Peers:
+    """PyTorch SDPA in one long-lived process (bench/peers_torch.py --serve): PyTorch loads once, each shape's
+    rows come back right after ours. A peer that is missing or hangs is reported and costs no other row."""
+
+    def __init__(self, visit):
+        self.visit = visit
+        self.process = None
+        self.log = os.path.join(visit.report.logs, "peers.log")
+        self.start()
+
+    def start(self):
+        visit = self.visit
+        script = os.path.join(ROOT, "bench", "peers_torch.py")
+        if "no-peers" in visit.inject:  # the rehearsal's drill: PyTorch is not there
+            script = os.path.join(ROOT, "bench", "no_such_peer_script.py")
+        argv = [sys.executable, script, "--serve"] + (["--dry-run"] if visit.rehearse else [])
+        start = now()
+        with open(self.log, "a") as log:
+            log.write("$ " + " ".join(argv) + "\n")
+        self.pending = b""
+        with open(self.log, "a") as log:
+            self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                            cwd=ROOT, env=visit.env, start_new_session=True)
+        first = self.read_line(60)
+        if first and "ready" in first:
+            info = first["ready"]
+            if info.get("torch"):
+                visit.report.result["peers"] = {"torch": info["torch"], "cudnn": info["cudnn"]}
+            visit.report.check("peers: PyTorch SDPA " + ("(dry run)" if visit.rehearse else "started"), "ok",
+                               now() - start, 60, "peers.log", visit.phase)
+            return
+        reason = first.get("unavailable") if first else "it did not start"
+        with open(self.log, "a") as log:
+            log.write(f"peers unavailable: {reason}\n")
+        self.close()
+        visit.report.check("peers: PyTorch SDPA", "unavailable", now() - start, 60, "peers.log", visit.phase)
+
+    def read_line(self, seconds):
+        """The next JSON line from the peers, or None when none comes within `seconds` or the process ended.
+        Reads the pipe's file descriptor directly: a buffered reader would hide lines it has already read
+        from the next wait."""
+        if self.process is None:
+            return None
+        deadline = now() + seconds
+        while True:
+            if b"\n" in self.pending:
+                line, self.pending = self.pending.split(b"\n", 1)
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    with open(self.log, "a") as log:
+                        log.write("(not a protocol line) " + line.decode(errors="replace") + "\n")
+                    continue
+            ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - now()))
+            if not ready:
+                return None
+            chunk = os.read(self.process.stdout.fileno(), 65536)
+            if not chunk:
+                return None
+            self.pending += chunk
+
+    def time(self, n, shape, backward):
+        visit = self.visit
+        if self.process is None or shape.get("page_size"):
+            return  # no peers here; or a paged cache, which SDPA cannot read (the contiguous shape has them)
+        budget = 60
+        limit = min(budget, visit.remaining())
+        step = f"peers: {'backward ' if backward else ''}shape {n}"
+        start = now()
+        backends = PEERS[:3] if backward else PEERS  # the math backend's backward at 8k takes too long
+        request = {"shape": shape, "pass": "backward" if backward else "forward", "dtype": "bf16",
+                   "backends": backends, "seconds": 0.25}
+        rows = []
+        try:
+            self.process.stdin.write((json.dumps(request) + "\n").encode())
+            self.process.stdin.flush()
+            while True:
+                message = self.read_line(max(0.0, limit - (now() - start)))
+                if message is None:
+                    raise TimeoutError
+                if "done" in message:
+                    break
+                rows.append(message["row"])
+        except (TimeoutError, BrokenPipeError, OSError):
+            with open(self.log, "a") as log:
+                log.write(f"{step}: no answer within {limit:.0f} s; the peers process is restarted\n")
+            visit.report.rows(rows)
+            visit.report.check(step, "failed", now() - start, budget, "peers.log", visit.phase)
+            self.close()
+            self.start()
+            return
+        visit.report.rows(rows)
+        visit.report.check(step, "ok", now() - start, budget, "peers.log", visit.phase)
+
+    def close(self):
+        if self.process is not None:
+            try:
+                self.process.stdin.close()
+                self.process.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process = None
+
+
+# ---- extra phase
+# The kernels Nsight Compute profiles, one launch each, at one shape each: (implementation, the kernel's
+# name as a regular expression, the shape's gpu-bench flags).
+PROFILED = [
+    ("cuda_v2/split_q", "split_q_kernel", ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
+    ("cuda_v3_hopper/ws", "ws_attention_kernel",
+     ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
+    ("cuda_v3_hopper/fp8", "fp8_attention_kernel",
+     ["--batch", "2", "--heads", "8", "--seqlen-q", "8192", "--head-dim", "256"]),
+    ("decoding/cuda_split_kv", "split_kv_kernel",
+     ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "65536", "--head-dim",
+      "128"]),
+]
+# What each profile reads: achieved occupancy, the pipes' utilization (the tensor pipe among them), shared-memory
+# bank conflicts and DRAM throughput.
+NCU_SECTIONS = ["SpeedOfLight", "Occupancy", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables"]
+
+
+def extra_phase(visit):
+    if not visit.ensure_build(200):
+        return
+    names = [e["name"] for e in visit.gpu_implementations()]
+    if "cuda_v3_hopper/fp8" not in names:
+        visit.note("fp8-accuracy on the GPU", "unavailable", "fp8_accuracy.log",
+                   "cuda_v3_hopper/fp8 does not run on this GPU (Hopper, sm_90a)")
+    else:
+        argv = [visit.flashlab, "fp8-accuracy"]
+        argv += ["--device", "cuda"] + (["--emulate", "--heads", "1", "--seqlen", "128"] if visit.rehearse else [])
+        visit.run("fp8-accuracy (the FP8 kernel against FA3's Table 3)", 60, argv, "fp8_accuracy.log")
+    if visit.rehearse:  # the dry form: the script parses (it compiles with nvcc, which CI need not spend)
+        visit.run("SASS of the Hopper kernels, dry: the script parses", 10,
+                  ["bash", "-n", os.path.join(ROOT, "cuda_v3_hopper", "check_ptx.sh")], "sass.log")
+    else:  # wgmma as HGMMA/QGMMA, no local memory (cuobjdump reads the cubin)
+        visit.run("SASS of the Hopper kernels (cuda_v3_hopper/check_ptx.sh)", 60,
+                  ["bash", os.path.join(ROOT, "cuda_v3_hopper", "check_ptx.sh"),
+                   os.path.join(visit.report.work, "hopper_evidence")], "sass.log")
+    profile_kernels(visit, names)
+
+
+def profile_kernels(visit, names):
+    """Nsight Compute on one launch of each top kernel, the clocks left as they are (--clock-control none)."""
+    ncu = shutil.which("ncu") or next(iter(sorted(glob.glob("/usr/local/cuda*/bin/ncu")
+                                                  + glob.glob("/opt/nvidia/nsight-compute/*/ncu"))), None)
+    for impl, kernel, flags in PROFILED:
+        step = f"ncu {impl} ({kernel})"
+        log = f"ncu_{impl.replace('/', '_')}.log"
+        if impl not in names:
+            visit.note(step, "unavailable", log, f"{impl} does not run here")
+            continue
+        if visit.rehearse:  # the dry form: the kernel's name must be in the program, or -k would match nothing
+            visit.run(step + ", dry: the kernel's name", 20,
+                      ["sh", "-c", f"nm -C {shlex.quote(visit.flashlab)} | grep -c {shlex.quote(kernel)}"], log)
+            continue
+        if not ncu:
+            visit.note(step, "unavailable", log, "ncu: not found")
+            continue
+        argv = [ncu, "--clock-control", "none", "-k", f"regex:{kernel}", "--launch-count", "1"]
+        for section in NCU_SECTIONS:
+            argv += ["--section", section]
+        argv += [visit.flashlab, "gpu-bench", impl] + flags + ["--seconds", "0.01", "--repeat", "3"]
+
+        def verdict(returncode, output):
+            if "==PROF== Disconnected" in output and returncode == 0 and "==WARNING== No kernels were profiled" not in output:
+                return "ok"
+            # The profiler could not reach the device's counters in this runtime (LibraryNotLoaded, ERR_NVGPU...).
+            return "unavailable" if "==ERROR==" in output or "==PROF==" not in output else "failed"
+        visit.run(step, 40, argv, log, classify=verdict)
+
+
+def run_visit(args, out):
+    work = tempfile.mkdtemp(prefix="flashlab-gpu-report-")
+    command = "bash bench/gpu_report.sh " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    report = Report(out, work, command, commit_of(args), args.rehearse)
+    report.write()
+    visit = Visit(args, report)
+    phases = ["check", "speed", "extra"] if args.phase == "all" else [args.phase]
+    overall = now() + ALL_BUDGET
+    try:
+        visit.phase, visit.deadline = "preflight", now() + 30
+        visit.preflight()
+        for phase in phases:
+            budget = PHASE_BUDGETS[phase]
+            if args.phase == "all":
+                if phase == "extra" and overall - now() < 30:
+                    report.notes.append("extra: not run, too little of the 9 minutes was left")
+                    break
+                budget = min(budget, max(0, overall - now()))
+            visit.phase, visit.deadline = phase, now() + budget
+            print(f"==== phase {phase} ({budget:.0f} s)", flush=True)
+            {"check": visit.check_phase, "speed": visit.speed_phase, "extra": lambda: extra_phase(visit)}[phase]()
+    finally:
+        report.write()
+        shutil.rmtree(work, ignore_errors=True)
+    print(open(os.path.join(out, "summary.txt")).read(), end="")
+    return report
+
+
+def commit_of(args):
+    if args.commit:
+        return args.commit
+    if os.environ.get("FLASHLAB_COMMIT"):
+        return os.environ["FLASHLAB_COMMIT"]
+    result = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if result.returncode != 0:
+        return "unknown (no .git here: pass --commit SHA)"
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain"], capture_output=True, text=True).stdout
+    return result.stdout.strip() + (" (with uncommitted changes)" if dirty.strip() else "")
+
+
+def files_in(folder):
+    return [os.path.join(d, f) for d, _, names in os.walk(folder) for f in names]
+
+
+# ---- the rehearsal's own checks
+def rehearse(args, out):
+    problems = []
+    report = run_visit(args, out)
+    result = load_result(out)
+    problems += [f"result: {p}" for p in results_schema.problems_of(result)]
+    if len(files_in(out)) > MAX_FILES:
+        problems.append(f"{out} holds {len(files_in(out))} files, more than {MAX_FILES}")
+    problems += [f"check failed in the rehearsal: {c['step']} (see {c['log']})" for c in report.failed()]
+    measured = {row["impl"] for row in result["rows"] if row.get("time_ms") is not None}
+    listing = json.loads(subprocess.run([os.path.join(Visit(args, report).build, "bin", "flashlab"), "list",
+                                         "--json"], capture_output=True, text=True).stdout)
+    for entry in listing:
+        if entry["device"] == "cuda" and entry["name"] not in measured and (
+                not args.impls or re.search(args.impls, entry["name"])):
+            problems.append(f"no row measured for {entry['name']}")
+    if not any(row["impl"].startswith("torch/") and row.get("time_ms") is not None for row in result["rows"]):
+        problems.append("no peer row (the dry form's)")
+    if not any(row.get("pass") == "backward" and row.get("time_ms") is not None for row in result["rows"]):
+        problems.append("no backward row")
+    # The checks above must be able to fail: a broken result and too many files are caught.
+    broken = dict(result, checks=result["checks"] + [{"step": "x", "status": "weird", "seconds": 1, "budget_s": 1,
+                                                       "log": ""}])
+    del broken["rows"]
+    if len(results_schema.problems_of(broken)) < 2:
+        problems.append("the schema check does not catch a missing 'rows' and a bad status")
+    with tempfile.TemporaryDirectory() as crowded:
+        for n in range(MAX_FILES + 1):
+            open(os.path.join(crowded, f"f{n}"), "w").close()
+        if len(files_in(crowded)) <= MAX_FILES:
+            problems.append("the file count does not see 9 files")
+    problems += drill(args, result)
+    print("\n== rehearsal: " + ("every check passed" if not problems else "FAILED"))
+    for problem in problems:
+        print("   " + problem)
+    return 1 if problems else 0
+
+
+def drill(args, clean):
+    """The failures a visit can meet, injected one run at a time: the rows that finished must survive each."""
+    problems = []
+    drills = {"timeout:ours: shape 1": "a step that times out", "no-cublas": "no cuBLAS", "no-peers": "no peers"}
+    for inject, what in drills.items():
+        with tempfile.TemporaryDirectory() as out:
+            os.environ["FLASHLAB_REPORT_INJECT"] = inject + ",no-backward"
+            drill_args = argparse.Namespace(**{**vars(args), "phase": "speed", "impls": "split_q$|cuda_split_kv"})
+            print(f"\n==== drill: {what}")
+            try:
+                run_visit(drill_args, out)
+            finally:
+                del os.environ["FLASHLAB_REPORT_INJECT"]
+            result = load_result(out)
+            problems += [f"drill '{what}': {p}" for p in results_schema.problems_of(result)]
+            if len(files_in(out)) > MAX_FILES:
+                problems.append(f"drill '{what}': more than {MAX_FILES} files")
+            checks = {c["step"]: c for c in result["checks"]}
+            ours = {(row["impl"], shape_key(row)) for row in result["rows"] if not row["impl"].startswith("torch/")}
+            expected = {(row["impl"], shape_key(row)) for row in clean["rows"]
+                        if re.search(drill_args.impls, row["impl"]) and row.get("pass", "forward") == "forward"}
+            if inject.startswith("timeout:"):
+                step = checks.get("ours: shape 1")
+                if not step or step["status"] != "failed":
+                    problems.append(f"drill '{what}': the step that timed out is not reported failed")
+                lost = {key for key in expected if key[1] != shape_key_of(clean, 1)} - ours
+            else:
+                lost = expected - ours
+                name = "cuBLAS" if inject == "no-cublas" else "peers: PyTorch SDPA"
+                if checks.get(name, {}).get("status") != "unavailable":
+                    problems.append(f"drill '{what}': '{name}' is not reported unavailable")
+                if inject == "no-peers" and any(row["impl"].startswith("torch/") for row in result["rows"]):
+                    problems.append(f"drill '{what}': peer rows without peers")
+            if lost:
+                problems.append(f"drill '{what}': rows lost: {sorted(lost)[:3]}")
+            if [c for c in result["checks"] if c["status"] == "failed" and not inject.startswith("timeout:")]:
+                problems.append(f"drill '{what}': a missing tool was reported as a failure")
+    return problems
+
+
+def shape_key_of(result, n):
+    """The shape key of the n-th forward shape the speed phase timed (its rehearse set's order)."""
+    keys = []
+    for row in result["rows"]:
+        key = shape_key(row)
+        if key[0] == "forward" and key not in keys:
+            keys.append(key)
+    return keys[n] if n < len(keys) else None
+
+
+def load_result(out):
+    paths = [p for p in glob.glob(os.path.join(out, "results-*.json"))]
+    if len(paths) != 1:
+        raise SystemExit(f"gpu_report: expected one results-*.json in {out}, found {len(paths)}")
+    return json.load(open(paths[0]))
+
+
+# ---- merging the results of several calls
+def merge(out, paths):
+    results = [json.load(open(p)) for p in paths]
+    for path, result in zip(paths, results):
+        problems = results_schema.problems_of(result)
+        if problems:
+            print(f"gpu_report: {path} does not follow the results schema: {problems[0]}", file=sys.stderr)
+            return 2
+    devices = {r["device"] for r in results}
+    if len(devices) != 1:
+        print(f"gpu_report: the results come from different devices ({', '.join(sorted(devices))})", file=sys.stderr)
+        return 2
+    merged = dict(results[0])
+    merged["commands"] = [r["command"] for r in results]
+    merged["command"] = "bash bench/gpu_report.sh --merge OUTDIR " + " ".join(paths)
+    merged["date"] = max(r["date"] for r in results)
+    commits = list(dict.fromkeys(r["commit"] for r in results))
+    merged["commit"] = ", ".join(commits)
+    for key in ("copy_gbps", "bf16_gemm_tflops", "gpu", "peers"):
+        values = [r.get(key) for r in results if r.get(key) is not None]
+        if values:
+            merged[key] = values[-1]
+    rows = {}
+    for r in results:  # a later call's row replaces an earlier one of the same implementation and shape
+        for row in r["rows"]:
+            rows[(row["impl"], row["dtype"]) + shape_key(row)] = row
+    merged["rows"] = list(rows.values())
+    merged["checks"] = [c for r in results for c in r["checks"]]
+    os.makedirs(out, exist_ok=True)
+    report = Report(out, tempfile.mkdtemp(prefix="flashlab-gpu-merge-"), merged["command"], merged["commit"],
+                    bool(merged.get("rehearsal")))
+    report.result = merged
+    report.write()
+    os.remove(os.path.join(out, "logs.tar.gz"))  # the calls' own tarballs hold the logs
+    os.remove(os.path.join(out, "summary.txt"))
+    shutil.rmtree(report.work, ignore_errors=True)
+    print(f"merged {len(paths)} results into {out}/{report.stem()}.json and .md")
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], usage=__doc__.split("\n\n")[1])
+    parser.add_argument("outdir")
+    parser.add_argument("inputs", nargs="*", help=argparse.SUPPRESS)
+    parser.add_argument("--phase", default="all", choices=("all", "check", "speed", "extra"))
+    parser.add_argument("--rehearse", action="store_true")
+    parser.add_argument("--merge", action="store_true")
+    parser.add_argument("--commit", help="the commit (the checkout on the GPU machine may have no .git)")
+    parser.add_argument("--kit", help="the offline kit (./flashlab kit DIR); default: $FLASHLAB_KIT")
+    parser.add_argument("--build-dir", help="default: $FLASHLAB_BUILD_DIR, else build/")
+    parser.add_argument("--impls", help="only the GPU implementations whose name this regular expression finds")
+    parser.add_argument("--first-shape", type=int, default=0,
+                        help="speed: start at this shape of the plan (a second call goes on where the first stopped)")
+    args = parser.parse_args()
+    if args.merge:
+        return merge(args.outdir, args.inputs)
+    if args.inputs:
+        parser.error("one OUTDIR (RESULTS files go with --merge)")
+    out = os.path.abspath(args.outdir)
+    os.makedirs(out, exist_ok=True)
+    if args.rehearse:
+        return rehearse(args, out)
+    report = run_visit(args, out)
+    return 1 if report.failed() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
