@@ -239,15 +239,15 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
 
       // Lines 10-13: kThreadsPerRow threads per row of O_i. The block-wide m~_ij, l~_ij and P~_ij V_j merge
       // the warps' partials, each rescaled from its own max to the common one (the merge of
-      // common/softmax_state.hpp); then O_i, l_i, m_i are updated in global memory. Each thread works out its
-      // row's factors once and applies them to its columns dim = lane_in_row, lane_in_row + kThreadsPerRow,
-      // ...
+      // common/softmax_state.hpp); then O_i, l_i, m_i are updated in global memory. Each thread works out
+      // its row's factors once and applies them to every kThreadsPerRow-th column, from dim = lane_in_row.
       const int r = threadIdx.x / kThreadsPerRow, lane_in_row = threadIdx.x % kThreadsPerRow;
       const int64_t i = i0 + r;
       float m_tilde = neg_inf;     // line 10: m~_ij = rowmax(S_ij) over all the block's columns
       float l_tilde = 0.0f;        // line 10: l~_ij = rowsum(P~_ij)
       float rescale[kWarps] = {};  // e^(m_w - m~_ij): 0 for a warp that saw no key of the row
-                                   // EXERCISE BEGIN split-k-combine
+
+      // EXERCISE BEGIN split-k-combine
       // teaches: FA1's split-K reduction: four warps each hold a partial row max m_w, sum l_w and P~ V over
       //   their 32 keys of the block; merged by rescaling each from its own max to the common one
       // difficulty: 2

@@ -6,10 +6,9 @@
 //              on the stage's "full" mbarrier, and the producer reuses a stage once its "empty" barrier says
 //              both consumers are done with it.
 //   consumers  (warpgroups 1 and 2, registers raised to 240): each owns 64 of the 128 query rows and runs
-//   FA2's
-//              loop on them with wgmma: S = Q K_j^T (both operands in shared memory), the online softmax in
-//              registers, O += P V_j (P from registers), normalization at the end; O goes back through shared
-//              memory with a TMA store.
+//              FA2's loop on them with wgmma: S = Q K_j^T (both operands in shared memory), the online
+//              softmax in registers, O += P V_j (P from registers), normalization at the end; O goes back
+//              through shared memory with a TMA store.
 // Ping-pong (FA3 section 3.1): named barriers make the two consumers take turns issuing their matrix
 // products, so one warpgroup's softmax runs while the other's wgmma keep the tensor cores busy.
 // Intra-warpgroup overlap (FA3 Algorithm 2): a consumer issues S_next = Q K_j^T and O += P V_{j-1} together
@@ -258,9 +257,10 @@ struct Producer {
 };
 
 // --- Ping-pong scheduling between the two consumer warpgroups (FA3 section 3.1) ---
-// Named barrier 1 + w is "warpgroup w may issue its matrix products". A warpgroup waits for its own barrier,
-// issues, then arrives on the other's. Warpgroup 1 arrives once at the start (warpgroup 0 goes first) and
-// warpgroup 0 waits once at the end, so every barrier sees as many arrivals as waits.
+// Named barrier 1 + c is "consumer c may issue its matrix products" (consumer c is warpgroup c + 1 in the
+// warp-specialized kernel). A consumer waits for its own barrier, issues, then arrives on the other's.
+// Consumer 1 arrives once at the start (consumer 0 goes first) and consumer 0 waits once at the end, so every
+// barrier sees as many arrivals as waits.
 template <class Config>
 struct PingPong {
   static constexpr uint32_t kThreads = 256;  // both consumer warpgroups take part in each barrier

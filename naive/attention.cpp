@@ -1,10 +1,9 @@
 // The naive stage: attention as it is written before FlashAttention (docs/01-softmax.md).
 //
-//   naive/three_pass      S = scale QK^T and P = softmax(S) materialized, three-pass safe softmax, then O =
-//   PV naive/online_softmax  the same, with the online normalizer (two passes over S instead of three)
-//   naive/one_pass        no S at all: one pass over the keys per query row with a running max, sum and
-//   output naive/standard_gemm   what a practitioner writes first: Eigen GEMMs for QK^T and PV, S
-//   materialized
+//   naive/three_pass      S = scale QK^T and P = softmax(S) materialized, three-pass safe softmax, O = PV
+//   naive/online_softmax  the same, with the online normalizer (two passes over S instead of three)
+//   naive/one_pass        no S at all: one pass over the keys per query row, with a running max, sum and O
+//   naive/standard_gemm   what a practitioner writes first: Eigen GEMMs for QK^T and PV, S materialized
 #include <omp.h>
 #include <unistd.h>
 
@@ -122,9 +121,8 @@ void one_pass_attention(const Problem& p, const AttentionInputs& in, AttentionOu
 namespace {
 
 // Eigen GEMMs over strided views of the BSHD tensors: S = scale Q K^T, its modifications, mask, row softmax,
-// O = P V. The
-// products run over a batch element's real keys only: what lies past them is padding that may hold anything,
-// and a masked (zero) weight times a NaN there would still be NaN.
+// O = P V. The products run over a batch element's real keys only: what lies past them is padding that may
+// hold anything, and a masked (zero) weight times a NaN there would still be NaN.
 void standard_gemm_attention(const Problem& p, const AttentionInputs& in, AttentionOutputs& out) {
   using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using ConstView = Eigen::Map<const Matrix, 0, Eigen::OuterStride<>>;

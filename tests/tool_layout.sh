@@ -24,9 +24,11 @@ out=$("$tool" layout ldmatrix --trans)
 grep -qE '^ +2 +1l +5l +9l +13l ' <<<"$out" || fail "ldmatrix.trans row 2"
 
 # wgmma: the accumulator's last row belongs to warp 3 (threads 124-127); the SVG holds every grid.
-"$tool" layout wgmma --n 8 --svg layout_wgmma.svg >/dev/null
-grep -qF '127:3' layout_wgmma.svg || fail "the SVG has no cell for thread 127, register 3"
-grep -qF 'e4m3' layout_wgmma.svg || fail "the SVG has no e4m3 A fragment"
+svg="$(mktemp --suffix=.svg)"
+trap 'rm -f "$svg"' EXIT
+"$tool" layout wgmma --n 8 --svg "$svg" >/dev/null
+grep -qF '127:3' "$svg" || fail "the SVG has no cell for thread 127, register 3"
+grep -qF 'e4m3' "$svg" || fail "the SVG has no e4m3 A fragment"
 
 set +e
 "$tool" layout nonsense 2>/dev/null
