@@ -281,7 +281,7 @@ struct Fp8Consumer {
     //   the epilogue turns the last block's units back into real ones
     // difficulty: 3
     // docs: docs/06-fp8.md#The GPU half
-    // grades: cuda_v3_hopper/fp8
+    // grades: cuda_v3_hopper/fp8$
     // hint: V_j = v_descale(j) * V8_j, and O holds sum_j P_j V8_j (scaled by the softmax's corrections): its
     //   real value is O * acc_v_descale. Before the block whose descale is v_descale is added, O must be
     //   expressed in that block's units too: change factor[half] (it holds the softmax's correction) and

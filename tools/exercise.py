@@ -265,17 +265,26 @@ def build_target(build_dir, target, quiet=False):
     return result.returncode == 0
 
 
+def is_cuda(folder):
+    """Whether the workspace in `folder` holds a CUDA stage's copy (its kernels run in the emulator)."""
+    return "\n  CUDA " in open(os.path.join(folder, "exercise.cmake")).read()
+
+
 def run_harness(build_dir, target, exercise_id, grades=None, first_failure=False, checks=None, tests=None,
-                first_dtype=False):
+                first_dtype=False, emulated=False):
     """Runs the harness on exercise/ID only (and there on the implementations the exercise's optional 'grades:'
     field names, a regular expression: the ones whose code runs its lines; its optional 'checks:' field picks the
     checks, test_cases()); returns (passed, output). With first_failure, it stops at the
     first failing check (enough to see a skeleton fail). `tests` replaces the harness's test-case filter. With
-    first_dtype, each implementation runs in its first dtype only."""
+    first_dtype, each implementation runs in its first dtype only. `emulated`: a CUDA exercise graded in the
+    emulator, on the case matrix with its long lengths reduced as in the emulated test entries (every kind of
+    case, tests/case_matrix.cpp)."""
     selected = f"^exercise/{exercise_id}/" + (f"({grades})" if grades else "")
     env = dict(os.environ, FLASHLAB_IMPL=selected, FLASHLAB_VERBOSE="1")
     if first_dtype:
         env["FLASHLAB_DTYPES"] = "first"
+    if emulated:
+        env["FLASHLAB_CASE_SIZES"] = "emulator"
     program = os.path.join(build_dir, "exercises", target)
     stop = ["--abort-after=1"] if first_failure else []
     cases = tests or test_cases(checks)
@@ -385,11 +394,12 @@ def command_check(args):
     print(f"building your copy ({target}) ...", flush=True)
     if not build_target(build_dir, target):
         return 1
-    passed, output = run_harness(build_dir, target, args.id, meta.get("grades"), checks=meta.get("checks"))
-    code = report(args.id, passed, output)
     # A CUDA exercise is graded in the emulator first on every machine (a deadlock or a race is named there; on a
     # GPU a deadlock would hang), then, where there is a GPU and the build has nvcc, on the GPU.
-    cuda = "\n  CUDA " in open(os.path.join(folder, "exercise.cmake")).read()
+    cuda = is_cuda(folder)
+    passed, output = run_harness(build_dir, target, args.id, meta.get("grades"), checks=meta.get("checks"),
+                                 emulated=cuda)
+    code = report(args.id, passed, output)
     gpu = gpu_name() if cuda and not args.emulator_only else None
     if code != 0 or gpu is None:
         return code
@@ -481,7 +491,7 @@ def command_selftest(args):
                                      first_failure=variant != "solution",
                                      checks=exercises[exercise_id].get("checks"),
                                      tests=mistake.get("tests") if mistake else None,
-                                     first_dtype=variant == "solution")
+                                     first_dtype=variant == "solution", emulated=is_cuda(folder))
             seconds = time.monotonic() - started
             expected = variant == "solution"
             # A skeleton must fail some check of the harness: a case on its numbers or with a fault the emulator
