@@ -315,6 +315,7 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   // Epilogue (Algorithm 1 lines 12-13), FA2 change 3: one division per row, at the end; LSE = m + log l, back
   // to natural log.
   float lse[kRows];
+  bool special = false;  // whether this thread writes a NaN or an Inf (the exact pass's flag, below)
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
     const int mt = i / 2, r = i % 2;
@@ -331,8 +332,12 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
     for (int nt = 0; nt < kNTilesO; ++nt) {
       o_acc[mt][nt][2 * r] = empty ? 0.0f : o_acc[mt][nt][2 * r] * inv_l;
       o_acc[mt][nt][2 * r + 1] = empty ? 0.0f : o_acc[mt][nt][2 * r + 1] * inv_l;
+      special |= !isfinite(o_acc[mt][nt][2 * r]) || !isfinite(o_acc[mt][nt][2 * r + 1]);
     }
   }
+  // A NaN or Inf input reaches O through P V even for the keys a row does not see (0 x NaN): the exact pass
+  // after this kernel repairs such rows, and runs only when some thread noted one (exact_rows.hpp).
+  cuda::note_special_rows(p.special_rows, special);
 
   // O goes through this warp's own rows of sQ (no other warp reads them any more) so that global stores are
   // whole 16-byte chunks of a row, coalesced, instead of 4-byte fragments.
@@ -416,9 +421,10 @@ SplitQParams split_q_params(const Problem& problem, const DeviceTensors& tensors
 
 void split_q_forward(const SplitQParams& params, cudaStream_t stream) {
   check_split_q(params);
+  // NaN and Inf as the reference (docs/08, "NaN and Inf"): the exact pass after the kernel, flagged or
+  // scanning (common/cuda/exact_rows.hpp).
   if (params.dtype == DType::f16) {
     dispatch_head_dim<__half>(params, stream);
-    // NaN and Inf as the reference (docs/08, "NaN and Inf")
     cuda::exact_rows<__half>(cuda::exact_rows_params(params), stream);
   } else {
     dispatch_head_dim<__nv_bfloat16>(params, stream);
@@ -427,7 +433,9 @@ void split_q_forward(const SplitQParams& params, cudaStream_t stream) {
 }
 
 void launch_split_q(const Problem& problem, const DeviceTensors& tensors) {
-  split_q_forward(split_q_params(problem, tensors), nullptr);
+  SplitQParams params = split_q_params(problem, tensors);
+  params.special_rows = cuda::clear_special_rows_flag(tensors.workspace, problem, nullptr);
+  split_q_forward(params, nullptr);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

@@ -80,6 +80,9 @@ struct SplitQParams {
   // and its backward apply them, split_q_simt refuses them.
   ScoreModParams mod;
   DropoutParams dropout;  // dropout on P (common/dropout.hpp), the same; no pointers
+  // Where split_q's epilogue notes that it wrote a NaN or an Inf, so that the exact pass after it repairs
+  // those rows (common/cuda/exact_rows.hpp, flagged mode); null: the pass scans every row (split_q_simt).
+  unsigned* special_rows = nullptr;
 
   // Fills the strides for dense BSHD tensors of the sizes above (packed: the row and head strides).
   void set_dense_strides();
@@ -102,9 +105,10 @@ bool split_q_supports_head_dim(int head_dim);       // 64, 128, 256
 // (tensors, lengths, mask) are the caller's to set.
 SplitQParams split_q_params(const Problem& problem);
 
-// Scratch the registry launchers need: the int copies of the per-batch lengths.
+// Scratch the registry launchers need: the int copies of the per-batch lengths, then split_q's flag of
+// special values (common/cuda/exact_rows.hpp).
 inline size_t workspace_bytes(const Problem& problem) {
-  return cuda::int_lengths_bytes(problem);
+  return cuda::int_lengths_bytes(problem) + cuda::kSpecialRowsFlagBytes;
 }
 
 // Each build of the kernels (common/cuda/target.hpp: the GPU's and the emulator's) has:

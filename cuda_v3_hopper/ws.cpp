@@ -38,7 +38,7 @@ std::string supports(const Problem& p) {
 // key block to the tensor's end (padding keys included). `flashlab profile` counts it in the emulator.
 double bytes_moved(const Problem& p) {
   return q_block_outer_bytes(p, kWsBlockM, ws_block_n(static_cast<int>(p.head_dim)), 2.0, TileLoads::tma) +
-         cuda::exact_rows_scan_bytes(p, 2.0);  // the special-value pass reads O once (docs/08)
+         cuda::exact_rows_flag_bytes();  // the special-value pass reads its flag (docs/08)
 }
 
 // One entry per rung of the ablation ladder (ws.hpp, HopperAblation): the harness checks each, and the

@@ -70,6 +70,9 @@ struct HopperParams {
   const int* seqlens_q = nullptr;
   const int* seqlens_k = nullptr;
   HopperAblation ablation;
+  // Where the kernel notes that it wrote a NaN or an Inf, so that the exact pass after it repairs those rows
+  // (common/cuda/exact_rows.hpp, flagged mode); null: the pass scans every row.
+  unsigned* special_rows = nullptr;
 };
 
 // Fills the strides of packed BSHD tensors from the sizes.

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 
+#include "common/cuda/exact_rows.cuh"
 #include "common/cuda/launch.cuh"
 #include "common/cuda/ptx.cuh"
 #include "common/mask.hpp"
@@ -97,7 +98,8 @@ struct WsArgs {
   int heads_q, heads_kv;
   int causal, window_left, window_right;
   int num_m_blocks;
-  float scale_log2;  // scale * log2(e): the softmax runs on exp2
+  float scale_log2;        // scale * log2(e): the softmax runs on exp2
+  unsigned* special_rows;  // the exact pass's flag (HopperParams::special_rows), or null
 };
 
 // The CTA's view of shared memory (this kernel's and the FP8 kernel's: Q, kStages K and V tiles of
@@ -566,6 +568,7 @@ __device__ inline void consumer_epilogue(Consumer<Config>& c, const SharedTiles<
   // Every wgmma of this warpgroup that read its Q rows has completed before the rows are overwritten.
   ptx::barrier_sync(barrier_id, 128);
   uint8_t* o_tile = tiles.q() + c.consumer * 64 * kSwizzleRowBytes;
+  bool special = false;  // whether this thread writes a NaN or an Inf (the exact pass's flag, below)
 #pragma unroll
   for (int i = 0; i < kD / 8; ++i)
 #pragma unroll
@@ -575,13 +578,16 @@ __device__ inline void consumer_epilogue(Consumer<Config>& c, const SharedTiles<
       const int panel = column / 64, byte = (column % 64) * 2;
       // The 128-byte swizzle TMA expects: 16-byte chunk index XOR (row % 8).
       const int swizzled = (((byte / 16) ^ (row % 8)) * 16) | (byte % 16);
+      // Selected rather than multiplied by 0: an unseen padding row may hold anything, even NaN.
+      const float lo = seen_row[half] ? c.o[4 * i + 2 * half] * inverse_sum[half] : 0.0f;
+      const float hi = seen_row[half] ? c.o[4 * i + 2 * half + 1] * inverse_sum[half] : 0.0f;
+      special |= !isfinite(lo) || !isfinite(hi);
       *reinterpret_cast<uint32_t*>(o_tile + panel * Config::kQPanelBytes + row * kSwizzleRowBytes +
-                                   swizzled) =
-          // Selected rather than multiplied by 0: an unseen padding row may hold anything, even NaN.
-          seen_row[half] ? pack_pair<Element>(c.o[4 * i + 2 * half] * inverse_sum[half],
-                                              c.o[4 * i + 2 * half + 1] * inverse_sum[half])
-                         : 0u;
+                                   swizzled) = pack_pair<Element>(lo, hi);
     }
+  // A NaN or Inf input reaches O through P V even for the keys a row does not see (0 x NaN): the exact pass
+  // after this kernel repairs such rows, and runs only when some thread noted one (exact_rows.hpp).
+  cuda::note_special_rows(args.special_rows, special);
   fence_proxy_async_shared();  // the TMA store (async proxy) reads what these ordinary stores wrote
   ptx::barrier_sync(barrier_id, 128);
   if (threadIdx.x % 128 == 0) {

@@ -83,6 +83,7 @@ void launch(const HopperParams& params, cudaStream_t stream) {
   args.window_right = params.window_right;
   args.num_m_blocks = num_m_blocks;
   args.scale_log2 = params.softmax_scale * 1.4426950408889634f;  // log2(e)
+  args.special_rows = params.special_rows;
 
   // More than 48 KB of dynamic shared memory must be asked for, once per kernel.
   static const bool configured = [] {
@@ -131,6 +132,7 @@ void launch_ablation(const Problem& problem, const DeviceTensors& tensors, Hoppe
   const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);
   params.seqlens_q = lengths.seqlens_q;
   params.seqlens_k = lengths.seqlens_k;
+  params.special_rows = cuda::clear_special_rows_flag(tensors.workspace, problem, nullptr);
   hopper_ws_forward(params, nullptr);
 }
 
@@ -153,7 +155,8 @@ void hopper_ws_forward(const HopperParams& params, cudaStream_t stream) {
     default:
       bf16 ? launch_rung<__nv_bfloat16, 256>(params, stream) : launch_rung<__half, 256>(params, stream);
   }
-  // NaN and Inf as the reference (docs/08, "NaN and Inf")
+  // NaN and Inf as the reference (docs/08, "NaN and Inf"): the exact pass after the kernel, flagged or
+  // scanning (common/cuda/exact_rows.hpp).
   if (bf16)
     cuda::exact_rows<__nv_bfloat16>(cuda::exact_rows_params(params), stream);
   else

@@ -6,15 +6,17 @@
 #include <cstddef>
 #include <string>
 
+#include "common/cuda/exact_rows.hpp"
 #include "common/cuda/int_lengths.hpp"
 #include "common/cuda/target.hpp"
 #include "common/registry.hpp"
 
 namespace flashlab::hopper {
 
-// Scratch the launchers need: the int copies of the per-batch lengths (HopperParams holds them as int).
+// Scratch the launchers need: the int copies of the per-batch lengths (HopperParams holds them as int), then
+// the kernel's flag of special values (common/cuda/exact_rows.hpp).
 inline size_t ws_workspace_bytes(const Problem& problem) {
-  return cuda::int_lengths_bytes(problem);
+  return cuda::int_lengths_bytes(problem) + cuda::kSpecialRowsFlagBytes;
 }
 
 // "" on a device of compute capability 9.0, else why the sm_90a kernels cannot run on this machine's GPU (no

@@ -1,8 +1,9 @@
 // The GPU forwards' exact path for special values (docs/08-backward.md, "NaN and Inf"). O = P V as a tile
 // product multiplies a hidden pair's weight, exactly 0, by its V row all the same, and 0 x NaN = 0 x Inf =
 // NaN: a NaN or Inf in a valid V row reaches the rows of its tile that do not see that key. Such a leak only
-// ever adds a NaN, so a finite element of O is right as the kernel left it. After the forward's kernel, this
-// pass reads O, and each row holding a NaN or Inf is computed again, in fp32, over the keys it sees only,
+// ever adds a NaN, so a finite element of O is right as the kernel left it. After the forward's kernel (when
+// the kernel flagged a special value, or always in scanning mode: exact_rows.hpp), this pass reads O, and
+// each row holding a NaN or Inf is computed again, in fp32, over the keys it sees only,
 // from the LSE the forward wrote: O_i = sum_j exp(s"_ij - LSE_i) v_j, s" the scaled score after the forward's
 // score modification (common/score_mod.hpp, when it applies one); its elements that are not finite are
 // replaced. A warp a row, rows strided over kExactRowsBlocks blocks of 4 warps; a special row's keys 32
@@ -13,9 +14,12 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstddef>
 
+#include "common/cuda/check.hpp"
 #include "common/cuda/convert.cuh"
 #include "common/cuda/exact_rows.hpp"
+#include "common/cuda/int_lengths.hpp"
 #include "common/cuda/launch.cuh"
 #include "common/cuda/sequences.hpp"
 #include "common/mask.hpp"
@@ -30,6 +34,12 @@ inline constexpr int kWarps = 4, kMaxHeadDim = 256;
 template <typename Element>
 __global__ void __launch_bounds__(32 * kWarps) exact_rows_kernel(const ExactRowsParams p) {
   __shared__ float q_rows[kWarps][kMaxHeadDim];
+  __shared__ unsigned noted;
+  if (p.special_rows != nullptr) {  // flagged mode: nothing to do unless the forward noted a special value
+    if (threadIdx.x == 0) noted = *p.special_rows;
+    __syncthreads();
+    if (noted == 0u) return;
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t rows = tokens_q(p) * p.heads_q;
   const int group_size = p.heads_q / p.heads_kv;
@@ -82,6 +92,22 @@ __global__ void __launch_bounds__(32 * kWarps) exact_rows_kernel(const ExactRows
 }
 
 }  // namespace exact_rows_detail
+
+// In a forward kernel's epilogue (flagged mode): raises the flag when this thread's outputs hold a NaN or an
+// Inf, so that the pass after the kernel repairs them. Every writer writes the same 1: no atomic needed. A
+// null flag (scanning mode) is left alone.
+__device__ inline void note_special_rows(unsigned* flag, bool special) {
+  if (special && flag != nullptr) *flag = 1u;
+}
+
+// The flag of a launch (flagged mode), in its workspace after the int lengths (int_lengths_bytes; the
+// workspace holds kSpecialRowsFlagBytes more), cleared on `stream` before the forward's kernel.
+inline unsigned* clear_special_rows_flag(void* workspace, const Problem& problem, cudaStream_t stream) {
+  unsigned* const flag =
+      reinterpret_cast<unsigned*>(static_cast<std::byte*>(workspace) + int_lengths_bytes(problem));
+  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(unsigned), stream));
+  return flag;
+}
 
 // Enqueues the pass on `stream`, after the forward that wrote O and the LSE.
 template <typename Element>

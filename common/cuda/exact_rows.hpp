@@ -1,8 +1,17 @@
 // The GPU forwards' exact path for special values (docs/08-backward.md, "NaN and Inf"): the parameters of
 // exact_rows.cuh's pass, and the bytes it reads when every row of O is finite. Plain C++, for the stages'
 // traffic models.
+//
+// The pass runs after the forward's kernel on the same stream, in one of two modes:
+//  - flagged (the full kernels: cuda_v2/split_q, cuda_v3_hopper/ws): the kernel's epilogue raises a flag in
+//    device memory when it writes a NaN or an Inf (note_special_rows, exact_rows.cuh), and the pass reads the
+//    flag and exits at once when it is down: on finite inputs it costs one launch and one word per block, and
+//    nothing waits on the host;
+//  - scanning (flag null: the cores, whose kernels stay as the papers write them): the pass reads O and
+//    repairs the rows that hold a special value.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "common/dropout.hpp"
@@ -36,6 +45,8 @@ struct ExactRowsParams {
   const uint8_t* mask = nullptr;
   ScoreModParams mod;     // soft-capping, ALiBi, a bias (device pointers), when the forward applies them
   DropoutParams dropout;  // and dropout
+  // The forward's flag (flagged mode), or null (scanning mode: every row of O is read).
+  const unsigned* special_rows = nullptr;
 };
 
 // A forward's parameters (cuda_v2's SplitQParams, cuda_v3_hopper's HopperParams: the same field names) as the
@@ -80,15 +91,24 @@ ExactRowsParams exact_rows_params(const Params& p) {
   if constexpr (requires { p.mask; }) e.mask = p.mask;           // nor an explicit mask
   if constexpr (requires { p.mod; }) e.mod = p.mod;              // nor score modifications
   if constexpr (requires { p.dropout; }) e.dropout = p.dropout;  // nor dropout
+  e.special_rows = p.special_rows;
   return e;
 }
 
 // The pass's thread blocks (4 warps, a row of O a warp at a time).
 inline constexpr int kExactRowsBlocks = 128;
 
-// What the pass reads when every row is finite: each element of O once.
+// What the pass reads when every row is finite: in scanning mode each element of O once; flagged, the flag
+// once per block.
 inline double exact_rows_scan_bytes(const Problem& p, double element_bytes) {
   return static_cast<double>(p.q_elements()) * element_bytes;
 }
+inline double exact_rows_flag_bytes() {
+  return kExactRowsBlocks * 4.0;
+}
+
+// The flag's bytes in a launch's workspace (after the int lengths, common/cuda/int_lengths.hpp): a multiple
+// of 16, so that what follows stays aligned.
+inline constexpr size_t kSpecialRowsFlagBytes = 16;
 
 }  // namespace flashlab::cuda
