@@ -72,6 +72,8 @@ std::string why_cannot_run(const Implementation& impl, const Problem& problem) {
   if (std::string reason = dropout_refusal(problem, impl.dropout, impl.name); !reason.empty()) return reason;
   if (problem.packed() && !impl.packed)
     return "cu_seqlens_q/k (packed variable-length batches) are not supported by " + impl.name;
+  if (problem.mask && !impl.explicit_mask)
+    return "mask: an explicit mask is not supported by " + impl.name + " (causal, window and padding are)";
   if (impl.supports) return impl.supports(problem);
   return "";
 }

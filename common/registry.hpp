@@ -89,6 +89,9 @@ struct Implementation {
   // True when it takes packed variable-length batches (Problem::cu_seqlens_q/k): it reaches elements through
   // the problem's offsets and visits only the stored rows. Refused by name otherwise.
   bool packed = false;
+  // False when it takes causal, window and padding but not an explicit mask (Problem::mask): refused by
+  // name. The cores (one per stage: the paper's algorithm for the plain case) set it false.
+  bool explicit_mask = true;
 
   // "" when the implementation can run on this machine, else why not (no GPU, built without CUDA, ...).
   std::function<std::string()> availability;
