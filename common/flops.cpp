@@ -30,7 +30,7 @@ double forward_min_bytes(const Problem& p, double bytes_per_element) {
 }
 
 double q_block_outer_bytes(const Problem& p, int64_t block_m, int64_t block_n, double element_bytes,
-                           TileLoads loads) {
+                           TileLoads loads, KeyTiles tiles) {
   const Visibility visibility(p);
   double keys = 0;    // keys of K (and of V) read by the query blocks of one query head, over the batch
   double q_rows = 0;  // query rows they load
@@ -42,6 +42,7 @@ double q_block_outer_bytes(const Problem& p, int64_t block_m, int64_t block_n, d
         const KeyRange range = visibility.key_range(b, i);
         if (!range.empty()) begin = std::min(begin, range.begin), end = std::max(end, range.end);
       }
+      if (tiles == KeyTiles::all) begin = 0, end = p.rows_k(b);  // every tile, whatever the rows see
       if (begin < end || loads == TileLoads::cp_async)
         q_rows += static_cast<double>(std::max<int64_t>(0, std::min(block_m, p.stored_rows_q(b) - i0)));
       for (int64_t tile = begin / block_n; begin < end && tile < (end + block_n - 1) / block_n; ++tile)

@@ -20,10 +20,16 @@ double backward_flops(const Problem& problem);
 // for Q, K, V and O (LSE is float32).
 double forward_min_bytes(const Problem& problem, double bytes_per_element);
 
-// How a GPU kernel loads its tiles. cp.async (cuda_v2): every block loads its Q rows, and a key tile up to
-// the batch element's last key (the rest is zero-filled without a read). TMA (cuda_v3_hopper): a block that
-// visits no key tile loads no Q, and a key tile's box reads to the tensor's end (padding keys included).
+// How a GPU kernel loads its tiles. cp.async (cuda_v2, and the plain 16-byte loads of its first rung): every
+// block loads its Q rows, and a key tile up to the batch element's last key (the rest is zero-filled without
+// a read). TMA (cuda_v3_hopper): a block that visits no key tile loads no Q, and a key tile's box reads to
+// the tensor's end (padding keys included).
 enum class TileLoads { cp_async, tma };
+
+// Which key tiles a query block visits: only those that hold a key one of its valid rows sees (FA2's block
+// skipping: causal, window and padding), or every tile up to the batch element's last key (the ladder's rungs
+// before block skipping, which mask the hidden keys element by element).
+enum class KeyTiles { visible, all };
 
 // The tensor traffic of FA2's Q-block-outer order on a GPU (cuda_v2, cuda_v3_hopper): each block of `block_m`
 // query rows of one query head reads its Q rows and every key tile of `block_n` keys that holds a key one of
@@ -32,6 +38,6 @@ enum class TileLoads { cp_async, tma };
 // `element_bytes`; LSE float32. Left out: each thread's reads of the per-batch lengths and of an explicit
 // mask (tests/test_counters.cpp states them).
 double q_block_outer_bytes(const Problem& problem, int64_t block_m, int64_t block_n, double element_bytes,
-                           TileLoads loads);
+                           TileLoads loads, KeyTiles tiles = KeyTiles::visible);
 
 }  // namespace flashlab

@@ -60,6 +60,14 @@ struct BlockMask {
     return m;
   }
 
+  // The tensor-core ladder's rungs before block skipping (split_q.cu, Rung): every key tile up to the batch
+  // element's last key, whatever the rows see; the element mask hides what they do not.
+  template <int kBlockN>
+  FLASHLAB_HOST_DEVICE void visit_every_tile() {
+    tile_begin = 0;
+    tile_end = (rows_k + kBlockN - 1) / kBlockN;
+  }
+
   // True when the tile of keys [key0, key0 + kBlockN) needs no element mask: every row sees every key of it.
   template <int kBlockN>
   FLASHLAB_HOST_DEVICE bool tile_is_full(int key0) const {

@@ -41,6 +41,64 @@ double tensor_core_bytes_moved(const Problem& p) {
          cuda::exact_rows_flag_bytes();  // the special-value pass reads its flag (docs/08)
 }
 
+// The tensor-core ladder's first rung (mma.cu): Br = Bc = 64, every key tile up to the batch's last key, and
+// the exact pass scanning O.
+double mma_bytes_moved(const Problem& p) {
+  return q_block_outer_bytes(p, 64, 64, 2.0, TileLoads::cp_async, KeyTiles::all) +
+         cuda::exact_rows_scan_bytes(p, 2.0);
+}
+
+std::string mma_supports(const Problem& p) {
+  if (p.head_dim != 64 && p.head_dim != 128)
+    return "head_dim (" + std::to_string(p.head_dim) +
+           ") must be 64 or 128 for cuda_v2/mma (the compiled tiles)";
+  return supports(p);
+}
+
+const Registration mma{gpu_implementation(
+    {.name = "cuda_v2/mma",
+     .summary = "FA2 Algorithm 1 on tensor cores as the paper writes it: mma.sync, plain shared-memory loads",
+     .dtypes = {DType::f16},
+     .constraints = "the plain case: f16; head_dim 64, 128; causal, window, padding, GQA; no explicit mask",
+     .rounds_p = true,  // P is rounded to fp16: it is the A operand of the P V mma
+     .explicit_mask = false,
+     .supports = mma_supports,
+     .bytes_moved = mma_bytes_moved},
+    FLASHLAB_DEVICE_BUILDS(launch_mma, workspace_bytes))};
+
+// The rungs between mma and split_q: split_q's kernel (its tiles) without block skipping; plain case, f16.
+double rung_bytes_moved(const Problem& p) {
+  const QueryKeyTile tile = split_q_tile(static_cast<int>(p.head_dim));
+  return q_block_outer_bytes(p, tile.block_m, tile.block_n, 2.0, TileLoads::cp_async, KeyTiles::all) +
+         cuda::exact_rows_flag_bytes();
+}
+
+std::string rung_supports(const Problem& p) {
+  if (p.head_dim != 64 && p.head_dim != 128)
+    return "head_dim (" + std::to_string(p.head_dim) + ") must be 64 or 128 for cuda_v2's tensor-core rungs";
+  return supports(p);
+}
+
+Implementation rung(const char* name, const char* summary, DeviceBuilds builds) {
+  return gpu_implementation({.name = name,
+                             .summary = summary,
+                             .dtypes = {DType::f16},
+                             .constraints = "the plain case: f16; head_dim 64, 128; causal, window, padding, "
+                                            "GQA; no explicit mask",
+                             .rounds_p = true,
+                             .explicit_mask = false,
+                             .supports = rung_supports,
+                             .bytes_moved = rung_bytes_moved},
+                            builds);
+}
+
+const Registration mma_ldmatrix{
+    rung("cuda_v2/mma_ldmatrix", "the tensor-core ladder, rung 2: + ldmatrix and a swizzled shared layout",
+         FLASHLAB_DEVICE_BUILDS(launch_mma_ldmatrix, workspace_bytes))};
+const Registration mma_cp_async{rung("cuda_v2/mma_cp_async",
+                                     "the tensor-core ladder, rung 3: + cp.async double buffering of K/V",
+                                     FLASHLAB_DEVICE_BUILDS(launch_mma_cp_async, workspace_bytes))};
+
 const Registration split_q_simt{gpu_implementation(
     {.name = "cuda_v2/split_q_simt",
      .summary = "FA2 schedule on CUDA cores, fp32: grid over (q-block, head, batch), warps split Q",

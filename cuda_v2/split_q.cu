@@ -27,9 +27,9 @@
 #include "common/cuda/launch.cuh"
 #include "common/cuda/ptx.cuh"
 #include "cuda_v2/block_mask.cuh"
-#include "cuda_v2/score_mod.cuh"
 #include "cuda_v2/split_q.hpp"
 #include "cuda_v2/tensor_core.cuh"
+#include "cuda_v2/variants.cuh"
 
 namespace flashlab::cuda_v2 {
 namespace {
@@ -57,7 +57,23 @@ struct SplitQConfig<256> {
   static constexpr int kWarps = 4, kMTiles = 1, kBlockN = split_q_tile(256).block_n;
 };
 
-template <int kHeadDim>
+// The tensor-core ladder (docs/04-cuda-v2.md, "The tensor-core ladder"): cuda_v2/mma (mma.cu) loads the mma's
+// operands element by element; this kernel uses ldmatrix and a swizzled layout at every rung, and each rung
+// adds one idea over the one before.
+struct LdmatrixRung {                        // cuda_v2/mma_ldmatrix
+  static constexpr bool kAsyncCopy = false;  // synchronous copies of the K/V tiles, one stage
+  static constexpr bool kSkipTiles = false;  // every key tile up to the batch's last key, masked element-wise
+};
+struct CpAsyncRung {                        // cuda_v2/mma_cp_async
+  static constexpr bool kAsyncCopy = true;  // + cp.async double buffering: tile j + 1 loads while j is used
+  static constexpr bool kSkipTiles = false;
+};
+struct SplitQRung {  // cuda_v2/split_q
+  static constexpr bool kAsyncCopy = true;
+  static constexpr bool kSkipTiles = true;  // + FA2's block skipping: only the tiles a valid row sees
+};
+
+template <int kHeadDim, class Rung = SplitQRung>
 struct SplitQShape {
   static constexpr int kWarps = SplitQConfig<kHeadDim>::kWarps;
   static constexpr int kMTiles = SplitQConfig<kHeadDim>::kMTiles;
@@ -65,7 +81,7 @@ struct SplitQShape {
   static constexpr int kWarpRows = 16 * kMTiles;  // query rows owned by one warp
   static constexpr int kBlockM = kWarpRows * kWarps;
   static constexpr int kBlockN = SplitQConfig<kHeadDim>::kBlockN;
-  static constexpr int kStages = 2;  // K/V double buffer
+  static constexpr int kStages = Rung::kAsyncCopy ? 2 : 1;  // K/V double buffer, or one stage
   static constexpr int kSmemElements = kBlockM * kHeadDim + 2 * kStages * kBlockN * kHeadDim;
   static constexpr int kSmemBytes = kSmemElements * 2;
   static_assert(kBlockM == split_q_tile(kHeadDim).block_m,
@@ -80,37 +96,11 @@ __device__ inline float fast_exp2(float x) {
   return ptx::ex2_approx(x);
 }
 
-// Max and sum across the four threads of a quad (lanes 4g..4g+3), which together hold one accumulator row.
-__device__ inline float quad_max(float x) {
-  // EXERCISE BEGIN quad-reduce
-  // teaches: the four lanes of a quad (4g .. 4g+3) hold one row of an mma.sync accumulator between them:
-  //   its max and sum are reduced across the quad with two butterfly shuffles, every lane ending with the
-  //   row's value
-  // difficulty: 2
-  // grades: cuda_v2/split_q$
-  // checks: forward
-  // docs: docs/04-cuda-v2.md#Fragment layouts and where the statistics live
-  // hint: __shfl_xor_sync(0xffffffffu, x, d) gives lane ^ d's x (every lane of the warp must take part, with
-  //   the full mask). Lane distance 1, then 2, stays inside the quad; combine with fmaxf for the max, + for
-  //   the sum.
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-  // EXERCISE END quad-reduce
-  return x;
-}
-__device__ inline float quad_sum(float x) {
-  // EXERCISE BEGIN quad-reduce
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  x += __shfl_xor_sync(0xffffffffu, x, 2);
-  // EXERCISE END quad-reduce
-  return x;
-}
-
-// kVariants: the problem has a score modification or dropout (section 4.8 of docs/04); a kernel of its own,
-// so that their code takes no register from the plain one.
-template <typename Element, int kHeadDim, bool kVariants>
+// Variant: NoVariant, or Variants for a problem with a score modification or dropout (variants.cuh). Rung:
+// the ladder's rung (LdmatrixRung, CpAsyncRung, SplitQRung above).
+template <typename Element, int kHeadDim, class Variant, class Rung>
 __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_kernel(const SplitQParams p) {
-  using Shape = SplitQShape<kHeadDim>;
+  using Shape = SplitQShape<kHeadDim, Rung>;
   using Tile = SwizzledTile<kHeadDim>;
   constexpr int kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN, kThreads = Shape::kThreads;
   constexpr int kMTiles = Shape::kMTiles;
@@ -128,7 +118,8 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad_lane = lane % 4;  // mma fragment coordinates (tensor_core.cuh)
   const int row_begin = q_block * kBlockM;
-  const BlockMask block = BlockMask::make<kBlockN>(p, b, row_begin, row_begin + kBlockM);
+  BlockMask block = BlockMask::make<kBlockN>(p, b, row_begin, row_begin + kBlockM);
+  if constexpr (!Rung::kSkipTiles) block.visit_every_tile<kBlockN>();  // the rungs before block skipping
 
   // Batch element b's rows, padded or packed (split_q.hpp): only its stored rows exist.
   const int stored_rows = cuda::stored_rows_q(p, b);
@@ -137,15 +128,19 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   const Element* const v = static_cast<const Element*>(p.v) + cuda::v_begin(p, b) + head_kv * p.v_head_stride;
 
   // Prologue: Q once (Algorithm 1 line 4), then the first K/V tile; each is its own cp.async group.
-  load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, p.q_row_stride, row_begin, stored_rows);
-  cp_async_commit();
-  if (block.tile_begin < block.tile_end) {
-    load_tile_async<kBlockN, kHeadDim, kThreads>(sK, k, p.k_row_stride, block.tile_begin * kBlockN,
-                                                 block.rows_k);
-    load_tile_async<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, block.tile_begin * kBlockN,
-                                                 block.rows_k);
+  if constexpr (Rung::kAsyncCopy) {
+    load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, p.q_row_stride, row_begin, stored_rows);
+    cp_async_commit();
+    if (block.tile_begin < block.tile_end) {
+      load_tile_async<kBlockN, kHeadDim, kThreads>(sK, k, p.k_row_stride, block.tile_begin * kBlockN,
+                                                   block.rows_k);
+      load_tile_async<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, block.tile_begin * kBlockN,
+                                                   block.rows_k);
+    }
+    cp_async_commit();
+  } else {
+    load_tile_sync<kBlockM, kHeadDim, kThreads>(sQ, q, p.q_row_stride, row_begin, stored_rows);
   }
-  cp_async_commit();
 
   // FA2 change 2 (split-Q): this warp owns rows [warp_row, warp_row + kWarpRows) of the block for the whole
   // kernel. This thread holds accumulator rows g and g + 8 of each of its row tiles: row index i = 2 mt + r.
@@ -176,20 +171,27 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   }
 
   for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
-    const int stage = (tile - block.tile_begin) & 1;
+    const int stage = (tile - block.tile_begin) % Shape::kStages;
     const Element* const sKj = sK + stage * kBlockN * kHeadDim;
     const Element* const sVj = sV + stage * kBlockN * kHeadDim;
-    // Prefetch tile + 1 into the other stage (freed by the barrier that ended the previous iteration).
-    if (tile + 1 < block.tile_end) {
-      Element* const next_k = sK + (stage ^ 1) * kBlockN * kHeadDim;
-      Element* const next_v = sV + (stage ^ 1) * kBlockN * kHeadDim;
-      load_tile_async<kBlockN, kHeadDim, kThreads>(next_k, k, p.k_row_stride, (tile + 1) * kBlockN,
-                                                   block.rows_k);
-      load_tile_async<kBlockN, kHeadDim, kThreads>(next_v, v, p.v_row_stride, (tile + 1) * kBlockN,
-                                                   block.rows_k);
+    if constexpr (Rung::kAsyncCopy) {
+      // Prefetch tile + 1 into the other stage (freed by the barrier that ended the previous iteration).
+      if (tile + 1 < block.tile_end) {
+        Element* const next_k = sK + (stage ^ 1) * kBlockN * kHeadDim;
+        Element* const next_v = sV + (stage ^ 1) * kBlockN * kHeadDim;
+        load_tile_async<kBlockN, kHeadDim, kThreads>(next_k, k, p.k_row_stride, (tile + 1) * kBlockN,
+                                                     block.rows_k);
+        load_tile_async<kBlockN, kHeadDim, kThreads>(next_v, v, p.v_row_stride, (tile + 1) * kBlockN,
+                                                     block.rows_k);
+      }
+      cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "tile `tile` has landed"
+      cp_async_wait<1>();
+    } else {
+      // K_j and V_j through registers, while every thread waits (the barrier that ended the previous
+      // iteration freed the one stage; the first time, it also publishes Q).
+      load_tile_sync<kBlockN, kHeadDim, kThreads>(sK, k, p.k_row_stride, tile * kBlockN, block.rows_k);
+      load_tile_sync<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, tile * kBlockN, block.rows_k);
     }
-    cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "tile `tile` has landed"
-    cp_async_wait<1>();
     __syncthreads();
 
     // S = Q K_j^T (Algorithm 1 line 8). A = the warp's Q row tiles; B = K_j's rows used as columns (K needs
@@ -213,13 +215,11 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
       }
     }
 
-    // Soft-capping, ALiBi, a bias (common/score_mod.hpp): the modified score s" = f(s scale), taken back to
-    // the unscaled units the softmax below works in (s" / scale), before the mask and the max; a -inf bias
-    // entry gives -inf, which weighs 0. The backward (backward.cu) recomputes it with the same operations.
-    // Rows and keys past the tensors' ends are left alone: the mask hides them. Then the mask, only where the
-    // tile is cut by one (the diagonal, a window edge, the ragged end, an explicit mask).
+    // The score modification (Variant::score: soft-capping, ALiBi, a bias) before the mask and the max; rows
+    // and keys past the tensors' ends are left alone, the mask hides them. Then the mask, only where the tile
+    // is cut by one (the diagonal, a window edge, the ragged end, an explicit mask).
     const int key0 = tile * kBlockN;
-    const bool modified = kVariants && p.mod.active(), cut = !block.tile_is_full<kBlockN>(key0);
+    const bool modified = Variant::modifies_scores(p), cut = !block.tile_is_full<kBlockN>(key0);
     if (modified || cut) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
             const int i = 2 * mt + e / 2, key = key0 + nt * 8 + 2 * quad_lane + e % 2;
             if (modified && rows[i] < p.seqlen_q && key < p.seqlen_k)
               s[mt][nt][e] =
-                  modified_score(p, s[mt][nt][e], b, head, rows[i], key, block.rows_q, block.rows_k);
+                  Variant::score(p, s[mt][nt][e], b, head, rows[i], key, block.rows_q, block.rows_k);
             if (cut && !element_visible(p, KeyRange{keys_begin[i], keys_end[i]}, rows[i], key))
               s[mt][nt][e] = -INFINITY;
           }
@@ -272,13 +272,10 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const float weight = fast_exp2(s[mt][nt][2 * r + c] - max_used);
-          s[mt][nt][2 * r + c] = weight;  // S becomes P in place
-          row_sum[i] += weight;           // l sums P in fp32, before P is rounded for the mma
-          // Dropout (common/dropout.hpp) after the normalizer: l and the LSE are the undropped weights',
-          // O takes P Z.
-          if (kVariants && p.dropout.active())
-            s[mt][nt][2 * r + c] *=
-                p.dropout.factor<float>(b, head, rows[i], key0 + nt * 8 + 2 * quad_lane + c);
+          row_sum[i] += weight;  // l sums P in fp32, before P is rounded for the mma
+          // S becomes P in place (Variant::weight: dropout, after the normalizer).
+          s[mt][nt][2 * r + c] =
+              Variant::weight(p, weight, b, head, rows[i], key0 + nt * 8 + 2 * quad_lane + c);
         }
     }
 
@@ -305,11 +302,11 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
         }
       }
     }
-    __syncthreads();  // every warp is done with this stage before the next iteration prefetches into it
+    __syncthreads();  // every warp is done with this stage before the next iteration loads into it
   }
   // With no tile at all, Q's copies (made by every thread) may still be in flight into the buffer reused
-  // below.
-  cp_async_wait<0>();
+  // below (or, without cp.async, still unpublished).
+  if constexpr (Rung::kAsyncCopy) cp_async_wait<0>();
   __syncthreads();
 
   // Epilogue (Algorithm 1 lines 12-13), FA2 change 3: one division per row, at the end; LSE = m + log l, back
@@ -365,33 +362,49 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   }
 }
 
-template <typename Element, int kHeadDim, bool kVariants>
+template <typename Element, int kHeadDim, class Variant, class Rung>
 void launch_kernel(const SplitQParams& p, cudaStream_t stream) {
-  using Shape = SplitQShape<kHeadDim>;
-  const auto kernel = split_q_kernel<Element, kHeadDim, kVariants>;
+  using Shape = SplitQShape<kHeadDim, Rung>;
+  const auto kernel = split_q_kernel<Element, kHeadDim, Variant, Rung>;
   // Above 48 KiB a kernel must opt in to dynamic shared memory (per device, so on every launch; it is cheap).
   FLASHLAB_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
   const dim3 grid((p.seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM, p.heads_q, p.batch);
-  cuda::launch_kernel<split_q_kernel<Element, kHeadDim, kVariants>>(grid, dim3(Shape::kThreads),
-                                                                    Shape::kSmemBytes, stream, p);
+  cuda::launch_kernel<split_q_kernel<Element, kHeadDim, Variant, Rung>>(grid, dim3(Shape::kThreads),
+                                                                        Shape::kSmemBytes, stream, p);
 }
 
-template <typename Element, int kHeadDim>
+// The full kernel with the variants where the problem has one; the ladder's lower rungs take none.
+template <typename Element, int kHeadDim, class Rung>
 void launch(const SplitQParams& p, cudaStream_t stream) {
-  if (p.has_variants()) return launch_kernel<Element, kHeadDim, true>(p, stream);
-  launch_kernel<Element, kHeadDim, false>(p, stream);
+  if constexpr (Rung::kAsyncCopy && Rung::kSkipTiles)
+    if (p.has_variants()) return launch_kernel<Element, kHeadDim, Variants, Rung>(p, stream);
+  launch_kernel<Element, kHeadDim, NoVariant, Rung>(p, stream);
 }
 
-template <typename Element>
+template <class Rung, typename Element>
 void dispatch_head_dim(const SplitQParams& p, cudaStream_t stream) {
   switch (p.head_dim) {
     case 64:
-      return launch<Element, 64>(p, stream);
+      return launch<Element, 64, Rung>(p, stream);
     case 128:
-      return launch<Element, 128>(p, stream);
+      return launch<Element, 128, Rung>(p, stream);
     case 256:
-      return launch<Element, 256>(p, stream);
+      if constexpr (Rung::kAsyncCopy && Rung::kSkipTiles) return launch<Element, 256, Rung>(p, stream);
+  }
+}
+
+// A rung on the registry's device tensors: the kernel, then the exact pass for special values, flagged
+// (common/cuda/exact_rows.hpp): NaN and Inf as the reference (docs/08, "NaN and Inf").
+template <class Rung>
+void forward_rung(SplitQParams params, unsigned* special_rows, cudaStream_t stream) {
+  params.special_rows = special_rows;
+  if (params.dtype == DType::f16) {
+    dispatch_head_dim<Rung, __half>(params, stream);
+    cuda::exact_rows<__half>(cuda::exact_rows_params(params), stream);
+  } else {
+    dispatch_head_dim<Rung, __nv_bfloat16>(params, stream);
+    cuda::exact_rows<__nv_bfloat16>(cuda::exact_rows_params(params), stream);
   }
 }
 
@@ -421,21 +434,28 @@ SplitQParams split_q_params(const Problem& problem, const DeviceTensors& tensors
 
 void split_q_forward(const SplitQParams& params, cudaStream_t stream) {
   check_split_q(params);
-  // NaN and Inf as the reference (docs/08, "NaN and Inf"): the exact pass after the kernel, flagged or
-  // scanning (common/cuda/exact_rows.hpp).
-  if (params.dtype == DType::f16) {
-    dispatch_head_dim<__half>(params, stream);
-    cuda::exact_rows<__half>(cuda::exact_rows_params(params), stream);
-  } else {
-    dispatch_head_dim<__nv_bfloat16>(params, stream);
-    cuda::exact_rows<__nv_bfloat16>(cuda::exact_rows_params(params), stream);
-  }
+  forward_rung<SplitQRung>(params, params.special_rows, stream);  // null flag: the pass scans every row
 }
 
 void launch_split_q(const Problem& problem, const DeviceTensors& tensors) {
-  SplitQParams params = split_q_params(problem, tensors);
-  params.special_rows = cuda::clear_special_rows_flag(tensors.workspace, problem, nullptr);
-  split_q_forward(params, nullptr);
+  const SplitQParams params = split_q_params(problem, tensors);
+  check_split_q(params);
+  forward_rung<SplitQRung>(params, cuda::clear_special_rows_flag(tensors.workspace, problem, nullptr),
+                           nullptr);
+}
+
+void launch_mma_ldmatrix(const Problem& problem, const DeviceTensors& tensors) {
+  const SplitQParams params = split_q_params(problem, tensors);
+  check_split_q_rung(params);
+  forward_rung<LdmatrixRung>(params, cuda::clear_special_rows_flag(tensors.workspace, problem, nullptr),
+                             nullptr);
+}
+
+void launch_mma_cp_async(const Problem& problem, const DeviceTensors& tensors) {
+  const SplitQParams params = split_q_params(problem, tensors);
+  check_split_q_rung(params);
+  forward_rung<CpAsyncRung>(params, cuda::clear_special_rows_flag(tensors.workspace, problem, nullptr),
+                            nullptr);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

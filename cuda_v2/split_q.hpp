@@ -96,6 +96,8 @@ struct SplitQParams {
 // alignment, sizes). Both launchers call it first.
 void check_split_q_simt(const SplitQParams& params);
 void check_split_q(const SplitQParams& params);
+void check_mma(const SplitQParams& params);
+void check_split_q_rung(const SplitQParams& params);
 
 // Head dims the kernels are instantiated for (only these, to keep the build short).
 bool split_q_simt_supports_head_dim(int head_dim);  // 64, 128, 256
@@ -123,6 +125,11 @@ FLASHLAB_FOR_EACH_TARGET(
     // The launchers of the registry entries cuda_v2/split_q_simt and cuda_v2/split_q
     // (common/cuda/gpu_stage.hpp): the problem on the registry's device tensors, on the default stream.
     void launch_split_q_simt(const Problem& problem, const DeviceTensors& tensors);
-    void launch_split_q(const Problem& problem, const DeviceTensors& tensors);)
+    void launch_split_q(const Problem& problem, const DeviceTensors& tensors);
+    // The tensor-core ladder's rungs below split_q (docs/04-cuda-v2.md): mma.sync with plain shared-memory
+    // loads (mma.cu), then split_q's kernel with ldmatrix and the swizzle, then with cp.async as well.
+    void launch_mma(const Problem& problem, const DeviceTensors& tensors);
+    void launch_mma_ldmatrix(const Problem& problem, const DeviceTensors& tensors);
+    void launch_mma_cp_async(const Problem& problem, const DeviceTensors& tensors);)
 
 }  // namespace flashlab::cuda_v2

@@ -131,6 +131,27 @@ void check_split_q(const SplitQParams& p) {
   check_common(p, 8);
 }
 
+void check_split_q_rung(const SplitQParams& p) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+    fail("dtype (", to_string(p.dtype), ") must be f16 or bf16 for cuda_v2's tensor-core rungs");
+  if (p.head_dim != 64 && p.head_dim != 128)
+    fail("head_dim (", p.head_dim, ") must be 64 or 128 for cuda_v2's tensor-core rungs");
+  if (p.has_variants())
+    fail("cuda_v2's tensor-core rungs take no score modification or dropout (split_q does)");
+  check_common(p, 8);
+}
+
+void check_mma(const SplitQParams& p) {
+  if (p.dtype != DType::f16) fail("dtype (", to_string(p.dtype), ") must be f16 for cuda_v2/mma");
+  if (p.head_dim != 64 && p.head_dim != 128)
+    fail("head_dim (", p.head_dim, ") must be 64 or 128 for cuda_v2/mma");
+  if (p.cu_seqlens_q || p.cu_seqlens_k || p.mask || p.has_variants())
+    fail(
+        "cuda_v2/mma takes the plain case only: no packed batches, explicit mask, score modification or "
+        "dropout");
+  check_common(p, 8);
+}
+
 std::string split_q_backward_supports(const Problem& p) {
   if (p.head_dim != 64 && p.head_dim != 128)
     return "head_dim (" + std::to_string(p.head_dim) +

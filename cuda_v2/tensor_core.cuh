@@ -69,6 +69,32 @@ __host__ __device__ constexpr LdmatrixRow b_operand_row_kn([[maybe_unused]] int 
 // So each thread holds two rows (g and g + 8) of every accumulator, and the four threads of a quad
 // (same g) hold a whole row between them: the softmax reduces row statistics across the quad only.
 
+// Max and sum across the four threads of a quad (lanes 4g..4g+3), which together hold one accumulator row.
+__device__ inline float quad_max(float x) {
+  // EXERCISE BEGIN quad-reduce
+  // teaches: the four lanes of a quad (4g .. 4g+3) hold one row of an mma.sync accumulator between them:
+  //   its max and sum are reduced across the quad with two butterfly shuffles, every lane ending with the
+  //   row's value
+  // difficulty: 2
+  // grades: cuda_v2/split_q$
+  // checks: forward
+  // docs: docs/04-cuda-v2.md#Fragment layouts and where the statistics live
+  // hint: __shfl_xor_sync(0xffffffffu, x, d) gives lane ^ d's x (every lane of the warp must take part, with
+  //   the full mask). Lane distance 1, then 2, stays inside the quad; combine with fmaxf for the max, + for
+  //   the sum.
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  // EXERCISE END quad-reduce
+  return x;
+}
+__device__ inline float quad_sum(float x) {
+  // EXERCISE BEGIN quad-reduce
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  // EXERCISE END quad-reduce
+  return x;
+}
+
 // Two fp32 values rounded to the element type and packed into one 32-bit register (low half = first).
 template <typename Element>
 __device__ inline uint32_t pack2(float lo, float hi);
@@ -116,6 +142,21 @@ __device__ inline void load_tile_async(Element* smem, const Element* gmem, int64
     const bool in_range = row0 + r < rows_valid;
     const Element* src = in_range ? gmem + (row0 + r) * row_stride + col : gmem;
     cp_async_16(smem + SwizzledTile<kHeadDim>::offset(r, col), src, in_range);
+  }
+}
+
+// The same copy without cp.async (the tensor-core ladder's rungs before it, split_q.cu): each thread moves
+// 16-byte chunks through its registers, and the caller's barrier publishes them. Rows at or past `rows_valid`
+// are zeros, never read.
+template <int kRows, int kHeadDim, int kThreads, typename Element>
+__device__ inline void load_tile_sync(Element* smem, const Element* gmem, int64_t row_stride, int row0,
+                                      int rows_valid) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
+    const int r = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (row0 + r < rows_valid) value = *reinterpret_cast<const uint4*>(gmem + (row0 + r) * row_stride + col);
+    *reinterpret_cast<uint4*>(smem + SwizzledTile<kHeadDim>::offset(r, col)) = value;
   }
 }
 

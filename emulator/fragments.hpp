@@ -6,7 +6,12 @@
 // misunderstanding would both pass.
 //
 // Registers hold 16-bit elements in pairs: `half` 0 is a register's low 16 bits, 1 its high 16 bits.
+//
+// Host and device functions: a kernel that loads a fragment element by element (cuda_v2/mma, the tensor-core
+// ladder's first rung, before ldmatrix) takes its positions from these same maps.
 #pragma once
+
+#include "common/host_device.hpp"
 
 namespace flashlab::emulator::fragments {
 
@@ -22,15 +27,15 @@ constexpr int M = 16, N = 8, K = 16;
 constexpr int a_registers = 4, b_registers = 2, c_registers = 4;
 
 // A[row][k]: registers 0 and 1 are columns 0-7 of rows group and group + 8; registers 2 and 3 columns 8-15.
-constexpr Element a(int lane, int reg, int half) {
+FLASHLAB_HOST_DEVICE constexpr Element a(int lane, int reg, int half) {
   return {lane / 4 + 8 * (reg % 2), 2 * (lane % 4) + half + 8 * (reg / 2)};
 }
 // B[k][col]: register 0 holds rows 0-7 of column group, register 1 rows 8-15 ({row = k, col = n}).
-constexpr Element b(int lane, int reg, int half) {
+FLASHLAB_HOST_DEVICE constexpr Element b(int lane, int reg, int half) {
   return {2 * (lane % 4) + half + 8 * reg, lane / 4};
 }
 // C[row][col] and D: registers 0 and 1 are row group, registers 2 and 3 row group + 8; two columns each.
-constexpr Element c(int lane, int reg) {
+FLASHLAB_HOST_DEVICE constexpr Element c(int lane, int reg) {
   return {lane / 4 + 8 * (reg / 2), 2 * (lane % 4) + reg % 2};
 }
 }  // namespace m16n8k16
@@ -41,12 +46,12 @@ namespace ldmatrix {
 constexpr int rows = 8, cols = 8;
 
 // The lane whose address is row `row` of matrix `matrix`: lanes 0-7 give matrix 0's rows, 8-15 matrix 1's ...
-constexpr int address_lane(int matrix, int row) {
+FLASHLAB_HOST_DEVICE constexpr int address_lane(int matrix, int row) {
   return matrix * 8 + row;
 }
 // The element of every matrix that lands in `lane`'s register for that matrix: without .trans, row lane / 4
 // and columns 2 (lane % 4), 2 (lane % 4) + 1; with .trans, the same positions of the transposed matrix.
-constexpr Element element(int lane, int half, bool transpose) {
+FLASHLAB_HOST_DEVICE constexpr Element element(int lane, int half, bool transpose) {
   const Element plain{lane / 4, 2 * (lane % 4) + half};
   return transpose ? Element{plain.col, plain.row} : plain;
 }
