@@ -140,10 +140,10 @@ __device__ inline void accumulate_keys_by_dims(float (&acc)[kHeadDim / 8][4],
   const LdmatrixRow kn_at = b_operand_row_kn(lane);
 #pragma unroll
   for (int kq = 0; kq < kBlockM / 16; ++kq) {
-    const uint32_t a[4] = {pack2<Element>(lhs[2 * kq][0], lhs[2 * kq][1]),
-                           pack2<Element>(lhs[2 * kq][2], lhs[2 * kq][3]),
-                           pack2<Element>(lhs[2 * kq + 1][0], lhs[2 * kq + 1][1]),
-                           pack2<Element>(lhs[2 * kq + 1][2], lhs[2 * kq + 1][3])};
+    const uint32_t a[4] = {pack_pair<Element>(lhs[2 * kq][0], lhs[2 * kq][1]),
+                           pack_pair<Element>(lhs[2 * kq][2], lhs[2 * kq][3]),
+                           pack_pair<Element>(lhs[2 * kq + 1][0], lhs[2 * kq + 1][1]),
+                           pack_pair<Element>(lhs[2 * kq + 1][2], lhs[2 * kq + 1][3])};
 #pragma unroll
     for (int np = 0; np < kHeadDim / 16; ++np) {
       uint32_t b[4];
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
         for (int half = 0; half < 2; ++half)
           *reinterpret_cast<uint32_t*>(sdS + (warp_key + group + 8 * half) * kDsPitch + nt * 8 +
                                        2 * quad_lane) =
-              pack2<Element>(st[nt][2 * half], st[nt][2 * half + 1]);
+              pack_pair<Element>(st[nt][2 * half], st[nt][2 * half + 1]);
       __syncthreads();
       // Warp w: rows 16 (w % 2) to 16 (w % 2) + 15 of dQ_i, columns of half w / 2; k = the tile's 64 keys.
       const int m0 = 16 * (warp % 2), n_base = (warp / 2) * (kHeadDim / 2);
@@ -344,9 +344,9 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
       const int key = key0 + warp_key + group + 8 * half, col = nt * 8 + 2 * quad_lane;
       if (key >= stored_keys) continue;
       *reinterpret_cast<uint32_t*>(dk_out + key * f.k_row_stride + col) =
-          pack2<Element>(dk[nt][2 * half], dk[nt][2 * half + 1]);
+          pack_pair<Element>(dk[nt][2 * half], dk[nt][2 * half + 1]);
       *reinterpret_cast<uint32_t*>(dv_out + key * f.v_row_stride + col) =
-          pack2<Element>(dv[nt][2 * half], dv[nt][2 * half + 1]);
+          pack_pair<Element>(dv[nt][2 * half], dv[nt][2 * half + 1]);
       if (!isfinite(dk[nt][2 * half] + dk[nt][2 * half + 1] + dv[nt][2 * half] + dv[nt][2 * half + 1]))
         atomicExch(p.nonfinite, 1);  // exact_kernel's cue
     }

@@ -201,10 +201,10 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const SplitQParams p) {
     // kk (fragment::c and fragment::a place the same rows and columns), rounded to fp16 for the tensor cores.
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint32_t a[4] = {pack2<__half>(s[2 * kk][0], s[2 * kk][1]),
-                             pack2<__half>(s[2 * kk][2], s[2 * kk][3]),
-                             pack2<__half>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             pack2<__half>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const uint32_t a[4] = {pack_pair<__half>(s[2 * kk][0], s[2 * kk][1]),
+                             pack_pair<__half>(s[2 * kk][2], s[2 * kk][3]),
+                             pack_pair<__half>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack_pair<__half>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int nt = 0; nt < kNTilesO; ++nt) {
         uint32_t bv[2];
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const SplitQParams p) {
 #pragma unroll
     for (int nt = 0; nt < kNTilesO; ++nt)  // [L14]
       *reinterpret_cast<uint32_t*>(out + rows[i] * p.o_row_stride + nt * 8 + fragment::c(lane, 2 * i).col) =
-          pack2<__half>(o[nt][2 * i] * inverse, o[nt][2 * i + 1] * inverse);
+          pack_pair<__half>(o[nt][2 * i] * inverse, o[nt][2 * i + 1] * inverse);
     if (lane % 4 == 0) lse[rows[i]] = l == 0.0f ? -INFINITY : row_max[i] + logf(l);  // [L13], [L15]
   }
 }

@@ -286,10 +286,10 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
       uint32_t a[kMTiles][4];
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
-        a[mt][0] = pack2<Element>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][1] = pack2<Element>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][2] = pack2<Element>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][3] = pack2<Element>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        a[mt][0] = pack_pair<Element>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = pack_pair<Element>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = pack_pair<Element>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack_pair<Element>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
       }
 #pragma unroll
       for (int np = 0; np < kNTilesO / 2; ++np) {
@@ -343,7 +343,7 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
 #pragma unroll
     for (int nt = 0; nt < kNTilesO; ++nt)
       *reinterpret_cast<uint32_t*>(sQ + Tile::offset(rows[i] - row_begin, nt * 8) + 2 * quad_lane) =
-          pack2<Element>(o_acc[i / 2][nt][2 * (i % 2)], o_acc[i / 2][nt][2 * (i % 2) + 1]);
+          pack_pair<Element>(o_acc[i / 2][nt][2 * (i % 2)], o_acc[i / 2][nt][2 * (i % 2) + 1]);
   __syncwarp();
   Element* const o = static_cast<Element*>(p.o) + cuda::o_begin(p, b) + head * p.o_head_stride;
   constexpr int kChunksPerRow = kHeadDim / 8;

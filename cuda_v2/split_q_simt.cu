@@ -31,6 +31,7 @@ constexpr int kBlockM = kWarps * kRowsPerWarp;  // 32 query rows per block
 constexpr int kBlockN = 32;                     // one key per lane
 static_assert(kBlockM == split_q_simt_tile().block_m && kBlockN == split_q_simt_tile().block_n,
               "split_q_simt_tile (split_q.hpp) states the tiles");
+#include "common/cuda/warp_reduce.cuh"
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -42,17 +43,6 @@ constexpr float kLn2 = 0.6931471805599453f;
 template <int kHeadDim>
 constexpr int smem_bytes() {
   return (kBlockM * kHeadDim + kBlockN * (kHeadDim + 1) + kBlockN * kHeadDim) * 4;
-}
-
-__device__ inline float warp_max(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-__device__ inline float warp_sum(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
 }
 
 // Rows [row0, row0 + kRows) of a strided tensor into shared memory (row pitch `smem_pitch` floats), with
@@ -136,7 +126,7 @@ __global__ void __launch_bounds__(kThreads) split_q_simt_kernel(const SplitQPara
     float weight[kRowsPerWarp];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
-      const float new_max = fmaxf(row_max[r], warp_max(s[r]) * scale_log2);
+      const float new_max = fmaxf(row_max[r], cuda::warp_fmax(s[r]) * scale_log2);
       // Every key so far masked: subtract 0, since -inf - (-inf) would be NaN; exp2(-inf) = 0 keeps l = 0.
       const float max_used = new_max == -INFINITY ? 0.0f : new_max;
       const float rescale = exp2f(row_max[r] - max_used);  // 0 when row_max was -inf
@@ -167,7 +157,7 @@ __global__ void __launch_bounds__(kThreads) split_q_simt_kernel(const SplitQPara
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int row = row_begin + warp_row + r;
-    const float l = warp_sum(row_sum[r]);
+    const float l = cuda::warp_sum(row_sum[r]);
     if (row >= p.seqlen_q) continue;  // the last q-block's rows past seqlen_q do not exist
     // A padded row, or one whose every key is masked, is fully masked: O = 0 and LSE = -inf by definition;
     // its accumulator is not used (a padded row may have accumulated anything), so no 0/0 and no NaN.

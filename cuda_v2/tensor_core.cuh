@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "common/cuda/convert.cuh"
 #include "common/cuda/ptx.cuh"
 
 namespace flashlab::cuda_v2 {
@@ -95,19 +96,8 @@ __device__ inline float quad_sum(float x) {
   return x;
 }
 
-// Two fp32 values rounded to the element type and packed into one 32-bit register (low half = first).
-template <typename Element>
-__device__ inline uint32_t pack2(float lo, float hi);
-template <>
-__device__ inline uint32_t pack2<__half>(float lo, float hi) {
-  const __half2 packed = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&packed);
-}
-template <>
-__device__ inline uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  const __nv_bfloat162 packed = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&packed);
-}
+// Two fp32 values rounded to the element type and packed into one register: common/cuda/convert.cuh.
+using cuda::pack_pair;
 
 // ---- Swizzled shared-memory tiles ----
 //

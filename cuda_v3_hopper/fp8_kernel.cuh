@@ -405,10 +405,9 @@ __device__ inline void fp8_epilogue(const Fp8Consumer<Config>& c, const WsArgs& 
 #pragma unroll
     for (int i = 0; i < kD / 8; ++i) {
       // Selected rather than multiplied by 0: an unseen row may hold anything, even NaN.
-      const __nv_bfloat162 pair =
-          seen ? __floats2bfloat162_rn(c.o[4 * i + 2 * half] * factor, c.o[4 * i + 2 * half + 1] * factor)
-               : __floats2bfloat162_rn(0.0f, 0.0f);
-      *reinterpret_cast<__nv_bfloat162*>(out + 8 * i + 2 * (c.lane % 4)) = pair;
+      *reinterpret_cast<uint32_t*>(out + 8 * i + 2 * (c.lane % 4)) =
+          seen ? pack_pair<__nv_bfloat16>(c.o[4 * i + 2 * half] * factor, c.o[4 * i + 2 * half + 1] * factor)
+               : 0u;
     }
   }
 }

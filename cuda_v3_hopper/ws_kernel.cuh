@@ -23,6 +23,7 @@
 
 #include <cstdint>
 
+#include "common/cuda/convert.cuh"
 #include "common/cuda/exact_rows.cuh"
 #include "common/cuda/launch.cuh"
 #include "common/cuda/ptx.cuh"
@@ -287,20 +288,7 @@ __device__ inline float exp2_approx(float x) {
   return ptx::ex2_approx<true>(x);
 }
 
-template <typename Element>
-__device__ inline uint32_t pack_pair(float lo, float hi);
-
-template <>
-__device__ inline uint32_t pack_pair<__nv_bfloat16>(float lo, float hi) {
-  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&pair);
-}
-
-template <>
-__device__ inline uint32_t pack_pair<__half>(float lo, float hi) {
-  const __half2 pair = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&pair);
-}
+using cuda::pack_pair;  // fp32 pairs to 16-bit register pairs (common/cuda/convert.cuh)
 
 // --- Consumer: one warpgroup, 64 query rows ---
 // Thread layout of a 64 x N accumulator (wgmma.cuh): warp w of the warpgroup holds rows 16w + lane/4 ("half"

@@ -18,8 +18,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/cuda/convert.cuh"
 #include "common/cuda/launch.cuh"
 #include "common/cuda/ptx.cuh"
+#include "common/cuda/warp_reduce.cuh"
 #include "common/mask.hpp"
 #include "common/softmax_state.hpp"
 #include "decoding/cuda_split_kv.hpp"
@@ -78,18 +80,8 @@ __device__ inline void to_float8(const uint4 raw, float (&x)[8]) {
 
 template <typename T>
 __device__ inline uint4 from_float8(const float (&x)[8]) {
-  uint32_t words[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (std::is_same_v<T, __half>) {
-      const __half2 pair = __floats2half2_rn(x[2 * i], x[2 * i + 1]);
-      words[i] = *reinterpret_cast<const uint32_t*>(&pair);
-    } else {
-      const __nv_bfloat162 pair = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
-      words[i] = *reinterpret_cast<const uint32_t*>(&pair);
-    }
-  }
-  return {words[0], words[1], words[2], words[3]};
+  return {cuda::pack_pair<T>(x[0], x[1]), cuda::pack_pair<T>(x[2], x[3]), cuda::pack_pair<T>(x[4], x[5]),
+          cuda::pack_pair<T>(x[6], x[7])};
 }
 
 // --- cp.async (sm_80+, common/cuda/ptx.cuh): global -> shared without registers, several tiles in flight. A
@@ -98,17 +90,6 @@ __device__ inline uint4 from_float8(const float (&x)[8]) {
 using ptx::cp_async_16;
 using ptx::cp_async_commit;
 using ptx::cp_async_wait;
-
-__device__ inline float warp_max(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-__device__ inline float warp_sum(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
 
 // Where token j of batch b lives: (outer index, row) with outer = b for contiguous K/V, or the page from the
 // block table with row j % page_size for a paged cache (page_size a power of two: shift and mask).
@@ -265,9 +246,10 @@ __global__ void __launch_bounds__(kThreads)
           j >= band[k].begin && j < band[k].end &&
           (p.mask == nullptr || p.mask[static_cast<int64_t>(query_of(r)) * p.seqlen_k + j] != 0);
       const float s = visible ? score[k] : -INFINITY;
-      const float factor = state[k].raise_max(warp_max(s));  // exp(m_old - m_new), 1 while nothing is visible
-      const float prob = state[k].weight(s);                 // exp(s - m_new), exactly 0 for a masked key
-      state[k].add(warp_sum(prob));
+      const float factor =
+          state[k].raise_max(cuda::warp_fmax(s));  // exp(m_old - m_new), 1 while nothing is visible
+      const float prob = state[k].weight(s);       // exp(s - m_new), exactly 0 for a masked key
+      state[k].add(cuda::warp_sum(prob));
       p_smem[r * kPPitch + lane] = prob;
       if (lane == 0) factor_smem[r] = factor;
     }
