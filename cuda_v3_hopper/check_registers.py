@@ -8,7 +8,7 @@ its 384 threads. 24 x 128 + 2 x 240 x 128 = 64,512 registers fits only if ptxas 
 65,536 of an SM over 384 threads, rounded down to 8): with fewer the consumers wait forever on a GPU. The kernels
 state that count (launch_registers() in ws_kernel.cuh, kLaunchRegisters), the emulator starts its pool from it,
 and this script compiles the launchers with ptxas's report and fails when any kernel that uses setmaxnreg
-(ws_attention_kernel with warp specialization, fp8_attention_kernel) gets another count, or when ptxas ignores
+(ws_attention_kernel with warp specialization, ws_core_kernel, fp8_attention_kernel) gets another count, or when ptxas ignores
 setmaxnreg (warning C7508).
 
 usage: check_registers.py --nvcc NVCC --root SOURCE_DIR --output REPORT [--depfile FILE] SOURCE...
@@ -30,7 +30,7 @@ def demangle(names):
 
 
 def uses_setmaxnreg(kernel):
-    if "fp8_attention_kernel<" in kernel:
+    if "fp8_attention_kernel<" in kernel or "ws_core_kernel<" in kernel:
         return True
     match = re.search(r"ws_attention_kernel<[^<]*WsConfig<[^,]+, \d+, \d+, (true|false),", kernel)
     return bool(match) and match.group(1) == "true"

@@ -11,7 +11,7 @@ function(flashlab_hopper_cuda_target target)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${FLASHLAB_HOPPER_GENCODE}>)
 endfunction()
 
-add_library(flashlab_hopper_ws STATIC ${CMAKE_CURRENT_LIST_DIR}/ws_launch.cu)
+add_library(flashlab_hopper_ws STATIC ${CMAKE_CURRENT_LIST_DIR}/ws_core.cu ${CMAKE_CURRENT_LIST_DIR}/ws_launch.cu)
 target_link_libraries(flashlab_hopper_ws PUBLIC flashlab_gpu_stage CUDA::cudart)
 flashlab_hopper_cuda_target(flashlab_hopper_ws)
 
@@ -36,9 +36,10 @@ add_custom_command(
   OUTPUT ${FLASHLAB_HOPPER_REGISTERS}
   COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/check_registers.py --nvcc ${CMAKE_CUDA_COMPILER} --root ${PROJECT_SOURCE_DIR}
           --output ${FLASHLAB_HOPPER_REGISTERS} --depfile ${FLASHLAB_HOPPER_REGISTERS}.d
-          ${CMAKE_CURRENT_LIST_DIR}/ws_launch.cu ${CMAKE_CURRENT_LIST_DIR}/fp8_launch.cu
-  DEPFILE ${FLASHLAB_HOPPER_REGISTERS}.d
-  DEPENDS ${CMAKE_CURRENT_LIST_DIR}/check_registers.py ${CMAKE_CURRENT_LIST_DIR}/ws_launch.cu
+          ${CMAKE_CURRENT_LIST_DIR}/ws_core.cu ${CMAKE_CURRENT_LIST_DIR}/ws_launch.cu
           ${CMAKE_CURRENT_LIST_DIR}/fp8_launch.cu
+  DEPFILE ${FLASHLAB_HOPPER_REGISTERS}.d
+  DEPENDS ${CMAKE_CURRENT_LIST_DIR}/check_registers.py ${CMAKE_CURRENT_LIST_DIR}/ws_core.cu
+          ${CMAKE_CURRENT_LIST_DIR}/ws_launch.cu ${CMAKE_CURRENT_LIST_DIR}/fp8_launch.cu
   COMMENT "Checking ptxas's register count of the warp-specialized Hopper kernels")
 add_custom_target(hopper_register_check ALL DEPENDS ${FLASHLAB_HOPPER_REGISTERS})

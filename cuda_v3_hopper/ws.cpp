@@ -57,6 +57,31 @@ Implementation rung(const char* name, const char* summary, DeviceBuilds builds) 
       builds);
 }
 
+// The core (ws_core.cu): FA3 Algorithm 1 as the paper writes it. 128 x 128 tiles, every key block up to the
+// batch's last key, TMA boxes to the tensor's end; the exact pass scans O.
+double core_bytes_moved(const Problem& p) {
+  return q_block_outer_bytes(p, kWsBlockM, 128, 2.0, TileLoads::tma, KeyTiles::all) +
+         cuda::exact_rows_scan_bytes(p, 2.0);
+}
+
+std::string core_supports(const Problem& p) {
+  if (p.head_dim != 64 && p.head_dim != 128)
+    return "head_dim (" + std::to_string(p.head_dim) + ") must be 64 or 128 for cuda_v3_hopper/ws_core";
+  return supports(p);
+}
+
+const Registration ws_core{gpu_implementation(
+    {.name = "cuda_v3_hopper/ws_core",
+     .summary = "FA3 Algorithm 1 as the paper writes it: a TMA producer warpgroup, two wgmma consumers",
+     .dtypes = {DType::bf16},
+     .constraints = "the plain case: bf16; sm_90a; head_dim 64, 128; causal, window, padding, GQA",
+     .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V wgmma
+     .explicit_mask = false,
+     .availability = needs_sm90a,
+     .supports = core_supports,
+     .bytes_moved = core_bytes_moved},
+    FLASHLAB_DEVICE_BUILDS(launch_ws_core, ws_workspace_bytes))};
+
 const Registration ws{
     rung("cuda_v3_hopper/ws",
          "FA3 on Hopper: TMA producer warpgroup, wgmma consumers, ping-pong and intra-warpgroup "

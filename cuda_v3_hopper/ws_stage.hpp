@@ -28,6 +28,8 @@ std::string needs_sm90a();
 FLASHLAB_FOR_EACH_TARGET(void launch_ws(const Problem& problem, const DeviceTensors& tensors);
                          void launch_ws_no_overlap(const Problem& problem, const DeviceTensors& tensors);
                          void launch_ws_no_pingpong(const Problem& problem, const DeviceTensors& tensors);
-                         void launch_ws_no_producer(const Problem& problem, const DeviceTensors& tensors);)
+                         void launch_ws_no_producer(const Problem& problem, const DeviceTensors& tensors);
+                         // The core (ws_core.cu): FA3 Algorithm 1, warp specialization alone, plain case.
+                         void launch_ws_core(const Problem& problem, const DeviceTensors& tensors);)
 
 }  // namespace flashlab::hopper
