@@ -1,7 +1,8 @@
 # decoding/cuda_split_kv: Flash-Decoding on CUDA (fp16/bf16). The kernels and the launcher (cuda_split_kv.cu)
 # are built for the emulator always, and for the GPU (sm_80 and sm_90a) when the build has CUDA; like the
 # Hopper stage, each GPU target turns CMake's architecture handling off and passes its -gencode pairs itself.
-flashlab_emulated_library(flashlab_decoding_cuda_emulated ${CMAKE_CURRENT_LIST_DIR}/cuda_split_kv.cu)
+flashlab_emulated_library(flashlab_decoding_cuda_emulated ${CMAKE_CURRENT_LIST_DIR}/cuda_core.cu
+                          ${CMAKE_CURRENT_LIST_DIR}/cuda_split_kv.cu)
 if(NOT FLASHLAB_HAVE_CUDA)
   return()
 endif()
@@ -14,7 +15,7 @@ function(flashlab_decoding_cuda_target target)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${FLASHLAB_DECODING_GENCODE} --expt-relaxed-constexpr>)
 endfunction()
 
-add_library(flashlab_decoding_cuda STATIC ${CMAKE_CURRENT_LIST_DIR}/cuda_split_kv.cu)
+add_library(flashlab_decoding_cuda STATIC ${CMAKE_CURRENT_LIST_DIR}/cuda_core.cu ${CMAKE_CURRENT_LIST_DIR}/cuda_split_kv.cu)
 target_link_libraries(flashlab_decoding_cuda PUBLIC flashlab_gpu_stage CUDA::cudart)
 flashlab_decoding_cuda_target(flashlab_decoding_cuda)
 flashlab_gpu_options(flashlab_decoding_cuda_emulated "${FLASHLAB_DECODING_GENCODE};--expt-relaxed-constexpr")

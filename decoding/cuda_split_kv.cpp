@@ -6,6 +6,7 @@
 
 #include "common/cuda/device.hpp"
 #include "common/cuda/gpu_stage.hpp"
+#include "decoding/cuda_core.hpp"
 #include "decoding/cuda_split_kv.hpp"
 #include "decoding/split_kv.hpp"
 
@@ -67,6 +68,25 @@ const Registration cuda_split_kv{
     gpu_implementation(entry(), {FLASHLAB_GPU_BUILD(launch_cuda_split_kv), &emulated::launch_cuda_split_kv,
                                  FLASHLAB_GPU_BUILD(cuda_split_kv_registry_workspace_bytes),
                                  &emulated::cuda_split_kv_registry_workspace_bytes})};
+
+// The core (cuda_core.cu): Flash-Decoding as the method says it, the plain case. The padded query rows and
+// pages the full kernel refuses or takes, it refuses by name (the registry refuses the explicit mask).
+std::string core_supports(const Problem& p) {
+  if (p.page_size > 0)
+    return "page_size (" + std::to_string(p.page_size) +
+           "): a paged KV cache is decoding/cuda_split_kv's (the core reads contiguous K and V)";
+  return supports(p);
+}
+
+const Registration cuda_core{gpu_implementation(
+    {.name = "decoding/cuda_core",
+     .summary =
+         "Flash-Decoding on CUDA as the method says it: a partial (O_j, LSE_j) per chunk, then combine",
+     .dtypes = {DType::f16},
+     .constraints = "the plain case: f16; seqlen_q <= 16; head_dim 64, 128; causal, window, seqlens_k, GQA",
+     .explicit_mask = false,
+     .supports = core_supports},
+    FLASHLAB_DEVICE_BUILDS(launch_cuda_core, cuda_core_workspace_bytes))};
 
 }  // namespace
 
