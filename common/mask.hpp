@@ -47,6 +47,16 @@ FLASHLAB_HOST_DEVICE inline bool explicit_mask_allows(const uint8_t* mask, int64
   return mask == nullptr || mask[i * seqlen_k + j] != 0;
 }
 
+// Whether row i sees any key at all under the three rules, `keys` being its band (rules 1 and 2): a question
+// only asked of rows whose sum of weights is 0, to tell a fully masked row from one whose scores were all
+// -inf.
+FLASHLAB_HOST_DEVICE inline bool row_sees_a_key(KeyRange keys, const uint8_t* mask, int64_t seqlen_k,
+                                                int64_t i) {
+  for (int64_t j = keys.begin; j < keys.end; ++j)
+    if (explicit_mask_allows(mask, seqlen_k, i, j)) return true;
+  return false;
+}
+
 // How a (rows x keys) tile meets the mask: tiled stages skip hidden tiles and mask only partial ones.
 enum class TileCover { hidden, partial, full };
 

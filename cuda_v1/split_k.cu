@@ -1,16 +1,28 @@
-// cuda_v1/split_k: FlashAttention-1 (Dao et al. 2022), Algorithm 1, in fp32 on CUDA cores.
+// cuda_v1/split_k: FlashAttention-1 (Dao et al. 2022), Algorithm 1, in fp32 on CUDA cores: the stage's core,
+// written to be read beside the paper. One thread block per (batch, head), as FA1 parallelized (Sec. 3.1);
+// inside it, the 4 warps split each K/V block's 128 keys (split-K): warp w owns keys j0 + 32w .. j0 + 32w +
+// 31, one per lane, computes its part of S_ij and P~_ij V_j with its own row maxima and sums, and the
+// partials meet in shared memory behind a barrier (the inter-warp reduction FA2 removes by splitting Q
+// instead).
 //
-//   grid      one thread block per (batch, head), as FA1 parallelized (Sec. 3.1): batch * heads_q blocks
-//   outer     K/V blocks K_j, V_j of Bc = 128 keys, loaded into shared memory once each (lines 5-6)
-//   inner     Q blocks Q_i of Br rows (lines 7-8); O_i, l_i, m_i are read from and written back to global
-//             memory at every K/V block (lines 8-13)
-//   split-K   inside the block, the 4 warps split each K/V block's 128 columns: warp w owns keys
-//             j0 + 32w .. j0 + 32w + 31 (one per lane). Each warp computes its part of S_ij and of P~_ij V_j
-//             with its own row maxima and sums; the partials meet in shared memory behind a barrier (the
-//             inter-warp reduction that FA2 removes by splitting Q instead).
-//
-// Everything the masks decide comes from common/mask.hpp (band_key_range, explicit_mask_allows), the same
-// functions the CPU stages call.
+// Algorithm 1, line by line (the [Ln] marks below; tests/check_cores.py holds this table to them):
+//   [L1]  block sizes: Bc = 128 keys (a key per thread), Br = 16 rows (8 at d 128)    kBc, q_block_rows
+//   [L2]  O = 0, l = 0, m = -inf in global memory (m and l in the launch's workspace)
+//   [L3]  Q into blocks Q_i of Br rows, K and V into blocks K_j, V_j of Bc keys;
+//   [L4]  O, l and m into blocks of Br rows, like Q                           the row and key strides
+//   [L5]  for each K/V block j (the outer loop)
+//   [L6]    load K_j, V_j into shared memory
+//   [L7]    for each Q block i (the inner loop)
+//   [L8]      load Q_i, O_i, l_i, m_i: Q_i into shared memory, l_i and m_i beside it, O_i in [L12]
+//   [L9]      S_ij = Q_i K_j^T, times the softmax scale
+//   [L10]     m~_ij = rowmax(S_ij), P~_ij = exp(S_ij - m~_ij), l~_ij = rowsum(P~_ij): per warp, then merged
+//   [L11]     m_new = max(m_i, m~_ij), l_new = e^(m_i - m_new) l_i + e^(m~_ij - m_new) l~_ij
+//   [L12]     write O_i = diag(l_new)^-1 (diag(l_i) e^(m_i - m_new) O_i + e^(m~_ij - m_new) P~_ij V_j)
+//   [L13]     write l_i = l_new, m_i = m_new
+//   [L16] return O, and LSE = m + log l for the backward
+// (Lines 14 and 15 close the loops.) The masks come from common/mask.hpp (band_key_range,
+// explicit_mask_allows), the same functions the CPU stages call; tiles that causal, window and padding hide
+// are skipped.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -18,7 +30,7 @@
 
 #include "common/cuda/check.hpp"
 #include "common/cuda/launch.cuh"
-#include "common/error.hpp"
+#include "common/cuda/warp_reduce.cuh"
 #include "common/mask.hpp"
 #include "cuda_v1/split_k.hpp"
 
@@ -28,31 +40,13 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kBc = 32 * kWarps;  // K/V block: one key per lane of the block (split-K over the warps)
+constexpr int kBc = 32 * kWarps;  // [L1] K/V block: one key per lane of the block (split-K over the warps)
 
 // Br, the rows of a Q block: 16, or 8 at head_dim 128 so that the shared tiles fit an A100's 163 KiB as well.
 template <int kHeadDim>
 constexpr int q_block_rows() {
   return kHeadDim <= 64 ? 16 : 8;
 }
-
-struct Params {
-  const float* q;  // [batch, seqlen_q, heads_q, head_dim]
-  const float* k;  // [batch, seqlen_k, heads_kv, head_dim]
-  const float* v;
-  float* o;        // [batch, seqlen_q, heads_q, head_dim]; also Algorithm 1's O in global memory
-  float* lse;      // [batch, heads_q, seqlen_q]
-  float* row_max;  // Algorithm 1's m in global memory, [batch, heads_q, seqlen_q]
-  float* row_sum;  // Algorithm 1's l
-  const uint8_t* mask;
-  const int64_t* seqlens_q;
-  const int64_t* seqlens_k;
-  int64_t heads_q, heads_kv, seqlen_q, seqlen_k;
-  int head_dim;
-  float scale;
-  bool causal;
-  int64_t window_left, window_right;
-};
 
 // Shared memory of one block (dynamic, opted in: up to 153 KiB at head_dim 128).
 template <int kHeadDim>
@@ -67,39 +61,20 @@ struct SharedTiles {
   float o_part[kWarps][Br][kHeadDim];  // each warp's P~ V over its columns (split-K partials)
   float m_part[kWarps][Br];            // each warp's row maxima over its columns
   float l_part[kWarps][Br];            // each warp's row sums
-  float m_old[Br];                     // m_i as read from global memory (line 8)
+  float m_old[Br];                     // m_i as read from global memory ([L8])
   float l_old[Br];                     // l_i
 };
 
-__device__ float warp_max(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float other = __shfl_xor_sync(0xffffffffu, x, offset);
-    // NaN-propagating max (fmaxf would drop a NaN score, and the row would not turn NaN like the reference).
-    x = (other > x || other != other) ? other : x;
-  }
-  return x;
-}
-
-__device__ float warp_sum(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-
-// Whether row i sees any key at all under every mask rule (rare path: only asked for rows with l = 0).
-__device__ bool row_sees_a_key(const Params& p, int64_t i, int64_t rows_q, int64_t rows_k) {
-  const KeyRange keys = band_key_range(i, rows_q, rows_k, p.causal, p.window_left, p.window_right);
-  for (int64_t j = keys.begin; j < keys.end; ++j)
-    if (explicit_mask_allows(p.mask, p.seqlen_k, i, j)) return true;
-  return false;
-}
+using cuda::warp_max;  // NaN-propagating, so that a NaN score turns its row NaN like the reference
+using cuda::warp_sum;
 
 // One block = one (batch, head): the whole of Algorithm 1 for that head.
 template <int kHeadDim>
-__global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const SplitKParams p) {
   using Tiles = SharedTiles<kHeadDim>;
   constexpr int Br = Tiles::Br;
   constexpr int kDimsPerLane = kHeadDim / 32;    // output columns per lane in P~ V
-  constexpr int kThreadsPerRow = kThreads / Br;  // threads per row of O_i in the update (lines 10-13)
+  constexpr int kThreadsPerRow = kThreads / Br;  // threads per row of O_i in the update
   static_assert(kThreads % Br == 0 && kHeadDim % 32 == 0);
   constexpr float neg_inf = -INFINITY;
   Tiles& t = *cuda::dynamic_shared_memory<Tiles>();
@@ -111,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
   const int64_t rows_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;
   const int d = p.head_dim;
   // Row i of this head's Q/O starts at q_head + i * q_stride; key j's K/V row at k_head + j * kv_stride.
-  const int64_t q_stride = p.heads_q * d, kv_stride = p.heads_kv * d;
+  const int64_t q_stride = p.heads_q * d, kv_stride = p.heads_kv * d;  // [L3] [L4] the blocks' rows
   const float* q_head = p.q + (b * p.seqlen_q * p.heads_q + h) * d;
   float* o_head = p.o + (b * p.seqlen_q * p.heads_q + h) * d;
   const float* k_head = p.k + (b * p.seqlen_k * p.heads_kv + hk) * d;
@@ -120,18 +95,17 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
   float* m_head = p.row_max + row0;
   float* l_head = p.row_sum + row0;
 
-  // Line 2: O = 0, l = 0, m = -inf in global memory. Padded rows (i >= rows_q) keep these: O = 0, LSE = -inf.
+  // [L2] O = 0, l = 0, m = -inf in global memory. Padded rows (i >= rows_q) keep these: O = 0, LSE = -inf.
   for (int64_t e = threadIdx.x; e < p.seqlen_q * d; e += kThreads) o_head[(e / d) * q_stride + e % d] = 0.0f;
   for (int64_t i = threadIdx.x; i < p.seqlen_q; i += kThreads) {
     m_head[i] = neg_inf;
     l_head[i] = 0.0f;
-  }
-  // (The first barrier below makes these writes visible to the whole block.)
+  }  // (the first barrier below makes these writes visible to the whole block)
 
-  // Line 5: K/V blocks outer. Keys at j >= rows_k are padding: no block past them is loaded.
+  // [L5] K/V blocks outer. Keys at j >= rows_k are padding: no block past them is loaded.
   for (int64_t j0 = 0; j0 < rows_k; j0 += kBc) {
     __syncthreads();  // every warp is done with K_{j-1}, V_{j-1} before they are overwritten
-    // Line 6: load K_j (transposed) and V_j into shared memory, zeros past the last key and the head dim.
+    // [L6] load K_j (transposed) and V_j into shared memory, zeros past the last key and the head dim.
     for (int e = threadIdx.x; e < kBc * kHeadDim; e += kThreads) {
       const int c = e / kHeadDim, dim = e % kHeadDim;
       const int64_t j = j0 + c;
@@ -140,9 +114,9 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
       t.v[c][dim] = inside ? v_head[j * kv_stride + dim] : 0.0f;
     }
 
-    // Line 7: Q blocks inner, over the valid rows only (padded rows see nothing).
+    // [L7] Q blocks inner, over the valid rows only (padded rows see nothing).
     for (int64_t i0 = 0; i0 < rows_q; i0 += Br) {
-      // Line 8: load Q_i.
+      // [L8] load Q_i.
       for (int e = threadIdx.x; e < Br * kHeadDim; e += kThreads) {
         const int r = e / kHeadDim, dim = e % kHeadDim;
         const int64_t i = i0 + r;
@@ -159,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
       }
       if (!__syncthreads_or(sees_block)) continue;
 
-      // Line 8 (cont.): m_i and l_i from global memory. Written after the barrier above: by then every thread
+      // [L8] (cont.) m_i and l_i from global memory. Written after the barrier above: by then every thread
       // has finished the previous Q block's update, the last reader of m_old and l_old.
       if (threadIdx.x < Br) {
         const int64_t i = i0 + threadIdx.x;
@@ -167,10 +141,10 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
         t.l_old[threadIdx.x] = i < rows_q ? l_head[i] : 0.0f;
       }
 
-      // Lines 9-10, this warp's share of the columns (split-K): lane owns key j = j0 + 32 * warp + lane.
+      // [L9]-[L10], this warp's share of the columns (split-K): lane owns key j = j0 + 32 * warp + lane.
       const int c = warp * 32 + lane;
       const int64_t j = j0 + c;
-      // Line 9: S_ij = scale * Q_i K_j^T, Br scores per lane.
+      // [L9] S_ij = scale * Q_i K_j^T, Br scores per lane.
       float s[Br];
 #pragma unroll
       for (int r = 0; r < Br; ++r) s[r] = 0.0f;
@@ -184,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
           s[r] = fmaf(q4.x, k0, fmaf(q4.y, k1, fmaf(q4.z, k2, fmaf(q4.w, k3, s[r]))));
         }
       }
-      // Line 10 within the warp: partial row max m_w, P~ = exp(S - m_w), partial row sum l_w.
+      // [L10] within the warp: partial row max m_w, P~ = exp(S - m_w), partial row sum l_w.
 #pragma unroll
       for (int r = 0; r < Br; ++r) {
         const int64_t i = i0 + r;
@@ -237,14 +211,14 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
       // The split-K reduction: every warp's partials are in shared memory before any thread combines them.
       __syncthreads();
 
-      // Lines 10-13: kThreadsPerRow threads per row of O_i. The block-wide m~_ij, l~_ij and P~_ij V_j merge
+      // [L10]-[L13]: kThreadsPerRow threads per row of O_i. The block-wide m~_ij, l~_ij and P~_ij V_j merge
       // the warps' partials, each rescaled from its own max to the common one (the merge of
       // common/softmax_state.hpp); then O_i, l_i, m_i are updated in global memory. Each thread works out
       // its row's factors once and applies them to every kThreadsPerRow-th column, from dim = lane_in_row.
       const int r = threadIdx.x / kThreadsPerRow, lane_in_row = threadIdx.x % kThreadsPerRow;
       const int64_t i = i0 + r;
-      float m_tilde = neg_inf;     // line 10: m~_ij = rowmax(S_ij) over all the block's columns
-      float l_tilde = 0.0f;        // line 10: l~_ij = rowsum(P~_ij)
+      float m_tilde = neg_inf;     // m~_ij = rowmax(S_ij) over all the block's columns
+      float l_tilde = 0.0f;        // l~_ij = rowsum(P~_ij)
       float rescale[kWarps] = {};  // e^(m_w - m~_ij): 0 for a warp that saw no key of the row
 
       // EXERCISE BEGIN split-k-combine
@@ -271,13 +245,13 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
       // EXERCISE END split-k-combine
       // A row past the last query, or one with no score above -inf in K_j, keeps its O_i, l_i and m_i.
       if (i < rows_q && m_tilde != neg_inf) {
-        // Line 11: m_new = max(m_i, m~_ij), l_new = e^(m_i - m_new) l_i + e^(m~_ij - m_new) l~_ij.
+        // [L11] m_new = max(m_i, m~_ij), l_new = e^(m_i - m_new) l_i + e^(m~_ij - m_new) l~_ij.
         const float m_old = t.m_old[r], l_old = t.l_old[r];
         const float m_new = m_old > m_tilde ? m_old : m_tilde;  // m~_ij is finite or NaN here, never -inf
         const float old_scale = expf(m_old - m_new);            // 0 while m_i is still -inf (nothing seen)
         const float new_scale = expf(m_tilde - m_new);
         const float l_new = old_scale * l_old + new_scale * l_tilde;  // >= e^0 = 1 (the row max's own term)
-        // Line 12: O_i = diag(l_new)^-1 (diag(l_i) e^(m_i - m_new) O_i + e^(m~_ij - m_new) P~_ij V_j).
+        // [L12] O_i = diag(l_new)^-1 (diag(l_i) e^(m_i - m_new) O_i + e^(m~_ij - m_new) P~_ij V_j).
         const float o_weight = l_old * old_scale / l_new, pv_weight = new_scale / l_new;
         for (int dim = lane_in_row; dim < d; dim += kThreadsPerRow) {
           float pv_tilde = 0.0f;  // the block's P~_ij V_j: the warps' partials, brought to m~_ij
@@ -286,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
           float* o = o_head + i * q_stride + dim;
           *o = o_weight * *o + pv_weight * pv_tilde;
         }
-        // Line 13: l_i = l_new, m_i = m_new, once per row. Nobody reads them again in this Q block (every
+        // [L13] l_i = l_new, m_i = m_new, once per row. Nobody reads them again in this Q block (every
         // thread took m_i, l_i from m_old, l_old).
         if (lane_in_row == 0) {
           m_head[i] = m_new;
@@ -296,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
     }
   }
 
-  // After line 15, O is final (FA1 normalizes at every step); LSE = m + log(l), -inf for a row that saw no
+  // [L16] O is final (FA1 normalizes at every step); LSE = m + log(l), -inf for a row that saw no
   // key.
   __syncthreads();  // the last Q block's m and l are written
   float* lse_head = p.lse + row0;
@@ -305,7 +279,8 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
     lse_head[i] = l == 0.0f ? neg_inf : m_head[i] + logf(l);  // the log of an empty sum is -inf
     // l = 0 with a visible key: every visible score was -inf (infinite inputs). The reference's
     // exp(-inf - (-inf)) makes that row NaN; so does this stage (a fully masked row keeps O = 0, LSE = -inf).
-    if (l == 0.0f && row_sees_a_key(p, i, rows_q, rows_k)) {
+    const KeyRange band = band_key_range(i, rows_q, rows_k, p.causal, p.window_left, p.window_right);
+    if (l == 0.0f && row_sees_a_key(band, p.mask, p.seqlen_k, i)) {
       lse_head[i] = NAN;
       for (int dim = 0; dim < d; ++dim) o_head[i * q_stride + dim] = NAN;
     }
@@ -313,59 +288,30 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const Params p) {
 }
 
 template <int kHeadDim>
-void launch(const Params& params, int64_t blocks) {
-  const size_t bytes = sizeof(SharedTiles<kHeadDim>);
-  int device = 0;
-  FLASHLAB_CUDA_CHECK(cudaGetDevice(&device));
-  cudaDeviceProp properties{};
-  FLASHLAB_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
-  if (bytes > properties.sharedMemPerBlockOptin)
-    fail("cuda_v1/split_k needs ", bytes, " bytes of shared memory per block at head_dim tile ", kHeadDim,
-         "; ", properties.name, " allows ", properties.sharedMemPerBlockOptin);
+void launch(const SplitKParams& params) {
+  const size_t bytes = sizeof(SharedTiles<kHeadDim>);  // above 48 KiB a kernel must opt in
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(
       split_k_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  cuda::launch_kernel<split_k_kernel<kHeadDim>>(dim3(static_cast<unsigned>(blocks)), dim3(kThreads), bytes,
-                                                nullptr, params);
+  const dim3 grid(static_cast<unsigned>(params.batch * params.heads_q));  // one block per (batch, head)
+  cuda::launch_kernel<split_k_kernel<kHeadDim>>(grid, dim3(kThreads), bytes, nullptr, params);
 }
 
 }  // namespace
 
 namespace FLASHLAB_CUDA_TARGET {
 
-void launch_split_k(const Problem& problem, const DeviceTensors& tensors) {
-  if (problem.dtype != DType::f32)
-    fail("cuda_v1/split_k computes in f32 only (dtype ", to_string(problem.dtype), ")");
-  if (problem.head_dim > kMaxHeadDim)
-    fail("head_dim (", problem.head_dim, ") must be at most ", kMaxHeadDim, " for cuda_v1/split_k");
-  const int64_t blocks = problem.batch * problem.heads_q;
-  if (blocks > int64_t(0x7fffffff)) fail("batch * heads_q (", blocks, ") exceeds the grid limit 2^31 - 1");
-  float* statistics = static_cast<float*>(tensors.workspace);
-  const Params params{static_cast<const float*>(tensors.q),
-                      static_cast<const float*>(tensors.k),
-                      static_cast<const float*>(tensors.v),
-                      static_cast<float*>(tensors.o),
-                      tensors.lse,
-                      statistics,
-                      statistics + problem.lse_elements(),
-                      tensors.mask,
-                      tensors.seqlens_q,
-                      tensors.seqlens_k,
-                      problem.heads_q,
-                      problem.heads_kv,
-                      problem.seqlen_q,
-                      problem.seqlen_k,
-                      static_cast<int>(problem.head_dim),
-                      static_cast<float>(problem.softmax_scale()),
-                      problem.causal,
-                      problem.window_left,
-                      problem.window_right};
+void split_k_forward(const SplitKParams& params) {
   // Only the head-dim tiles that are needed are compiled: 32, 64 and 128 (smaller dims are zero-padded).
-  if (problem.head_dim <= 32)
-    launch<32>(params, blocks);
-  else if (problem.head_dim <= 64)
-    launch<64>(params, blocks);
+  if (params.head_dim <= 32)
+    launch<32>(params);
+  else if (params.head_dim <= 64)
+    launch<64>(params);
   else
-    launch<128>(params, blocks);
+    launch<128>(params);
+}
+
+void launch_split_k(const Problem& problem, const DeviceTensors& tensors) {
+  split_k_forward(split_k_params(problem, tensors));
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET
