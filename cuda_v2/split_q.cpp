@@ -1,7 +1,6 @@
 // cuda_v2's registrations: ordinary C++, compiled once. The kernels (split_q_simt.cu, split_q.cu) are built
 // for the GPU and for the emulator, and the registry runs whichever this machine can
 // (common/cuda/gpu_stage.hpp).
-#include <climits>
 #include <string>
 
 #include "common/cuda/gpu_stage.hpp"
@@ -13,18 +12,20 @@ namespace flashlab::cuda_v2 {
 
 namespace {
 
-// What both kernels cannot do, as the launch check (check_split_q*) would refuse it, but before any device
-// memory is touched. The dtype is the registry's business (Implementation::dtypes).
-std::string supports(const Problem& p) {
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
-    return "head_dim (" + std::to_string(p.head_dim) + ") must be 64, 128 or 256 (the compiled tiles)";
-  // The grid is (q-blocks, heads_q, batch); SplitQParams holds lengths and windows as int; the kernels fold
-  // the scale into exp2 after the row max of the unscaled scores.
-  for (const std::string& reason :
-       {grid_extent_limit("heads_q", p.heads_q), grid_extent_limit("batch", p.batch),
-        int_lengths_and_positive_scale(p, "cuda_v2")})
-    if (!reason.empty()) return reason;
-  return "";
+// The registry's supports(): each kernel's launch check on the problem's parameters (split_q_params.cpp), so
+// a rule is written once and refused before any device memory is touched. The dtype is also the registry's
+// business (Implementation::dtypes).
+std::string simt_supports(const Problem& p) {
+  return refusal(check_split_q_simt, p);
+}
+std::string split_q_supports(const Problem& p) {
+  return refusal(check_split_q, p);
+}
+std::string mma_supports(const Problem& p) {
+  return refusal(check_mma, p);
+}
+std::string rung_supports(const Problem& p) {
+  return refusal(check_split_q_rung, p);
 }
 
 // Both kernels' global traffic: FA2's Q-block-outer order (common/flops.hpp), K/V tiles read by cp.async up
@@ -48,13 +49,6 @@ double mma_bytes_moved(const Problem& p) {
          cuda::exact_rows_scan_bytes(p, 2.0);
 }
 
-std::string mma_supports(const Problem& p) {
-  if (p.head_dim != 64 && p.head_dim != 128)
-    return "head_dim (" + std::to_string(p.head_dim) +
-           ") must be 64 or 128 for cuda_v2/mma (the compiled tiles)";
-  return supports(p);
-}
-
 const Registration mma{gpu_implementation(
     {.name = "cuda_v2/mma",
      .summary = "FA2 Algorithm 1 on tensor cores as the paper writes it: mma.sync, plain shared-memory loads",
@@ -71,12 +65,6 @@ double rung_bytes_moved(const Problem& p) {
   const QueryKeyTile tile = split_q_tile(static_cast<int>(p.head_dim));
   return q_block_outer_bytes(p, tile.block_m, tile.block_n, 2.0, TileLoads::cp_async, KeyTiles::all) +
          cuda::exact_rows_flag_bytes();
-}
-
-std::string rung_supports(const Problem& p) {
-  if (p.head_dim != 64 && p.head_dim != 128)
-    return "head_dim (" + std::to_string(p.head_dim) + ") must be 64 or 128 for cuda_v2's tensor-core rungs";
-  return supports(p);
 }
 
 Implementation rung(const char* name, const char* summary, DeviceBuilds builds) {
@@ -103,7 +91,7 @@ const Registration split_q_simt{gpu_implementation(
     {.name = "cuda_v2/split_q_simt",
      .summary = "FA2 schedule on CUDA cores, fp32: grid over (q-block, head, batch), warps split Q",
      .constraints = "f32; head_dim 64, 128, 256; every mask, GQA, any length",
-     .supports = supports,
+     .supports = simt_supports,
      .bytes_moved = simt_bytes_moved},
     FLASHLAB_DEVICE_BUILDS(launch_split_q_simt, workspace_bytes))};
 
@@ -123,7 +111,7 @@ const Registration split_q{with_gpu_backward(
          .score_mods = true,  // forward and backward (score_mod.cuh)
          .dropout = true,     // likewise (common/dropout.hpp)
          .packed = true,      // likewise (common/cuda/sequences.hpp)
-         .supports = supports,
+         .supports = split_q_supports,
          .bytes_moved = tensor_core_bytes_moved},
         FLASHLAB_DEVICE_BUILDS(launch_split_q, workspace_bytes)),
     FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_backward, backward_workspace), split_q_backward_supports)};

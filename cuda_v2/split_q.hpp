@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "common/cuda/exact_rows.hpp"
 #include "common/cuda/int_lengths.hpp"
@@ -88,20 +89,24 @@ struct SplitQParams {
   void set_dense_strides();
 
   // Batch element b in either layout (rows, stored rows, where its rows begin): common/cuda/sequences.hpp.
-  // Whether the kernels with the variants run it (a score modification or dropout; docs/04 section 4.8).
+  // Whether the kernels with the variants run it (a score modification or dropout; docs/04 section 4.6).
   bool has_variants() const { return mod.active() || dropout.active(); }
 };
 
-// Throws flashlab::Error naming the field when a launch cannot run these parameters (dtype, head_dim,
-// alignment, sizes). Both launchers call it first.
-void check_split_q_simt(const SplitQParams& params);
-void check_split_q(const SplitQParams& params);
-void check_mma(const SplitQParams& params);
-void check_split_q_rung(const SplitQParams& params);
+// The rules of each launch, written once (split_q_params.cpp). A check throws flashlab::Error naming the
+// field when a kernel cannot run the parameters: with Checks::problem the problem's rules (head_dim, sizes,
+// grid extents, what the kernel takes; the dtype is the registry's, Implementation::dtypes), with
+// Checks::launch those, the dtype and the device memory's (pointers, strides, alignment). Every launcher
+// calls its check first; the registry asks the same check through refusal() before any device memory exists.
+enum class Checks { problem, launch };
+void check_split_q_simt(const SplitQParams& params, Checks checks = Checks::launch);
+void check_split_q(const SplitQParams& params, Checks checks = Checks::launch);
+void check_mma(const SplitQParams& params, Checks checks = Checks::launch);
+void check_split_q_rung(const SplitQParams& params, Checks checks = Checks::launch);
+using Check = void (*)(const SplitQParams&, Checks);
 
-// Head dims the kernels are instantiated for (only these, to keep the build short).
-bool split_q_simt_supports_head_dim(int head_dim);  // 64, 128, 256
-bool split_q_supports_head_dim(int head_dim);       // 64, 128, 256
+// An implementation's supports(): "" when `check` passes the problem's parameters, else its reason.
+std::string refusal(Check check, const Problem& problem);
 
 // A problem's launch parameters: dtype, sizes, dense BSHD strides, scale, causal and window. The pointers
 // (tensors, lengths, mask) are the caller's to set.

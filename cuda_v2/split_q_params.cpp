@@ -1,9 +1,12 @@
-// Host-side checks of a cuda_v2 launch: every rule a kernel relies on, refused with the field's name.
+// Host-side checks of a cuda_v2 launch: every rule a kernel relies on, written once and refused with the
+// field's name, for the launchers (Checks::launch) and for the registry (refusal(), Checks::problem).
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <utility>
 
+#include "common/cuda/gpu_stage.hpp"
 #include "common/error.hpp"
 #include "cuda_v2/backward.hpp"
 #include "cuda_v2/block_mask.cuh"
@@ -41,10 +44,6 @@ void SplitQParams::set_dense_strides() {
 
 namespace {
 
-bool is_supported_head_dim(int head_dim) {
-  return head_dim == 64 || head_dim == 128 || head_dim == 256;
-}
-
 // Whether Q and O (K and V) hold any token: packed, the total; padded, every batch element has seqlen_q >= 1
 // rows and seqlen_k keys.
 bool has_query_tokens(const SplitQParams& p) {
@@ -54,9 +53,9 @@ bool has_key_tokens(const SplitQParams& p) {
   return p.cu_seqlens_k ? p.total_k > 0 : p.seqlen_k > 0;
 }
 
-// Rules both kernels share. `vector_elements`: how many elements one vectorized load moves (16 bytes), so
+// Rules every kernel shares. `vector_elements`: how many elements one vectorized load moves (16 bytes), so
 // every row start must be a multiple of it and every pointer 16-byte aligned.
-void check_common(const SplitQParams& p, int64_t vector_elements) {
+void check_common(const SplitQParams& p, int64_t vector_elements, Checks checks) {
   if (p.batch < 1) fail("batch (", p.batch, ") must be at least 1");
   if (p.heads_q < 1) fail("heads_q (", p.heads_q, ") must be at least 1");
   if (p.heads_kv < 1) fail("heads_kv (", p.heads_kv, ") must be at least 1");
@@ -70,6 +69,7 @@ void check_common(const SplitQParams& p, int64_t vector_elements) {
   if (p.window_left < -1) fail("window_left (", p.window_left, ") must be -1 (unbounded) or >= 0");
   if (p.window_right < -1) fail("window_right (", p.window_right, ") must be -1 (unbounded) or >= 0");
   if (!(p.softmax_scale > 0.0f)) fail("softmax_scale (", p.softmax_scale, ") must be positive");
+  if (checks == Checks::problem) return;  // the rest is about device memory
   // A tensor that holds no token may be null (packed sequences that are all empty; seqlen_k 0): the kernels
   // then read and write none of it.
   if (has_query_tokens(p)) {
@@ -107,56 +107,76 @@ void check_common(const SplitQParams& p, int64_t vector_elements) {
 
 }  // namespace
 
-bool split_q_simt_supports_head_dim(int head_dim) {
-  return is_supported_head_dim(head_dim);
-}
-bool split_q_supports_head_dim(int head_dim) {
-  return is_supported_head_dim(head_dim);
+std::string refusal(Check check, const Problem& p) {
+  // SplitQParams holds sizes as int: what does not fit is refused before it is narrowed.
+  if (std::string reason = int_lengths_and_positive_scale(p, "cuda_v2"); !reason.empty()) return reason;
+  for (const auto& [field, value] : {std::pair<const char*, int64_t>{"batch", p.batch},
+                                     {"heads_q", p.heads_q},
+                                     {"heads_kv", p.heads_kv},
+                                     {"head_dim", p.head_dim}})
+    if (value > INT_MAX) return std::string(field) + " (" + std::to_string(value) + ") must fit an int";
+  try {
+    check(split_q_params(p), Checks::problem);
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
 }
 
-void check_split_q_simt(const SplitQParams& p) {
-  if (p.dtype != DType::f32) fail("dtype (", to_string(p.dtype), ") must be f32 for cuda_v2/split_q_simt");
+void check_split_q_simt(const SplitQParams& p, Checks checks) {
+  if (checks == Checks::launch && p.dtype != DType::f32)
+    fail("dtype (", to_string(p.dtype), ") must be f32 for cuda_v2/split_q_simt");
   if (p.cu_seqlens_q || p.cu_seqlens_k)
     fail("cu_seqlens_q/k (packed variable-length batches) are not supported by cuda_v2/split_q_simt");
-  if (!split_q_simt_supports_head_dim(p.head_dim))
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     fail("head_dim (", p.head_dim, ") must be 64, 128 or 256 for cuda_v2/split_q_simt");
-  check_common(p, 4);
+  check_common(p, 4, checks);
 }
 
-void check_split_q(const SplitQParams& p) {
-  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+void check_split_q(const SplitQParams& p, Checks checks) {
+  if (checks == Checks::launch && p.dtype != DType::f16 && p.dtype != DType::bf16)
     fail("dtype (", to_string(p.dtype), ") must be f16 or bf16 for cuda_v2/split_q");
-  if (!split_q_supports_head_dim(p.head_dim))
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     fail("head_dim (", p.head_dim, ") must be 64, 128 or 256 for cuda_v2/split_q");
-  check_common(p, 8);
+  check_common(p, 8, checks);
 }
 
-void check_split_q_rung(const SplitQParams& p) {
-  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+void check_split_q_rung(const SplitQParams& p, Checks checks) {
+  if (checks == Checks::launch && p.dtype != DType::f16 && p.dtype != DType::bf16)
     fail("dtype (", to_string(p.dtype), ") must be f16 or bf16 for cuda_v2's tensor-core rungs");
   if (p.head_dim != 64 && p.head_dim != 128)
     fail("head_dim (", p.head_dim, ") must be 64 or 128 for cuda_v2's tensor-core rungs");
   if (p.has_variants())
     fail("cuda_v2's tensor-core rungs take no score modification or dropout (split_q does)");
-  check_common(p, 8);
+  check_common(p, 8, checks);
 }
 
-void check_mma(const SplitQParams& p) {
-  if (p.dtype != DType::f16) fail("dtype (", to_string(p.dtype), ") must be f16 for cuda_v2/mma");
+void check_mma(const SplitQParams& p, Checks checks) {
+  if (checks == Checks::launch && p.dtype != DType::f16)
+    fail("dtype (", to_string(p.dtype), ") must be f16 for cuda_v2/mma");
   if (p.head_dim != 64 && p.head_dim != 128)
     fail("head_dim (", p.head_dim, ") must be 64 or 128 for cuda_v2/mma");
   if (p.cu_seqlens_q || p.cu_seqlens_k || p.mask || p.has_variants())
     fail(
         "cuda_v2/mma takes the plain case only: no packed batches, explicit mask, score modification or "
         "dropout");
-  check_common(p, 8);
+  check_common(p, 8, checks);
 }
 
-std::string split_q_backward_supports(const Problem& p) {
+namespace {
+
+// The backward's rules: the forward's, and its own tiles and grid.
+void check_backward(const SplitQParams& p, Checks checks) {
+  check_split_q(p, checks);
   if (p.head_dim != 64 && p.head_dim != 128)
-    return "head_dim (" + std::to_string(p.head_dim) +
-           ") must be 64 or 128 for the backward (the compiled tiles)";
-  return "";
+    fail("head_dim (", p.head_dim, ") must be 64 or 128 for the backward");
+  if (p.heads_kv > 65535) fail("heads_kv (", p.heads_kv, ") must be at most 65535 for the backward's grid");
+}
+
+}  // namespace
+
+std::string split_q_backward_supports(const Problem& p) {
+  return refusal(check_backward, p);
 }
 
 BackwardTraffic backward_traffic(const Problem& problem) {
@@ -187,11 +207,7 @@ BackwardTraffic backward_traffic(const Problem& problem) {
 }
 
 void check_split_q_backward(const SplitQBackwardParams& p) {
-  check_split_q(p.forward);
-  if (p.forward.head_dim != 64 && p.forward.head_dim != 128)
-    fail("head_dim (", p.forward.head_dim, ") must be 64 or 128 for the backward");
-  if (p.forward.heads_kv > 65535)
-    fail("heads_kv (", p.forward.heads_kv, ") must be at most 65535 for the backward's grid");
+  check_backward(p.forward, Checks::launch);
   for (const auto& [field, pointer] : {std::pair<const char*, const void*>{"d_sum", p.d_sum},
                                        {"dq_accum", p.dq_accum},
                                        {"nonfinite", p.nonfinite}})

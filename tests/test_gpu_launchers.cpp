@@ -101,10 +101,9 @@ TEST_CASE("cuda_v2's tile decisions (skip, full, element mask) agree with the ma
 }
 
 TEST_CASE("cuda_v2's launchers refuse what their kernels cannot do, naming the field") {
-  auto refusal = [](void (*check)(const cuda_v2::SplitQParams&),
-                    cuda_v2::SplitQParams params) -> std::string {
+  auto refusal = [](cuda_v2::Check check, cuda_v2::SplitQParams params) -> std::string {
     try {
-      check(params);
+      check(params, cuda_v2::Checks::launch);
     } catch (const Error& error) {
       return error.what();
     }
