@@ -1,16 +1,29 @@
-// cuda_v2/split_q_simt: the FlashAttention-2 schedule (Dao 2023, Algorithm 1) on CUDA cores, fp32 throughout.
-//
-// The arithmetic is cuda_v1's (fp32 dot products and FMAs on CUDA cores); only the schedule changes, so the
-// measured difference to cuda_v1 is the schedule's alone:
+// cuda_v2/split_q_simt: the FlashAttention-2 schedule (Dao 2023, Algorithm 1) on CUDA cores, fp32 throughout:
+// the stage's first core. The arithmetic is cuda_v1's (fp32 dot products and FMAs on CUDA cores); only the
+// schedule changes, so the measured difference to cuda_v1 is the schedule's alone:
 //   1. the grid is (q-block, head, batch): one thread block per query block, not per (batch, head);
 //   2. Q is the outer loop (a block's Q rows stay on chip), K/V the inner one, and each warp owns its own
 //      query rows (split-Q): a row's m, l and O live in one warp, so no inter-warp reduction;
 //   3. O stays unnormalized until the last tile: one division per row instead of one per tile.
-// Like split_q it skips the key tiles that causal, window and padding hide and masks only the tiles they cut.
+// Inside a warp: lane j scores key j of the 32-key tile for each of the warp's 8 rows; a row's max is a warp
+// shuffle reduction; for O += P V lane c owns output columns c, c + 32, ... and takes P[r][j] from lane j.
 //
-// Inside a warp: lane j computes the score of key j of the 32-key tile for each of the warp's 8 rows; the row
-// max is a warp shuffle reduction; for O += P V lane c owns output columns c, c + 32, ... and receives
-// P[r][j] from lane j by shuffle.
+// Algorithm 1, line by line (the [Ln] marks below; tests/check_cores.py holds this table to them):
+//   [L1]  Q into blocks of Br = 32 rows (8 a warp), K and V into blocks of Bc = 32 keys    kBlockM, kBlockN
+//   [L2]  O and the logsumexp L into blocks of Br rows                                  (the output tensors)
+//   [L3]  for each Q block i: one thread block per (i, head, batch), in parallel         the grid
+//   [L4]  load Q_i into shared memory
+//   [L5]  O~_i = 0, l_i = 0, m_i = -inf, in registers
+//   [L6]  for each K/V block j (those that causal, window and padding leave visible)
+//   [L7]  load K_j, V_j into shared memory
+//   [L8]  S_ij = Q_i K_j^T
+//   [L9]  m_ij = max(m_i, rowmax(S_ij)), P~_ij = exp(S_ij - m_ij), l_ij = e^(m_i - m_ij) l_i + rowsum(P~_ij)
+//   [L10] O~_i = diag(e^(m_i - m_ij)) O~_i + P~_ij V_j
+//   [L12] O_i = diag(l_i)^-1 O~_i
+//   [L13] L_i = m_i + log(l_i)
+//   [L14] write O_i;  [L15] write L_i
+// (Lines 11 and 16 close the loops; 17 returns.) The exponentials are exp2 of scores scaled by
+// scale * log2(e), so m is kept in the log2 domain and L brought back to the natural log at the end.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -18,6 +31,7 @@
 #include "common/cuda/check.hpp"
 #include "common/cuda/exact_rows.cuh"
 #include "common/cuda/launch.cuh"
+#include "common/cuda/warp_reduce.cuh"
 #include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/split_q.hpp"
 
@@ -27,11 +41,10 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRowsPerWarp = 8;
-constexpr int kBlockM = kWarps * kRowsPerWarp;  // 32 query rows per block
+constexpr int kBlockM = kWarps * kRowsPerWarp;  // [L1] 32 query rows per block
 constexpr int kBlockN = 32;                     // one key per lane
 static_assert(kBlockM == split_q_simt_tile().block_m && kBlockN == split_q_simt_tile().block_n,
               "split_q_simt_tile (split_q.hpp) states the tiles");
-#include "common/cuda/warp_reduce.cuh"
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -76,7 +89,7 @@ __global__ void __launch_bounds__(kThreads) split_q_simt_kernel(const SplitQPara
   float* const sK = sQ + kBlockM * kHeadDim;               // [kBlockN][kHeadDim + 1]
   float* const sV = sK + kBlockN * kPitchK;                // [kBlockN][kHeadDim]
 
-  // Change 1: the grid is (q-block, head, batch).
+  // Change 1, [L3]: the grid is (q-block, head, batch).
   const int q_block = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
   const int head_kv = head / (p.heads_q / p.heads_kv);  // GQA/MQA by indexing
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -87,23 +100,23 @@ __global__ void __launch_bounds__(kThreads) split_q_simt_kernel(const SplitQPara
   const float* const q = static_cast<const float*>(p.q) + b * p.q_batch_stride + head * p.q_head_stride;
   const float* const k = static_cast<const float*>(p.k) + b * p.k_batch_stride + head_kv * p.k_head_stride;
   const float* const v = static_cast<const float*>(p.v) + b * p.v_batch_stride + head_kv * p.v_head_stride;
-  load_tile<kBlockM, kHeadDim>(sQ, kHeadDim, q, p.q_row_stride, row_begin, p.seqlen_q);  // Q_i once (line 4)
+  load_tile<kBlockM, kHeadDim>(sQ, kHeadDim, q, p.q_row_stride, row_begin, p.seqlen_q);  // [L4] Q_i once
 
   const float scale_log2 = p.softmax_scale * kLog2e;  // exp(scale * s) = exp2(scale * log2(e) * s)
-  float o_acc[kRowsPerWarp][kColsPerLane] = {};       // O~ (unnormalized), columns lane + 32 u
+  float o_acc[kRowsPerWarp][kColsPerLane] = {};       // [L5] O~ (unnormalized), columns lane + 32 u
   float row_max[kRowsPerWarp];                        // m in the log2 domain, the same in every lane
   float row_sum[kRowsPerWarp] = {};                   // l over this lane's keys; the warp sum is deferred
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) row_max[r] = -INFINITY;
 
-  for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
+  for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {  // [L6]
     const int key0 = tile * kBlockN;
     __syncthreads();  // the previous tile is consumed (and, the first time, nothing is pending)
     load_tile<kBlockN, kHeadDim>(sK, kPitchK, k, p.k_row_stride, key0, block.rows_k);
     load_tile<kBlockN, kHeadDim>(sV, kHeadDim, v, p.v_row_stride, key0, block.rows_k);
-    __syncthreads();
+    __syncthreads();  // [L7] K_j and V_j are in shared memory
 
-    // S = Q_i K_j^T (line 8): lane j scores key key0 + j against each of the warp's rows.
+    // [L8] S = Q_i K_j^T: lane j scores key key0 + j against each of the warp's rows.
     float s[kRowsPerWarp] = {};
     for (int c = 0; c < kHeadDim; c += 4) {
       const float k0 = sK[lane * kPitchK + c], k1 = sK[lane * kPitchK + c + 1];
@@ -122,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) split_q_simt_kernel(const SplitQPara
       }
     }
 
-    // Online softmax (lines 9-10).
+    // [L9] the online softmax; the rescaling of O~ in [L10].
     float weight[kRowsPerWarp];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -137,7 +150,7 @@ __global__ void __launch_bounds__(kThreads) split_q_simt_kernel(const SplitQPara
       for (int u = 0; u < kColsPerLane; ++u) o_acc[r][u] *= rescale;
     }
 
-    // O~ += P V_j (line 10): P[r][j] comes from lane j.
+    // [L10] O~ += P V_j: P[r][j] comes from lane j.
     for (int j = 0; j < kBlockN; ++j) {
       float vj[kColsPerLane];
 #pragma unroll
@@ -151,7 +164,8 @@ __global__ void __launch_bounds__(kThreads) split_q_simt_kernel(const SplitQPara
     }
   }
 
-  // Change 3 (lines 12-13): normalize once; LSE = m + log l, back to natural log.
+  // Change 3, [L12]-[L13]: normalize once; LSE = m + log l, back to natural log.
+  // [L2] this block's rows of O and L:
   float* const o = static_cast<float*>(p.o) + b * p.o_batch_stride + head * p.o_head_stride;
   float* const lse_row = p.lse + (static_cast<int64_t>(b) * p.heads_q + head) * p.seqlen_q;
 #pragma unroll
@@ -164,9 +178,9 @@ __global__ void __launch_bounds__(kThreads) split_q_simt_kernel(const SplitQPara
     const bool empty = row >= block.rows_q || l == 0.0f;
     const float inv_l = empty ? 0.0f : 1.0f / l;
 #pragma unroll
-    for (int u = 0; u < kColsPerLane; ++u)
+    for (int u = 0; u < kColsPerLane; ++u)  // [L14]
       o[row * p.o_row_stride + lane + 32 * u] = empty ? 0.0f : o_acc[r][u] * inv_l;
-    if (lane == 0) lse_row[row] = empty ? -INFINITY : (row_max[r] + log2f(l)) * kLn2;
+    if (lane == 0) lse_row[row] = empty ? -INFINITY : (row_max[r] + log2f(l)) * kLn2;  // [L15]
   }
 }
 
