@@ -156,7 +156,7 @@ __device__ inline void accumulate_keys_by_dims(float (&acc)[kHeadDim / 8][4],
 
 // kVariants: the problem has a score modification (soft-capping, ALiBi, a bias) or dropout. A kernel of its
 // own, since their code costs the head-dim-128 kernel registers it does not have to spare (ptxas -v: spills
-// with it, 0 to 16 bytes without; docs/04 section 4.8).
+// with it, 0 to 16 bytes without; docs/04 section 4.6).
 template <typename Element, int kHeadDim, bool kVariants>
 __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackwardParams p) {
   using Tile = SwizzledTile<kHeadDim>;

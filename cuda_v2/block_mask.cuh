@@ -37,7 +37,7 @@ struct BlockMask {
     // teaches: FA2's block skipping on the GPU: the key tiles a Q block visits under causal, window and
     //   padding are those that hold a key any of its valid rows sees; the kernel loads no other tile
     // difficulty: 2
-    // docs: docs/04-cuda-v2.md#4.4 Causal (and window, and padding) block skipping
+    // docs: docs/04-cuda-v2.md#4.5 Causal (and window, and padding) block skipping
     // checks: forward, traffic
     // hint: first and last are the visible key ranges [begin, end) of the block's first row and of its last
     //   valid row (first.begin may be negative: clamp it at 0). Every row's range lies between them. Set

@@ -1,4 +1,4 @@
-// What a problem may add between split_q's scores and its output (docs/04-cuda-v2.md, section 4.8): a score
+// What a problem may add between split_q's scores and its output (docs/04-cuda-v2.md, section 4.6): a score
 // modification (soft-capping, ALiBi, a bias; common/score_mod.hpp) and dropout (common/dropout.hpp), as a
 // policy the forward kernel calls in one line each. The kernel is built twice: with NoVariant, which adds
 // nothing (ptxas reports the same registers as the kernel had before the policy), and with Variants for the
