@@ -147,10 +147,12 @@ __device__ inline uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3, f
 
 // One consumer warpgroup, 64 query rows (accumulator layout: wgmma.cuh).
 template <class Config>
-struct Fp8Consumer {
+struct Fp8Consumer : ConsumerRows<Config> {
   static constexpr int kD = Config::kHeadDim;
   static constexpr int kN = Config::kBlockN;
   static constexpr float kLog2e = 1.4426950408889634f;
+  using ConsumerRows<Config>::consumer;
+  using ConsumerRows<Config>::lane;
 
   float o[kD / 2];      // O in the units of acc_v_descale and p_scale, unnormalized
   float s[kN / 2];      // S of the current block (raw e4m3 dot products), then P
@@ -159,23 +161,14 @@ struct Fp8Consumer {
   float row_sum[2];     // l, this thread's partial sum of the fp32 P
   float q_descale[2];   // of this thread's two rows
   float acc_v_descale;  // the V descale O is currently expressed in (uniform over the CTA)
-  KeyRange rows[2];
-  int64_t tile_begin_max, tile_end_min;
-  const uint8_t* q_tile;
-  int consumer, warp, lane;
 
   __device__ Fp8Consumer(const SharedTiles<Config>& tiles, const WsArgs& args, const Fp8Args& fp8,
-                         const BlockWork& work, int consumer_index) {
-    consumer = consumer_index;
-    warp = (threadIdx.x / 32) % 4;
-    lane = threadIdx.x % 32;
-    q_tile = tiles.q() + consumer * 64 * kSwizzleRowBytes;
-    const int64_t first_row = work.m_block * Config::kBlockM + consumer * 64;
+                         const BlockWork& work, int consumer_index)
+      : ConsumerRows<Config>(tiles, args, work, consumer_index) {
+    const int64_t first_row = this->first_row(work);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int64_t row = first_row + 16 * warp + lane / 4 + 8 * half;
-      rows[half] =
-          band_key_range(row, work.rows_q, work.rows_k, args.causal, args.window_left, args.window_right);
+      const int64_t row = first_row + 16 * this->warp + lane / 4 + 8 * half;
       // Rows past seqlen_q have no tile (and see nothing): any finite descale will do.
       q_descale[half] =
           row < args.seqlen_q
@@ -185,13 +178,6 @@ struct Fp8Consumer {
       row_max[half] = -INFINITY;
       row_sum[half] = 0.0f;
     }
-    const int64_t last_row = min(first_row + 63, static_cast<int64_t>(work.rows_q) - 1);
-    tile_end_min =
-        band_key_range(first_row, work.rows_q, work.rows_k, args.causal, args.window_left, args.window_right)
-            .end;
-    tile_begin_max =
-        band_key_range(last_row, work.rows_q, work.rows_k, args.causal, args.window_left, args.window_right)
-            .begin;
     acc_v_descale = 1.0f;
 #pragma unroll
     for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
@@ -203,7 +189,7 @@ struct Fp8Consumer {
     wgmma_fence();
 #pragma unroll
     for (int k_step = 0; k_step < kD / 32; ++k_step)
-      WgmmaE4m3<kN>::ss(s, k_major_descriptor(q_tile, Config::kQPanelBytes, k_step),
+      WgmmaE4m3<kN>::ss(s, k_major_descriptor(this->q_tile, Config::kQPanelBytes, k_step),
                         k_major_descriptor(k_tile, Config::kKPanelBytes, k_step), k_step > 0);
     wgmma_commit();
     pin_registers(s);
@@ -229,18 +215,7 @@ struct Fp8Consumer {
   // exponent is one FMA: exp2(raw * score_scale * log2(e) - m * log2(e)).
   __device__ void softmax(int n_block, float k_descale, float softmax_scale, float (&correction)[2]) {
     pin_registers(s);
-    const int64_t key0 = static_cast<int64_t>(n_block) * kN;
-    if (key0 < tile_begin_max || key0 + kN > tile_end_min) {
-#pragma unroll
-      for (int i = 0; i < kN / 8; ++i)
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int64_t key = key0 + 8 * i + 2 * (lane % 4) + e;
-            if (key < rows[half].begin || key >= rows[half].end) s[4 * i + 2 * half + e] = -INFINITY;
-          }
-    }
+    this->template mask_scores<kN>(s, n_block);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float score_scale = q_descale[half] * k_descale * softmax_scale;
@@ -315,11 +290,6 @@ struct Fp8Consumer {
         const int b = 16 * k_step + 8 * (r / 2) + 2 * (r % 2);
         p[4 * k_step + r] = pack_e4m3x4(s[b], s[b + 1], s[b + 4], s[b + 5], p_scale);
       }
-  }
-
-  __device__ void release(uint64_t* empty) const {
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(empty);
   }
 };
 

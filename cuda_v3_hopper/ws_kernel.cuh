@@ -293,40 +293,81 @@ using cuda::pack_pair;  // fp32 pairs to 16-bit register pairs (common/cuda/conv
 // --- Consumer: one warpgroup, 64 query rows ---
 // Thread layout of a 64 x N accumulator (wgmma.cuh): warp w of the warpgroup holds rows 16w + lane/4 ("half"
 // 0) and 16w + lane/4 + 8 (half 1); register 4*i + 2*half + e is column 8*i + 2*(lane%4) + e.
+// What a consumer warpgroup knows of its rows, whatever its products compute: its 64 rows of Q in shared
+// memory, the visible keys of each thread's two rows, and, over the warpgroup's rows, the keys inside which a
+// block needs no mask. Consumer below and fp8_kernel.cuh's Fp8Consumer build on it.
 template <class Config>
-struct Consumer {
+struct ConsumerRows {
+  KeyRange rows[2];                      // the visible keys of this thread's two rows
+  int64_t tile_begin_max, tile_end_min;  // over the warpgroup's rows: a key block inside both needs no mask
+  const uint8_t* q_tile;                 // this warpgroup's 64 rows of Q in shared memory
+  int consumer, warp, lane;
+
+  __device__ ConsumerRows(const SharedTiles<Config>& tiles, const WsArgs& args, const BlockWork& work,
+                          int consumer_index) {
+    consumer = consumer_index;
+    warp = (threadIdx.x / 32) % 4;
+    lane = threadIdx.x % 32;
+    q_tile = tiles.q() + consumer * 64 * kSwizzleRowBytes;
+    const int64_t first = first_row(work);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      rows[half] = band_key_range(first + 16 * warp + lane / 4 + 8 * half, work.rows_q, work.rows_k,
+                                  args.causal, args.window_left, args.window_right);
+    const int64_t last_row = min(first + 63, static_cast<int64_t>(work.rows_q) - 1);
+    tile_end_min =
+        band_key_range(first, work.rows_q, work.rows_k, args.causal, args.window_left, args.window_right).end;
+    tile_begin_max =
+        band_key_range(last_row, work.rows_q, work.rows_k, args.causal, args.window_left, args.window_right)
+            .begin;
+  }
+
+  // The warpgroup's first query row.
+  __device__ int64_t first_row(const BlockWork& work) const {
+    return work.m_block * Config::kBlockM + consumer * 64;
+  }
+
+  // Sets to -inf the scores of s (the accumulator of key block n_block) whose keys a row does not see; a
+  // block inside every row's visible keys is left as it is.
+  template <int kN>
+  __device__ void mask_scores(float (&s)[kN / 2], int n_block) const {
+    const int64_t key0 = static_cast<int64_t>(n_block) * kN;
+    if (key0 >= tile_begin_max && key0 + kN <= tile_end_min) return;
+#pragma unroll
+    for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t key = key0 + 8 * i + 2 * (lane % 4) + e;
+          if (key < rows[half].begin || key >= rows[half].end) s[4 * i + 2 * half + e] = -INFINITY;
+        }
+  }
+
+  // One warp's arrival per warpgroup on an "empty" barrier (count: 4 warps x kConsumers).
+  __device__ void release(uint64_t* empty) const {
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(empty);
+  }
+};
+
+template <class Config>
+struct Consumer : ConsumerRows<Config> {
   using Element = typename Config::Element;
   static constexpr int kD = Config::kHeadDim;
   static constexpr int kN = Config::kBlockN;
+  using ConsumerRows<Config>::consumer;
+  using ConsumerRows<Config>::lane;
 
   float o[kD / 2];     // O, unnormalized, fp32
   float s[kN / 2];     // S of the current key block, then its probabilities
   uint32_t p[kN / 4];  // P rounded to Element, packed in pairs: the A operand of O += P V
   float row_max[2];    // m, in the log2 domain: the max of S * scale_log2
   float row_sum[2];    // l, this thread's partial sum (the quad's four partials are added at the end)
-  KeyRange rows[2];    // the visible keys of this thread's two rows
-  int64_t tile_begin_max, tile_end_min;  // over the warpgroup's rows: a key block inside both needs no mask
-  const uint8_t* q_tile;                 // this warpgroup's 64 rows of Q in shared memory
-  int consumer, warp, lane;
 
   __device__ Consumer(const SharedTiles<Config>& tiles, const WsArgs& args, const BlockWork& work,
-                      int consumer_index) {
-    consumer = consumer_index;
-    warp = (threadIdx.x / 32) % 4;
-    lane = threadIdx.x % 32;
-    q_tile = tiles.q() + consumer * 64 * kSwizzleRowBytes;
-    const int64_t first_row = work.m_block * Config::kBlockM + consumer * 64;
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-      rows[half] = band_key_range(first_row + 16 * warp + lane / 4 + 8 * half, work.rows_q, work.rows_k,
-                                  args.causal, args.window_left, args.window_right);
-    const int64_t last_row = min(first_row + 63, static_cast<int64_t>(work.rows_q) - 1);
-    tile_end_min =
-        band_key_range(first_row, work.rows_q, work.rows_k, args.causal, args.window_left, args.window_right)
-            .end;
-    tile_begin_max =
-        band_key_range(last_row, work.rows_q, work.rows_k, args.causal, args.window_left, args.window_right)
-            .begin;
+                      int consumer_index)
+      : ConsumerRows<Config>(tiles, args, work, consumer_index) {
 #pragma unroll
     for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
 #pragma unroll
@@ -343,7 +384,7 @@ struct Consumer {
     wgmma_fence();
 #pragma unroll
     for (int k_step = 0; k_step < kD / 16; ++k_step)
-      Wgmma<kN, Element>::ss(s, k_major_descriptor(q_tile, Config::kQPanelBytes, k_step),
+      Wgmma<kN, Element>::ss(s, k_major_descriptor(this->q_tile, Config::kQPanelBytes, k_step),
                              k_major_descriptor(k_tile, Config::kKvPanelBytes, k_step), k_step > 0);
     wgmma_commit();
     pin_registers(s);
@@ -372,19 +413,7 @@ struct Consumer {
   // (the case matrix's "large magnitude" cases found it in the emulator).
   __device__ void softmax(int n_block, float scale_log2, float (&correction)[2]) {
     pin_registers(s);
-    const int64_t key0 = static_cast<int64_t>(n_block) * kN;
-    const bool needs_mask = key0 < tile_begin_max || key0 + kN > tile_end_min;
-    if (needs_mask) {
-#pragma unroll
-      for (int i = 0; i < kN / 8; ++i)
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int64_t key = key0 + 8 * i + 2 * (lane % 4) + e;
-            if (key < rows[half].begin || key >= rows[half].end) s[4 * i + 2 * half + e] = -INFINITY;
-          }
-    }
+    this->template mask_scores<kN>(s, n_block);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float tile_max = -INFINITY;
@@ -434,12 +463,6 @@ struct Consumer {
   __device__ void convert_p() {
 #pragma unroll
     for (int i = 0; i < kN / 4; ++i) p[i] = pack_pair<Element>(s[2 * i], s[2 * i + 1]);
-  }
-
-  // One warp's arrival per warpgroup on an "empty" barrier (count: 4 warps x kConsumers).
-  __device__ void release(uint64_t* empty) const {
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(empty);
   }
 };
 
