@@ -26,12 +26,12 @@
 #include "common/mask.hpp"
 #include "common/registry.hpp"
 #include "common/softmax_state.hpp"
+#include "decoding/split_kv.hpp"
 
 namespace flashlab::decoding {
 
 namespace {
 
-constexpr int64_t kMaxRows = 16;     // decoding: one query row, or a speculative draft of a few
 constexpr int64_t kChunkKeys = 512;  // [S1] keys per chunk: long enough to amortize a partial
 
 // [S1] The chunks of a sequence of seqlen_k keys: [c * kChunkKeys, (c + 1) * kChunkKeys), the last shorter.
@@ -90,9 +90,7 @@ void core_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs&
 }
 
 std::string core_supports(const Problem& p) {
-  if (p.seqlen_q > kMaxRows)  // prefill (many query rows) is the tiled stages' work
-    return "seqlen_q (" + std::to_string(p.seqlen_q) + ") must be <= " + std::to_string(kMaxRows) +
-           " (decoding: one query row or a small draft)";
+  if (std::string reason = decode_supports(p); !reason.empty()) return reason;  // the stage's rule: seqlen_q
   if (p.page_size > 0)
     return "page_size (" + std::to_string(p.page_size) +
            "): a paged KV cache is decoding/split_kv's (the core reads contiguous K and V)";
