@@ -1,4 +1,4 @@
-// The online-softmax state of one query row: the one piece of math every stage shares.
+// The online-softmax state of one query row, and the merge of two: the math every stage runs.
 //
 // After seeing keys 1..n with scores s_j, the state holds
 //   m = max_j s_j                       (row_max; FA2 Algorithm 1 "m_i")
@@ -11,7 +11,12 @@
 // Two states over disjoint key sets merge exactly (merge): this is how tiles, split-KV chunks
 // (Flash-Decoding) and partial results combine. A partial result given as (O_j normalized, LSE_j) is the
 // state {m = LSE_j, l = 1} with acc = O_j (from_lse), so the decoding combine is this same merge.
-// The member functions are host and device functions: the CUDA decoding kernels run this same code.
+// The member functions are host and device functions. The CPU stages and the CUDA decoding kernels run this
+// code; the CUDA attention kernels keep m and l where their schedules put them: in global memory and warp
+// partials in cuda_v1 (FA1's Algorithm 1), in register fragments in cuda_v2 and cuda_v3_hopper (two rows a
+// thread, a row over a quad, in the log2 domain with the scale folded in), where a state object per row would
+// cost registers and shuffles. The same recurrence, held to this one by the harness (docs/conventions.md
+// §7, §8).
 #pragma once
 
 #include <algorithm>
