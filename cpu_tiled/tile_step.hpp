@@ -76,9 +76,13 @@ inline KeyRange tile_key_span([[maybe_unused]] const Visibility& visibility, [[m
     //   ranges (causal, window, padding); tiles outside it are never loaded
     // difficulty: 2
     // docs: docs/02-cpu-tiled.md#4. Block skipping
-    // hint: widen span (keys [span.begin, span.end)) to cover row i0 + r's visible keys,
-    //   visibility.key_range(b, i0 + r); a fully masked row (an empty range) adds nothing, and an empty
-    //   span takes the first non-empty range as it is. The tile loop in forward.cpp visits only this span.
+    // hint: each row of the Q tile sees one contiguous range of keys (or none); the tiles to visit are those
+    //   that meet the union of these ranges
+    // hint2: ask visibility.key_range(b, row) for each row of the tile and widen span to cover it; a row with
+    //   an empty range adds nothing
+    // hint3: widen span (keys [span.begin, span.end)) to cover row i0 + r's visible keys,
+    //   visibility.key_range(b, i0 + r); a fully masked row (an empty range) adds nothing, and an empty span
+    //   takes the first non-empty range as it is. The tile loop in forward.cpp visits only this span.
     const KeyRange range = visibility.key_range(b, i0 + r);
     if (range.empty()) continue;
     if (span.empty()) span = range;
@@ -151,10 +155,15 @@ void online_softmax_tile(float* st, int64_t ld, int64_t nk, int64_t lanes, Softm
     //   running sum l and the output accumulator O~ by exp(m_old - m_new) (FA2 Algorithm 1 lines 9-10)
     // difficulty: 2
     // docs: docs/02-cpu-tiled.md#2. The softmax state and its merge, per tile
-    // hint: here, for lane r: raise state[r]'s max to scratch.block_max[r] (SoftmaxState::raise_max rescales
-    //   l and returns exp(m_old - m_new)); keep that in factor[r] and the new max in scratch.row_max[r]
-    //   (the exponentials below read it). In micro_kernel.hpp's output_block, store
-    //   out = post * acc + pre * out (pre is that factor: fma(a, b, c) = a * b + c, V::load, .store(out)).
+    // hint: when a tile raises a row's max, the running sum and the output accumulated so far are both scaled
+    //   by exp(m_old - m_new) before the tile's own terms are added
+    // hint2: SoftmaxState::raise_max rescales l and returns the factor; the exponentials below read the new
+    //   max from scratch.row_max. In output_block the old output takes that factor (pre) before the tile's
+    //   part (post * acc) is added
+    // hint3: here, for lane r: raise state[r]'s max to scratch.block_max[r] (SoftmaxState::raise_max rescales
+    //   l and returns exp(m_old - m_new)); keep that in factor[r] and the new max in scratch.row_max[r] (the
+    //   exponentials below read it). In micro_kernel.hpp's output_block, store out = post * acc + pre * out
+    //   (pre is that factor: fma(a, b, c) = a * b + c, V::load, .store(out)).
     factor[r] = state[r].raise_max(scratch.block_max[r]);
     scratch.row_max[r] = state[r].row_max;
     // EXERCISE END tiled-rescale

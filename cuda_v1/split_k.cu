@@ -226,10 +226,10 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const SplitKParams
       //   their 32 keys of the block; merged by rescaling each from its own max to the common one
       // difficulty: 2
       // docs: docs/03-cuda-v1.md#Algorithm 1 on blocks, warps and shared memory
-      // hint: warp w's partials for row r are t.m_part[w][r] and t.l_part[w][r]. m_tilde is the max of the
-      //   m_w (let a NaN through: (m_w > m_tilde || m_w != m_w)); then, unless m_tilde is still -inf (no
-      //   warp saw a key), rescale[w] = e^(m_w - m_tilde) and l_tilde = sum_w rescale[w] l_w. The lines
-      //   below use rescale[w] to merge the warps' P~ V the same way.
+      // hint: bring each warp's partial state (relative to its own max) to one common max
+      // hint2: the common max is the largest m_w (a NaN let through); rescale[w] = exp(m_w - it); l sums them
+      // hint3: m_w = t.m_part[w][r], l_w = t.l_part[w][r]; m_tilde = max over w ((m_w > m_tilde || m_w !=
+      //   m_w)); unless m_tilde is -inf: rescale[w] = expf(m_w - m_tilde), l_tilde += rescale[w] * l_w.
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
         const float m_w = t.m_part[w][r];

@@ -39,11 +39,16 @@ struct BlockMask {
     // difficulty: 2
     // docs: docs/04-cuda-v2.md#4.5 Causal (and window, and padding) block skipping
     // checks: forward, traffic
-    // hint: first and last are the visible key ranges [begin, end) of the block's first row and of its last
+    // hint: the visible key ranges move with the row: the block's first row starts earliest, its last valid
+    //   row ends latest; the key tiles to visit are those between, and only those
+    // hint2: turn the keys [key_begin, key_end) into key tiles [tile_begin, tile_end) of kBlockN keys: which
+    //   tile holds the first key, and which is the first tile past the last one? A tile that holds no visible
+    //   key must not be visited
+    // hint3: first and last are the visible key ranges [begin, end) of the block's first row and of its last
     //   valid row (first.begin may be negative: clamp it at 0). Every row's range lies between them. Set
-    //   m.tile_begin and m.tile_end (key tiles of kBlockN keys, [tile_begin, tile_end)); leave both 0 when
-    //   no key is visible. A tile no row sees must not be visited: the element mask would hide its keys,
-    //   but loading it is wasted time, and the check compares the bytes the kernel moves with its model.
+    //   m.tile_begin and m.tile_end (key tiles of kBlockN keys, [tile_begin, tile_end)); leave both 0 when no
+    //   key is visible. A tile no row sees must not be visited: the element mask would hide its keys, but
+    //   loading it is wasted time, and the check compares the bytes the kernel moves with its model.
     const int key_begin = first.begin > 0 ? static_cast<int>(first.begin) : 0;
     const int key_end = static_cast<int>(last.end);
     if (key_end <= key_begin) return m;

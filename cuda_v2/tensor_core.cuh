@@ -45,7 +45,12 @@ __host__ __device__ constexpr LdmatrixRow b_operand_row_nk([[maybe_unused]] int 
   // grades: cuda_v2/split_q$
   // checks: forward
   // docs: docs/04-cuda-v2.md#ldmatrix and the swizzle
-  // hint: the four matrices must arrive as b0, b1 of n-tile 0, then b0, b1 of n-tile 1 (the order the two
+  // hint: ldmatrix.x4 loads four 8 x 8 matrices, lane l giving the address of one row of matrix l / 8; they
+  //   must come back in the order the two mma calls consume them
+  // hint2: for K (no transpose) the two B fragments of an n-tile are its two 8-column halves of k; for V
+  //   (.trans) tile rows are k and columns are n. Work out which tile row and which 8 columns lane l names in
+  //   each case
+  // hint3: the four matrices must arrive as b0, b1 of n-tile 0, then b0, b1 of n-tile 1 (the order the two
   //   mma calls take them; a_operand_row above does the same for A). For K, b0 = k columns 0-7, b1 = k
   //   columns 8-15 of the n-tile's 8 rows; for V with .trans, tile rows are k and columns n. Lane l is in
   //   matrix l / 8, row l % 8 of it.
@@ -80,7 +85,11 @@ __device__ inline float quad_max(float x) {
   // grades: cuda_v2/split_q$
   // checks: forward
   // docs: docs/04-cuda-v2.md#Fragment layouts and where the statistics live
-  // hint: __shfl_xor_sync(0xffffffffu, x, d) gives lane ^ d's x (every lane of the warp must take part, with
+  // hint: the four lanes of a quad hold one row between them; two exchanges between partner lanes leave every
+  //   lane with the whole row's value
+  // hint2: a butterfly exchange (__shfl_xor_sync) pairs lane l with lane l ^ d: which two distances stay
+  //   inside a quad?
+  // hint3: __shfl_xor_sync(0xffffffffu, x, d) gives lane ^ d's x (every lane of the warp must take part, with
   //   the full mask). Lane distance 1, then 2, stays inside the quad; combine with fmaxf for the max, + for
   //   the sum.
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));

@@ -257,7 +257,13 @@ struct Fp8Consumer : ConsumerRows<Config> {
     // difficulty: 3
     // docs: docs/06-fp8.md#The GPU half
     // grades: cuda_v3_hopper/fp8$
-    // hint: V_j = v_descale(j) * V8_j, and O holds sum_j P_j V8_j (scaled by the softmax's corrections): its
+    // hint: O accumulates products of quantized V, so it is in the units of a V block's descale; before a
+    //   block with another descale is added, O must move to that block's units, and at the end back to real
+    //   ones
+    // hint2: acc_v_descale is the unit O is in now; the rescale factor can carry the ratio of the old unit to
+    //   the new one as well as the softmax's correction. The epilogue's undo must account for every scale
+    //   that entered the products, P's included
+    // hint3: V_j = v_descale(j) * V8_j, and O holds sum_j P_j V8_j (scaled by the softmax's corrections): its
     //   real value is O * acc_v_descale. Before the block whose descale is v_descale is added, O must be
     //   expressed in that block's units too: change factor[half] (it holds the softmax's correction) and
     //   acc_v_descale. In fp8_epilogue below, set `undo`, the factor from O's units to real ones; remember

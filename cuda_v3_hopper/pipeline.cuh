@@ -98,9 +98,14 @@ struct Ring {
     // difficulty: 3
     // grades: cuda_v3_hopper/(ws|fp8$)
     // docs: docs/05-cuda-v3-hopper.md#The schedule, in words
-    // hint: phases count 0, 1, 2, ... and a wait names only the low bit (mbarrier_wait above: a fresh barrier
-    //   is in phase 0, so a wait for parity 1 returns at once). A consumer waits for the phase that the
-    //   loads of this use complete. The producer, before it refills a stage, waits for the consumers'
+    // hint: an mbarrier counts phases, and a wait names the parity of the phase it waits for; each use of a
+    //   stage completes one phase of its barriers
+    // hint2: use i of stage i % kStages is phase i / kStages of that stage's barriers. The producer waits for
+    //   the consumers' release of the previous use; on its first pass there was none, so that wait must
+    //   return at once
+    // hint3: phases count 0, 1, 2, ... and a wait names only the low bit (mbarrier_wait above: a fresh
+    //   barrier is in phase 0, so a wait for parity 1 returns at once). A consumer waits for the phase that
+    //   the loads of this use complete. The producer, before it refills a stage, waits for the consumers'
     //   release of the previous use; on the first pass there was none.
     parity = (iteration / kStages) & 1;
     // EXERCISE END mbarrier-phase

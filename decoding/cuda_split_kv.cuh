@@ -353,7 +353,11 @@ __global__ void __launch_bounds__(D)
   // difficulty: 2
   // grades: decoding/cuda_split_kv$
   // docs: docs/07-decoding.md#3. Why the merge is exact
-  // hint: the partials lie in p.workspace, floats: first every O_j, [row][split][D], then every LSE_j,
+  // hint: each split left a normalized partial O_j with its log-sum-exp LSE_j: that is a softmax state whose
+  //   max is LSE_j and whose sum is 1, so the partials merge like any two states
+  // hint2: find this row's partials in p.workspace (every O_j first, then every LSE_j) and merge each into
+  //   state and acc with SoftmaxState<float>::from_lse and merge (common/softmax_state.hpp)
+  // hint3: the partials lie in p.workspace, floats: first every O_j, [row][split][D], then every LSE_j,
   //   [row][split], for batch x heads_q x seqlen_q rows of num_splits splits; this row is row_index. A
   //   partial is the softmax state SoftmaxState<float>::from_lse(LSE_j) holding O_j: merge each into state
   //   and acc (common/softmax_state.hpp; merge with head_dim 1, this thread's channel). A split that saw no

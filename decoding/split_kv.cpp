@@ -60,12 +60,15 @@ void split_kv_attention(const Problem& p, const AttentionInputs& in, [[maybe_unu
           //   into O = sum_j exp(LSE_j - LSE) O_j with LSE = log sum_j exp(LSE_j)
           // difficulty: 2
           // docs: docs/07-decoding.md#3. Why the merge is exact
-          // hint: row (i, h) of batch element b is packed row all.packed(i, h); its partial from chunk j
-          //   is at partial_o[((b * plan.chunks + j) * R + packed) * d] and
-          //   partial_lse[(b * plan.chunks + j) * R + packed]. Merge the plan.chunks partials
-          //   (combine_partials in common/softmax_state.hpp, or SoftmaxState::from_lse and merge into acc),
-          //   then write O (finalize into out.o_row(p, b, i, h)) and the LSE (out.lse_at(p, b, h, i)).
-          //   A chunk that saw no key has LSE_j = -inf: weight 0.
+          // hint: each chunk left a normalized partial (O_j, LSE_j); they merge exactly into the row's O and
+          //   LSE, each weighted by exp(LSE_j - LSE)
+          // hint2: find the row's partial in each chunk (its packed row index), merge them with
+          //   combine_partials (or from_lse and merge), then write O and the LSE
+          // hint3: row (i, h) of batch element b is packed row all.packed(i, h); its partial from chunk j is
+          //   at partial_o[((b * plan.chunks + j) * R + packed) * d] and partial_lse[(b * plan.chunks + j) *
+          //   R + packed]. Merge the plan.chunks partials (combine_partials in common/softmax_state.hpp, or
+          //   SoftmaxState::from_lse and merge into acc), then write O (finalize into out.o_row(p, b, i, h))
+          //   and the LSE (out.lse_at(p, b, h, i)). A chunk that saw no key has LSE_j = -inf: weight 0.
           const int64_t first = b * plan.chunks * R + all.packed(i, h);
           const SoftmaxState<float> state = combine_partials(plan.chunks, partial_o.data() + first * d, R * d,
                                                              partial_lse.data() + first, R, acc.data(), d);

@@ -102,7 +102,11 @@ void one_pass_attention(const Problem& p, const AttentionInputs& in, AttentionOu
           // teaches: the one-pass output recurrence that removes S: acc' = acc exp(m - m') + exp(s - m') v
           // difficulty: 2
           // docs: docs/01-softmax.md#4. One pass: the output recurrence that removes S
-          // hint: with the key's score and its value row v: raise the running max to include the score
+          // hint: carry the running max, the running sum and the output accumulator together; when the max
+          //   grows, everything accumulated so far is rescaled
+          // hint2: SoftmaxState's raise_max returns the rescale factor, weight gives the key's weight, add
+          //   adds it; the accumulator takes the same factor, then the key's weight times its value row
+          // hint3: with the key's score and its value row v: raise the running max to include the score
           //   (factor = state.raise_max(score) is exp(m_old - m_new)), get p = state.weight(score), add p to
           //   the running sum (state.add), and update every acc[c] to acc[c] * factor + p * v[c].
           const float factor = state.raise_max(score);

@@ -90,10 +90,15 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
           //   P_ij dP_ij, and dS = P * (dP - D) with dP = dO V^T
           // difficulty: 2
           // docs: docs/08-backward.md#The gradient, step by step
-          // hint: for row i: D = dot(dout, row i of the forward output fwd.o, d) (p.q_offset(b, i, h) is its
-          //   offset); then for every key j, dP_ij = dot(dout, in.v_row(p, b, j, hk), d)
-          //   and dS[i * sk + j] = P[i * sk + j] * (dP_ij - D). Write 0 where the pair is hidden
-          //   (seen[i * sk + j] is 0), not 0 * (dP - D), which is NaN when that key's V holds a NaN.
+          // hint: the softmax's Jacobian collapses to one number per row, D_i = dO_i . O_i; dS is P times how
+          //   far dP_ij lies above it, and a pair the mask hides takes no part
+          // hint2: D comes from dout and the forward's output row fwd.o (dot(), p.q_offset); dP_ij is dout
+          //   against key j's V row (in.v_row). Write 0 for a hidden pair: never multiply 0 by something that
+          //   may be NaN
+          // hint3: for row i: D = dot(dout, row i of the forward output fwd.o, d) (p.q_offset(b, i, h) is its
+          //   offset); then for every key j, dP_ij = dot(dout, in.v_row(p, b, j, hk), d) and dS[i * sk + j] =
+          //   P[i * sk + j] * (dP_ij - D). Write 0 where the pair is hidden (seen[i * sk + j] is 0), not 0 *
+          //   (dP - D), which is NaN when that key's V holds a NaN.
           const float D = dot(dout, fwd.o.ptr() + p.q_offset(b, i, h), d);
           for (int64_t j = 0; j < sk; ++j) {
             // A hidden key takes no part: 0, not 0 * (dP - D), which is NaN when its V holds a NaN.

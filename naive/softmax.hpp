@@ -36,7 +36,10 @@ inline float softmax_online(std::span<const float> x, std::span<float> y) {
   // teaches: the online normalizer: the running max m and the running sum l in one pass over the row
   // difficulty: 1
   // docs: docs/01-softmax.md#3. The online normalizer: passes 1 and 2 in one
-  // hint: pass 1 must leave state.row_max = max_j x_j and state.row_sum = sum_j exp(x_j - row_max). For each
+  // hint: one pass can keep both the max and the sum, if the sum is rescaled whenever the max grows
+  // hint2: for each value, first raise the running max (SoftmaxState::raise_max rescales row_sum), then add
+  //   the value's weight relative to the new max
+  // hint3: pass 1 must leave state.row_max = max_j x_j and state.row_sum = sum_j exp(x_j - row_max). For each
   //   value: raise the running max to include it (state.raise_max rescales row_sum by exp(m_old - m_new)),
   //   then add its weight exp(value - row_max) (state.weight gives it, state.add adds it).
   for (float value : x) {  // pass 1: m and l together
