@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""A student handout holds no solution: `exercise handout` into a scratch folder must succeed (it searches every
+file of the handout for every solution line, whitespace-normalized), every exercise region there must hold its
+TODO, and the write-ups' answers and the known mistakes must be left out. The search itself is shown to work:
+a solution line planted in the handout, reindented, is found."""
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import exercise  # noqa: E402
+
+failures = []
+
+
+def expect(condition, what):
+    print(("ok   " if condition else "FAIL ") + what)
+    if not condition:
+        failures.append(what)
+
+
+with tempfile.TemporaryDirectory(prefix="flashlab-handout-") as scratch:
+    tree = os.path.join(scratch, "handout")
+    made = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "exercise.py"), "handout", tree],
+                          capture_output=True, text=True)
+    print(made.stdout + made.stderr, end="")
+    expect(made.returncode == 0, "the handout is written and its search finds no solution line")
+
+    exercises = exercise.scan()
+    searched, _ = exercise.solution_lines(exercises, exercise.tracked_files())
+    expect(len(searched) >= len(exercises), f"{len(searched)} solution lines searched for, from every exercise")
+    for entry in exercises.values():
+        todo = exercise.todo_line(entry["id"])
+        regions = sum(len(r) for r in entry["files"].values())
+        found = sum(open(os.path.join(tree, path)).read().count(todo) for path in entry["files"])
+        expect(found == regions, f"{entry['id']}: {found} of {regions} regions hold the TODO in the handout")
+    expect(not os.path.exists(os.path.join(tree, "tools", "exercise_mistakes.json")), "the known mistakes are left out")
+    expect(os.path.exists(os.path.join(tree, "HANDOUT.md")), "HANDOUT.md marks the tree")
+    pages = [os.path.join(tree, "docs", "exercises", e + ".md") for e in exercises]
+    expect(all(os.path.exists(p) and exercise.ANSWERS not in open(p).read() for p in pages),
+           "every write-up is there, without its answers")
+    expect(exercise.leaks(tree, searched) == [], "no file of the handout holds a solution line")
+
+    # The negative control: a solution line, reindented and with a comment, planted in a doc and in a source.
+    line, owner = sorted(searched.items())[0]
+    with open(os.path.join(tree, "README.md"), "a") as out:
+        out.write("\n        " + line.replace(" ", "   ") + "   // planted\n")
+    found = exercise.leaks(tree, searched)
+    expect([(p, e) for p, _, e in found] == [("README.md", owner)],
+           f"a planted solution line of {owner} is found: {found}")
+    refused = subprocess.run([sys.executable, os.path.join(tree, "tools", "exercise.py"), "solution",
+                              sorted(exercises)[0]], capture_output=True, text=True)
+    expect(refused.returncode == 2 and "handout" in refused.stderr, "`solution` refuses in the handout")
+
+print(f"{len(failures)} failed")
+sys.exit(1 if failures else 0)
