@@ -39,6 +39,7 @@ struct BlockMask {
     // difficulty: 2
     // docs: docs/04-cuda-v2.md#4.5 Causal (and window, and padding) block skipping
     // checks: forward, traffic
+    // grades: cuda_v2/split_q(_simt)?$
     // hint: the visible key ranges move with the row: the block's first row starts earliest, its last valid
     //   row ends latest; the key tiles to visit are those between, and only those
     // hint2: turn the keys [key_begin, key_end) into key tiles [tile_begin, tile_end) of kBlockN keys: which

@@ -373,15 +373,16 @@ def is_cuda(folder):
 
 
 def run_harness(build_dir, target, exercise_id, grades=None, first_failure=False, checks=None, tests=None,
-                first_dtype=False, emulated=False, timeout=None, env=None, prefix=()):
+                first_dtype=False, emulated=False, timeout=None, env=None, prefix=(), registered_as=None):
     """Runs the harness on exercise/ID only (and there on the implementations the exercise's optional 'grades:'
     field names, a regular expression: the ones whose code runs its lines; its optional 'checks:' field picks the
     checks, test_cases()); returns (passed, output). With first_failure, it stops at the
     first failing check (enough to see a skeleton fail). `tests` replaces the harness's test-case filter. With
     first_dtype, each implementation runs in its first dtype only. `emulated`: a CUDA exercise graded in the
     emulator, on the case matrix with its long lengths reduced as in the emulated test entries (every kind of
-    case, tests/case_matrix.cpp)."""
-    selected = f"^exercise/{exercise_id}/" + (f"({grades})" if grades else "")
+    case, tests/case_matrix.cpp). `registered_as`: the exercise whose name the program registers under, when it
+    is not `exercise_id` (the self-test's one solution copy per stage)."""
+    selected = f"^exercise/{registered_as or exercise_id}/" + (f"({grades})" if grades else "")
     env = dict(env or os.environ, FLASHLAB_IMPL=selected, FLASHLAB_VERBOSE="1")
     if first_dtype:
         env["FLASHLAB_DTYPES"] = "first"
@@ -1089,9 +1090,25 @@ def command_selftest(args):
                 raise Failure(f"--only: unknown exercise '{exercise_id}'")
             exercises = {k: v for k, v in exercises.items() if k in wanted}
         for exercise_id, entry in sorted(exercises.items()):
-            for variant, keep in (("skeleton", False), ("solution", True)):
-                folder = os.path.join(scratch, variant, exercise_id)
-                plans.append((exercise_id, variant, folder, write_workspace(entry, folder, keep, quick=not keep)))
+            folder = os.path.join(scratch, "skeleton", exercise_id)
+            plans.append((exercise_id, "skeleton", folder, write_workspace(entry, folder, False, quick=True)))
+        # The solutions: a stage's copy with every region's solution is the same program for each of its
+        # exercises (the CPU ones and those with kernels apart), so it is built once and graded once per exercise,
+        # as that exercise's check grades it.
+        solutions = {}
+        for exercise_id, entry in sorted(exercises.items()):
+            kernels = any(path.endswith((".cu", ".cuh")) for path in entry["files"])
+            group = solutions.setdefault((entry["stage"], kernels), dict(entry, files={}, members=[]))
+            group["members"].append(exercise_id)
+            for path, regions in entry["files"].items():
+                group["files"][path] = sorted(group["files"].get(path, []) + regions)
+        registered_as = {}
+        for group in solutions.values():
+            folder = os.path.join(scratch, "solution", group["id"])
+            target = write_workspace(group, folder, keep_solution=True)
+            for exercise_id in group["members"]:
+                plans.append((exercise_id, "solution", folder, target))
+                registered_as[exercise_id] = group["id"]
         mistakes = json.load(open(MISTAKES))["mistakes"]
         for n, mistake in enumerate(mistakes):
             if mistake["exercise"] not in scan():
@@ -1101,8 +1118,8 @@ def command_selftest(args):
             folder = os.path.join(scratch, f"mistake{n}", mistake["exercise"])
             plans.append((mistake["exercise"], f"mistake{n}", folder,
                           write_mistake(exercises[mistake["exercise"]], mistake, folder)))
-        configure_with(build_dir, [plan[2] for plan in plans])
-        targets = [plan[3] for plan in plans]
+        configure_with(build_dir, list(dict.fromkeys(plan[2] for plan in plans)))
+        targets = list(dict.fromkeys(plan[3] for plan in plans))
         started = time.monotonic()
         build = subprocess.run(["cmake", "--build", build_dir, "--target"] + targets, capture_output=True, text=True)
         print(f"  built {len(targets)} exercise programs in {time.monotonic() - started:.0f} s")
@@ -1128,7 +1145,8 @@ def command_selftest(args):
                                      first_failure=variant != "solution",
                                      checks=exercises[exercise_id].get("checks"),
                                      tests=mistake.get("tests") if mistake else None,
-                                     first_dtype=variant == "solution", emulated=is_cuda(folder))
+                                     first_dtype=variant == "solution", emulated=is_cuda(folder),
+                                     registered_as=registered_as.get(exercise_id) if variant == "solution" else None)
             seconds = time.monotonic() - started
             expected = variant == "solution"
             # A skeleton must fail some check of the harness: a case on its numbers or with a fault the emulator
