@@ -43,6 +43,23 @@ with tempfile.TemporaryDirectory(prefix="flashlab-handout-") as scratch:
            "every write-up is there, without its answers")
     expect(exercise.leaks(tree, searched) == [], "no file of the handout holds a solution line")
 
+    # In the handout, `start` writes a copy with one TODO a region and the hint as written (a handout's TODO is
+    # no part of the description), and `hint` gives the later levels from tools/exercise_hints.json.
+    for entry in exercises.values():
+        started = subprocess.run([sys.executable, os.path.join(tree, "tools", "exercise.py"), "start", entry["id"],
+                                  "--dir", os.path.join(scratch, "ws", entry["id"])], capture_output=True, text=True)
+        todo = exercise.todo_line(entry["id"])
+        copies = [open(os.path.join(scratch, "ws", entry["id"], path)).read() for path in entry["files"]]
+        regions = sum(len(r) for r in entry["files"].values())
+        found = sum(text.count(todo) for text in copies)
+        task = open(os.path.join(scratch, "ws", entry["id"], "TASK.md")).read() if started.returncode == 0 else ""
+        expect(started.returncode == 0 and found == regions and "TODO(exercise" not in task,
+               f"{entry['id']}: started in the handout, {found} TODOs for {regions} regions, TASK.md without one")
+    hint = subprocess.run([sys.executable, os.path.join(tree, "tools", "exercise.py"), "hint", "one-pass", "3"],
+                          capture_output=True, text=True)
+    expect(hint.returncode == 0 and exercise.find("one-pass")["hint3"] in " ".join(hint.stdout.split()),
+           "`hint one-pass 3` in the handout gives the third level")
+
     # The negative control: a solution line, reindented and with a comment, planted in a doc and in a source.
     line, owner = sorted(searched.items())[0]
     with open(os.path.join(tree, "README.md"), "a") as out:

@@ -44,6 +44,7 @@ STAGES = ["naive", "cpu_tiled", "decoding", "cuda_v1", "cuda_v2", "cuda_v3_hoppe
 SOURCE_SUFFIXES = (".cpp", ".hpp", ".h", ".cu", ".cuh")
 BEGIN = re.compile(r"^\s*//\s*EXERCISE BEGIN\s+([a-z0-9-]+)\s*$")
 END = re.compile(r"^\s*//\s*EXERCISE END\s+([a-z0-9-]+)\s*$")
+TODO = re.compile(r"^\s*// TODO\(exercise [a-z0-9-]+\): write the lines described above\.\s*$")
 FIELD = re.compile(r"^\s*//\s*(teaches|difficulty|docs|hint|hint2|hint3|grades|checks):\s?(.*)$")
 # The hints a student may ask for, one level at a time (`exercise hint ID LEVEL`): the first names the idea and
 # never the code, the second the functions and data to use, the third nearly the lines. Only the first is in the
@@ -110,7 +111,9 @@ def scan():
                     raise Failure(f"exercise {exercise_id} spans stages {entry['stage']} and {stage}")
                 start = n - 1
                 field = None
-                while n < len(lines) and lines[n].strip().startswith("//") and not END.match(lines[n]):
+                # The description: comment lines up to the solution (in a handout, up to the TODO that stands for it).
+                while (n < len(lines) and lines[n].strip().startswith("//") and not END.match(lines[n])
+                       and not TODO.match(lines[n])):
                     match = FIELD.match(lines[n])
                     if match:
                         field = match.group(1)
