@@ -528,7 +528,8 @@ def grade(output, passed, tests):
                  "error": run["detail"][:3]}
     return {"passed": passed, "score": score, "crashed": crashed,
             "groups": {name: dict(group, weight=GROUP_WEIGHTS[name]) for name, group in groups.items()},
-            "first_failure": first, "cause": likely_cause(runs, groups, failed_cases, output, crashed)}
+            "first_failure": first,
+            "cause": "" if score == 100 else likely_cause(runs, groups, failed_cases, output, crashed)}
 
 
 ERRORS = re.compile(r"max error O (\S+) \(tolerance (\S+)\), LSE (\S+) \(tolerance (\S+)\)")
@@ -570,7 +571,7 @@ def likely_cause(runs, groups, failed_cases, output, crashed):
     failing = {name for name, group in groups.items() if group["failed"]}
     if failing == {"other dtypes"}:
         return "only the runs in a second dtype fail: a conversion or a rounding in that format" + nan
-    if failing <= {"special rows and values"}:
+    if failing <= {"special rows and values"} or (nan and failing <= {"special rows and values", "variants", "masks"}):
         return ("only the cases with special rows fail: a row that sees no key has O = 0 and LSE = -inf, and a "
                 "-inf score weighs 0 (docs/conventions.md §4)" + nan)
     if failing <= {"masks"}:
@@ -799,6 +800,12 @@ def isolated():
     return ("unshare", "-rn") if ok else ()
 
 
+def one_line_reason(record):
+    """A record's reason on one line: the cause, and for a copy that does not compile its first error."""
+    lines = [line.strip() for line in (record["cause"] or "").split("\n") if line.strip()]
+    return " ".join(lines[:2]) if lines and lines[0].endswith(":") else (lines[0] if lines else "")
+
+
 def command_grade(args):
     """Grades a folder of submissions (one folder a student) in one go: JSON and CSV, per student and exercise."""
     if os.path.exists(HANDOUT):
@@ -890,10 +897,10 @@ def command_grade(args):
             first = r["first_failure"]
             writer.writerow([r["student"], r["exercise"], r["score"], r["compiled"], r["passed"],
                              f"{first['case']} ({first['shape']})" if first else "",
-                             "" if r["passed"] else r["cause"].split("\n")[0], r["seconds"]])
+                             "" if r["passed"] else one_line_reason(r), r["seconds"]])
     print(f"{'student':20} {'exercise':22} {'score':>5}  reason")
     for r in records:
-        print(f"{r['student']:20} {r['exercise']:22} {r['score']:5}  {'' if r['passed'] else r['cause'].splitlines()[0]}")
+        print(f"{r['student']:20} {r['exercise']:22} {r['score']:5}  {'' if r['passed'] else one_line_reason(r)}")
     print(f"graded {len(records)} in {time.monotonic() - started:.0f} s"
           + ("" if prefix else " (this machine cannot cut the network: submissions ran with it)")
           + f"; wrote {os.path.relpath(out, os.getcwd())}/grades.json and grades.csv, logs in logs/")
