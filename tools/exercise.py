@@ -277,17 +277,12 @@ def write_workspace(entry, folder, keep_solution, fill=None, quick=False):
         lines = open(os.path.join(ROOT, path)).read().split("\n")
         regions = entry["files"].get(path, [])
         for index, (start, solution_start, end) in reversed(list(enumerate(regions))):
-            # The TODO takes the indentation of the first solution line that is not a preprocessor line
-            # (`#pragma unroll` sits in column 0).
-            code = next((line for line in lines[solution_start:end] if not line.lstrip().startswith("#")),
-                        lines[solution_start])
-            indent = re.match(r"^\s*", code).group(0)
             if fill is not None:
                 replacement = fill[path][index]
             elif keep_solution:
                 replacement = lines[solution_start:end]
             else:
-                replacement = [indent + todo_line(exercise_id)]
+                replacement = [todo_for(lines[solution_start:end], exercise_id)]
             lines[start:end + 1] = description(lines[start:solution_start]) + replacement + [lines[end]]
         if path in entry["files"]:
             todo_files.append(path)
@@ -766,6 +761,13 @@ def todo_line(exercise_id):
     return f"// TODO(exercise {exercise_id}): write the lines described above."
 
 
+def todo_for(solution, exercise_id):
+    """The TODO line that stands for a region's solution lines, indented as the first of them that is not a
+    preprocessor line (`#pragma unroll` sits in column 0)."""
+    code = next((line for line in solution if not line.lstrip().startswith("#")), solution[0] if solution else "")
+    return re.match(r"^\s*", code).group(0) + todo_line(exercise_id)
+
+
 def graft_own_work(entry, folder):
     """In a handout, the stage's other exercises are TODOs in the copy too. Where the student has a workspace
     for one (exercises/OTHER/), its lines are put into this copy, so that the implementations that run both
@@ -1014,10 +1016,7 @@ def command_handout(args):
     for path, regions in by_file.items():
         lines = open(os.path.join(ROOT, path)).read().split("\n")
         for start, solution_start, end, exercise_id in sorted(regions, reverse=True):
-            code = next((line for line in lines[solution_start:end] if not line.lstrip().startswith("#")),
-                        lines[solution_start])
-            indent = re.match(r"^\s*", code).group(0)
-            todo = [indent + todo_line(exercise_id)]
+            todo = [todo_for(lines[solution_start:end], exercise_id)]
             lines[start:end + 1] = description(lines[start:solution_start]) + todo + [lines[end]]
         with open(os.path.join(out, path), "w") as handle:
             handle.write("\n".join(lines))
