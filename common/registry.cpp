@@ -24,9 +24,26 @@ std::vector<Implementation>& mutable_registry() {
 }
 }  // namespace
 
+namespace {
+// Why a stage's implementations cannot run in a handout where the stage's exercises are not done, or "".
+std::string exercise_not_done(std::string_view name) {
+  const std::string_view stage = name.substr(0, name.find('/'));
+  for (const UnfinishedStage& unfinished : unfinished_stages()) {
+    if (stage != unfinished.stage) continue;
+    const std::string ids = unfinished.exercises, first = ids.substr(0, ids.find(','));
+    return "exercise not done: " + ids + " (yours to write: ./flashlab exercise start " + first + ")";
+  }
+  return "";
+}
+}  // namespace
+
 Registration::Registration(Implementation implementation) {
-  if (flashlab_registration_prefix != nullptr)
-    implementation.name = flashlab_registration_prefix() + implementation.name;
+  if (flashlab_registration_prefix != nullptr) {
+    implementation.name = flashlab_registration_prefix() + implementation.name;  // a student's copy: it runs
+  } else if (std::string reason = exercise_not_done(implementation.name); !reason.empty()) {
+    implementation.availability = [reason] { return reason; };
+    if (implementation.emulation) implementation.emulation = [] { return std::string(); };  // it runs nowhere
+  }
   auto& registry = mutable_registry();
   if (find_implementation(implementation.name) != nullptr) {
     std::fprintf(stderr, "flashlab: implementation '%s' registered twice\n", implementation.name.c_str());

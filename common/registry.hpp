@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -131,6 +132,15 @@ struct Implementation {
 struct Registration {
   explicit Registration(Implementation implementation);
 };
+
+// In a course handout (`./flashlab exercise handout`), the stages whose exercise regions still hold their
+// skeletons, each with those exercises' ids ("one-pass, online-softmax"); none in any other tree. Generated
+// by the build (cmake/handout.cmake). Their implementations register as unavailable: "exercise not done".
+struct UnfinishedStage {
+  const char* stage;
+  const char* exercises;
+};
+std::span<const UnfinishedStage> unfinished_stages();
 
 // Every registered implementation, sorted by name.
 const std::vector<Implementation>& implementations();

@@ -3,6 +3,7 @@
 file of the handout for every solution line, whitespace-normalized), every exercise region there must hold its
 TODO, and the write-ups' answers and the known mistakes must be left out. The search itself is shown to work:
 a solution line planted in the handout, reindented, is found."""
+import json
 import os
 import subprocess
 import sys
@@ -70,6 +71,32 @@ with tempfile.TemporaryDirectory(prefix="flashlab-handout-") as scratch:
     refused = subprocess.run([sys.executable, os.path.join(tree, "tools", "exercise.py"), "solution",
                               sorted(exercises)[0]], capture_output=True, text=True)
     expect(refused.returncode == 2 and "handout" in refused.stderr, "`solution` refuses in the handout")
+
+    # What the handout's own build leaves out (cmake/handout.cmake): every exercise is not done, so every stage
+    # is; the harness sources that use a stage directly are named. An exercise whose lines are written into its
+    # stage (here the solution, pasted as a student would paste theirs) is done, and only then.
+    def not_done():
+        listed = subprocess.run([sys.executable, os.path.join(tree, "tools", "exercise.py"), "not-done"],
+                                capture_output=True, text=True)
+        return json.loads(listed.stdout) if listed.returncode == 0 else {}
+    state = not_done()
+    listed = sorted(i for ids in state.get("not_done", {}).values() for i in ids)
+    expect(listed == sorted(exercises), f"`not-done` in the handout lists every exercise: {listed}")
+    expect("tests/test_softmax.cpp" in state.get("test_files", []) and "tests/test_matrix.cpp" not in
+           state.get("test_files", []), "the harness sources that use a stage directly are left out, not the others")
+    entry = exercises["one-pass"]
+    for path, regions in entry["files"].items():
+        mine = open(os.path.join(ROOT, path)).read().split("\n")
+        theirs = open(os.path.join(tree, path)).read().split("\n")
+        bodies = exercise.region_bodies(theirs, "one-pass")
+        for (first, end), (_, solution_start, solution_end) in reversed(list(zip(bodies, regions))):
+            theirs[first:end] = mine[solution_start:solution_end]
+        with open(os.path.join(tree, path), "w") as handle:
+            handle.write("\n".join(theirs))
+    state = not_done()
+    expect("one-pass" not in state.get("not_done", {}).get("naive", ["one-pass"]) and
+           "online-softmax" in state.get("not_done", {}).get("naive", []),
+           "with its lines written into naive/attention.cpp, one-pass is done and naive's other exercises are not")
 
 print(f"{len(failures)} failed")
 sys.exit(1 if failures else 0)

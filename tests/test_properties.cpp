@@ -253,6 +253,10 @@ TEST_CASE("packed batches give the padded batch's outputs and gradients") {
   int checked = 0, identical = 0;
   for (const Implementation* impl : selected_implementations()) {
     if (!impl->packed) continue;
+    if (impl->availability && !impl->availability().empty()) {  // e.g. a handout's stage not done
+      MESSAGE(impl->name, " not checked: ", impl->availability());
+      continue;
+    }
     for (DType dtype : selected_dtypes(*impl)) {
       padded.dtype = packed.dtype = dtype;
       REQUIRE_MESSAGE(why_cannot_run(*impl, padded).empty(), impl->name, ": ", why_cannot_run(*impl, padded));

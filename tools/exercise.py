@@ -22,6 +22,7 @@ more files of one stage; the description is given once. No solution exists anywh
                                           exercise in the emulator, then on the GPU where there is one)
     exercise.py solution ID               print the reference lines
     exercise.py selftest --build-dir DIR  every skeleton builds and fails; with the solution pasted back it passes
+    exercise.py not-done                  for the build: the exercises whose lines this tree lacks (a handout's)
 """
 import argparse
 import concurrent.futures
@@ -792,6 +793,56 @@ def graft_own_work(entry, folder):
     return missing
 
 
+def unfinished(exercises):
+    """{stage: [ids]}: the exercises whose lines are not in this tree's stage sources, where some region of the
+    exercise holds no code (its skeleton: the TODO comment only). In the instructor's tree none; in a handout, every
+    one until the student writes the lines into the stage itself."""
+    result = {}
+    for exercise_id, entry in sorted(exercises.items()):
+        for path in entry["files"]:
+            lines = open(os.path.join(ROOT, path)).read().split("\n")
+            bodies = region_bodies(lines, exercise_id) or []
+            if any(not any(line.strip() and not line.strip().startswith("//") for line in lines[first:end])
+                   for first, end in bodies):
+                result.setdefault(entry["stage"], []).append(exercise_id)
+                break
+    return result
+
+
+def test_sources():
+    """The harness's sources (tests/*.cpp, *.cu, *.hpp), relative to the root."""
+    folder = os.path.join(ROOT, "tests")
+    return sorted(os.path.join("tests", name) for name in os.listdir(folder) if name.endswith(SOURCE_SUFFIXES))
+
+
+def stages_used(path, seen=None):
+    """The stages a harness source uses directly: it includes one of their files or names one of their
+    implementations ("stage/..."), itself or through a helper of tests/ it includes (the helper's header, and the
+    source beside it that defines what the header declares)."""
+    seen = set() if seen is None else seen
+    if path in seen or not os.path.isfile(os.path.join(ROOT, path)):
+        return set()
+    seen.add(path)
+    text = open(os.path.join(ROOT, path)).read()
+    used = {stage for stage in STAGES if f'"{stage}/' in text}
+    for helper in re.findall(r'#include "(tests/[\w.]+)\.h(?:pp)?"', text):
+        for suffix in (".hpp", ".h", ".cpp", ".cu"):
+            used |= stages_used(helper + suffix, seen)
+    return used
+
+
+def command_not_done(args):
+    """For the build (CMakeLists.txt): the exercises not done in this tree, and what leaves them out of the tests.
+    One JSON object: 'not_done' {stage: [ids]}; 'test_files', the harness sources that use one of those stages
+    directly (left out of the harness's runs); 'watch', the files whose edit changes the answer."""
+    exercises = scan()
+    not_done = unfinished(exercises)
+    tests = [path for path in test_sources() if stages_used(path) & set(not_done)]
+    watch = sorted({path for entry in exercises.values() for path in entry["files"]})
+    print(json.dumps({"not_done": not_done, "test_files": tests, "watch": watch}))
+    return 0
+
+
 def isolated():
     """The command prefix that runs a submission without network (a new network namespace), or () where the
     machine cannot make one."""
@@ -1057,6 +1108,10 @@ docs/exercises.md is the course guide), write your lines in the copy it makes, a
 `./flashlab exercise check ID`. `./flashlab exercise hint ID 2` (then 3) gives more help, one level at a time.
 
 Hand in the files of your workspace (exercises/ID/...): only the lines inside the exercise regions are graded.
+
+`./flashlab test` and `./flashlab compare` report each stage whose exercise is not done in this tree (its region
+still holds the TODO) as "exercise not done" instead of running it. Paste your passing lines into the stage's own
+file to get the stage back in them, checked by the whole test harness.
 """
 
 
@@ -1224,13 +1279,14 @@ def main():
     p.add_argument("--jobs", type=int, help="parallel builds and checks (default: the machine's cores)")
     p = sub.add_parser("handout", help="write a student handout: the project with every solution replaced")
     p.add_argument("dir")
+    sub.add_parser("not-done", help="for the build: the exercises whose lines this tree lacks (JSON)")
     p = sub.add_parser("selftest", help="prove the mechanism on every exercise")
     p.add_argument("--build-dir", required=True)
     p.add_argument("--only", help="these exercises only (comma-separated ids)")
     args = parser.parse_args()
     handlers = {"list": command_list, "start": command_start, "check": command_check, "hint": command_hint,
                 "solution": command_solution, "selftest": command_selftest, "grade": command_grade,
-                "handout": command_handout}
+                "handout": command_handout, "not-done": command_not_done}
     try:
         return handlers[args.command](args) or 0
     except Failure as error:
