@@ -1197,6 +1197,7 @@ def command_selftest(args):
             if writeup_problems(exercise_id):
                 failed += 1
                 print(f"  BAD  {exercise_id}: its write-up: {writeup_problems(exercise_id)}")
+        solution_runs = {}  # (target, grades, checks) -> (the exercise whose check ran it, (passed, output))
         for exercise_id, variant, folder, target in plans:
             mistake = mistakes[int(variant[len("mistake"):])] if variant.startswith("mistake") else None
             # Warning-free, so that a skeleton also compiles where warnings are errors (the ci preset's stages).
@@ -1205,13 +1206,22 @@ def command_selftest(args):
             started = time.monotonic()
             # A solution is the stage's own code, which the harness checks in every dtype: here it shows that
             # a workspace's copy builds and passes, in the first dtype. Skeletons and mistakes keep every dtype.
-            ok, output = run_harness(build_dir, target, exercise_id, exercises[exercise_id].get("grades"),
-                                     first_failure=variant != "solution",
-                                     checks=exercises[exercise_id].get("checks"),
-                                     tests=mistake.get("tests") if mistake else None,
-                                     first_dtype=variant == "solution", emulated=is_cuda(folder),
-                                     registered_as=registered_as.get(exercise_id) if variant == "solution" else None)
-            seconds = time.monotonic() - started
+            # Exercises of one stage whose checks grade the same implementations by the same cases share the
+            # stage's solution program, so their checks are one run, made once.
+            grades, checks = exercises[exercise_id].get("grades"), exercises[exercise_id].get("checks")
+            same = (target, grades, checks) if variant == "solution" else None
+            if same in solution_runs:
+                (ok, output), seconds = solution_runs[same][1], 0.0
+                shared = solution_runs[same][0]
+            else:
+                ok, output = run_harness(build_dir, target, exercise_id, grades,
+                                         first_failure=variant != "solution", checks=checks,
+                                         tests=mistake.get("tests") if mistake else None,
+                                         first_dtype=variant == "solution", emulated=is_cuda(folder),
+                                         registered_as=registered_as.get(exercise_id) if same else None)
+                seconds, shared = time.monotonic() - started, None
+                if same:
+                    solution_runs[same] = (exercise_id, (ok, output))
             expected = variant == "solution"
             # A skeleton must fail some check of the harness: a case on its numbers or with a fault the emulator
             # names (a deadlock, a race), or a property; not by crashing the program. A mistake must fail with
@@ -1228,7 +1238,8 @@ def command_selftest(args):
             verdict = "passes" if ok else "fails"
             what = f"the mistake '{mistake['mistake']}'" if mistake else f"the {variant}"
             what += " (first dtype)" if variant == "solution" else ""
-            print(f"  {'ok  ' if good else 'BAD '} {exercise_id}: {what} {verdict} the check ({seconds:.1f} s)"
+            timing = f"the run of {shared}'s check" if shared else f"{seconds:.1f} s"
+            print(f"  {'ok  ' if good else 'BAD '} {exercise_id}: {what} {verdict} the check ({timing})"
                   + (f", but compiles with {len(warnings)} warning(s):" if warnings else "")
                   + ("" if named else f", but without saying '{mistake['says']}'")
                   + ("" if explained else f", but its summary ({len(lines)} lines) names no expected cause"))
