@@ -88,25 +88,36 @@ const std::vector<Range>& read_only_ranges() {
   return ranges;
 }
 
-// This OS thread's block of the program's thread-local storage: static __shared__ variables live there in
-// emulated builds (emulator/include/cuda_runtime.h), one copy per OS thread, and an OS thread runs one block
-// at a time.
+// This OS thread's block of the thread-local storage of the object the emulator is linked into (the program,
+// or the Python module, python/): static __shared__ variables live there in emulated builds
+// (emulator/include/cuda_runtime.h), one copy per OS thread, and an OS thread runs one block at a time. The
+// object is the one whose loaded segments hold this function's code; its block is allocated by now, since
+// `range` itself lives in it.
 Range static_shared_range() {
   thread_local const Range range = [] {
-    Range found{0, 0};
+    struct Search {
+      uintptr_t code;
+      Range found;
+    } search{reinterpret_cast<uintptr_t>(&static_shared_range), {0, 0}};
     dl_iterate_phdr(
         [](dl_phdr_info* info, size_t, void* out) {
-          if (info->dlpi_tls_data == nullptr) return 0;
+          auto& state = *static_cast<Search*>(out);
+          bool ours = false;
+          for (int i = 0; i < info->dlpi_phnum; ++i) {
+            const ElfW(Phdr)& header = info->dlpi_phdr[i];
+            const uintptr_t begin = info->dlpi_addr + header.p_vaddr;
+            ours |= header.p_type == PT_LOAD && state.code >= begin && state.code < begin + header.p_memsz;
+          }
+          if (!ours || info->dlpi_tls_data == nullptr) return 0;
           for (int i = 0; i < info->dlpi_phnum; ++i)
             if (info->dlpi_phdr[i].p_type == PT_TLS) {
               const auto begin = reinterpret_cast<uintptr_t>(info->dlpi_tls_data);
-              *static_cast<Range*>(out) = {begin, begin + info->dlpi_phdr[i].p_memsz};
-              return 1;  // the program itself comes first
+              state.found = {begin, begin + info->dlpi_phdr[i].p_memsz};
             }
-          return 0;
+          return 1;
         },
-        &found);
-    return found;
+        &search);
+    return search.found;
   }();
   return range;
 }
