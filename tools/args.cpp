@@ -109,6 +109,25 @@ void load_tensor(const NpyArray& array, const std::string& flag, const std::stri
   for (size_t i = 0; i < array.values.size(); ++i) tensor.data[i] = static_cast<float>(array.values[i]);
 }
 
+void attach_mask(Problem& p, const NpyArray& mask, const std::string& what) {
+  if (mask.shape != std::vector<int64_t>{p.seqlen_q, p.seqlen_k})
+    fail(what, ": shape must be [seqlen_q, seqlen_k] = [", p.seqlen_q, ", ", p.seqlen_k, "]");
+  auto entries = std::make_shared<std::vector<uint8_t>>(mask.values.size());
+  for (size_t i = 0; i < entries->size(); ++i) (*entries)[i] = mask.values[i] != 0.0;
+  p.mask = std::move(entries);
+}
+
+void attach_bias(Problem& p, const NpyArray& bias, const std::string& what) {
+  const std::vector<int64_t>& shape = bias.shape;  // [sq, sk], [heads or 1, sq, sk], [batch or 1, ...]
+  const size_t n = shape.size();
+  if (n < 2 || n > 4 || shape[n - 2] != p.seqlen_q || shape[n - 1] != p.seqlen_k)
+    fail(what, ": shape must end in [seqlen_q, seqlen_k] = [", p.seqlen_q, ", ", p.seqlen_k,
+         "], with [heads_q or 1] and [batch or 1] before it");
+  p.bias_heads = n >= 3 ? shape[n - 3] : 1;
+  p.bias_batch = n == 4 ? shape[0] : 1;
+  p.bias = std::make_shared<const std::vector<float>>(bias.values.begin(), bias.values.end());
+}
+
 namespace {
 
 // The longest sequence of cumulative lengths (0 when they are not increasing; validate() names that).
@@ -211,26 +230,8 @@ ProblemSetup problem_from_args(const Args& args, bool with_inputs) {
   }
   // Sizes are checked before anything is allocated from them.
   p.validate();
-  if (auto path = args.get("--mask")) {
-    const NpyArray mask = read_npy(*path, "--mask");
-    if (mask.shape != std::vector<int64_t>{p.seqlen_q, p.seqlen_k})
-      fail("--mask: ", *path, ": shape must be [seqlen_q, seqlen_k] = [", p.seqlen_q, ", ", p.seqlen_k, "]");
-    auto entries = std::make_shared<std::vector<uint8_t>>(mask.values.size());
-    for (size_t i = 0; i < entries->size(); ++i) (*entries)[i] = mask.values[i] != 0.0;
-    p.mask = std::move(entries);
-  }
-  if (auto path =
-          args.get("--bias")) {  // [seqlen_q, seqlen_k], [heads | 1, ...] or [batch | 1, heads | 1, ...]
-    const NpyArray bias = read_npy(*path, "--bias");
-    const std::vector<int64_t>& shape = bias.shape;
-    const size_t n = shape.size();
-    if (n < 2 || n > 4 || shape[n - 2] != p.seqlen_q || shape[n - 1] != p.seqlen_k)
-      fail("--bias: ", *path, ": shape must end in [seqlen_q, seqlen_k] = [", p.seqlen_q, ", ", p.seqlen_k,
-           "], with [heads_q or 1] and [batch or 1] before it");
-    p.bias_heads = n >= 3 ? shape[n - 3] : 1;
-    p.bias_batch = n == 4 ? shape[0] : 1;
-    p.bias = std::make_shared<const std::vector<float>>(bias.values.begin(), bias.values.end());
-  }
+  if (auto path = args.get("--mask")) attach_mask(p, read_npy(*path, "--mask"), "--mask: " + *path);
+  if (auto path = args.get("--bias")) attach_bias(p, read_npy(*path, "--bias"), "--bias: " + *path);
   p.validate();
   // Refuse, rather than be killed by the kernel's OOM killer, when inputs and outputs alone exceed the memory
   // here.

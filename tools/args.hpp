@@ -56,6 +56,12 @@ struct ProblemSetup {
 // problem alone (checked the same way; no inputs read or drawn).
 ProblemSetup problem_from_args(const Args& args, bool with_inputs = true);
 
+// The explicit mask (nonzero = visible) [seqlen_q, seqlen_k], and the additive bias, whose shape ends in
+// [seqlen_q, seqlen_k] with [heads_q or 1] and [batch or 1] before it, from an array given as `what` (a flag
+// and its file, or a Python argument's name), into the problem; a wrong shape is an error naming `what`.
+void attach_mask(Problem& p, const NpyArray& mask, const std::string& what);
+void attach_bias(Problem& p, const NpyArray& bias, const std::string& what);
+
 // The one implementation a command names (`command` is the command's name, for the message).
 const Implementation& implementation_from_args(const Args& args, const char* command);
 
