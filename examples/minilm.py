@@ -23,7 +23,11 @@ import math
 import os
 import sys
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    print("skipped: NumPy is not installed (pip install numpy)")
+    sys.exit(77)
 
 import flashlab
 
