@@ -367,9 +367,9 @@ int run(int argc, char** argv) {
   // A GPU stage that would run in the CPU emulator here is not benchmarked: an emulated time measures the
   // emulator, not the kernel.
   auto not_benchmarked = [](const Implementation& impl) {
-    const std::string reason = impl.availability ? impl.availability() : "";
+    const std::string reason = unavailable_reason(impl);
     if (!reason.empty()) return "unavailable here: " + reason;
-    const std::string emulation = cli::emulation_reason(impl);
+    const std::string emulation = emulation_reason(impl);
     if (!emulation.empty()) return "would run in the CPU emulator here (" + emulation + ")";
     return std::string();
   };

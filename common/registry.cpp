@@ -66,8 +66,15 @@ const Implementation* find_implementation(std::string_view name) {
 }
 
 const DeviceBuild& device_build(const Implementation& impl) {
-  const bool emulated = impl.emulation && !impl.emulation().empty();
-  return emulated ? impl.emulated_build : impl.gpu_build;
+  return emulation_reason(impl).empty() ? impl.gpu_build : impl.emulated_build;
+}
+
+std::string unavailable_reason(const Implementation& impl) {
+  return impl.availability ? impl.availability() : "";
+}
+
+std::string emulation_reason(const Implementation& impl) {
+  return impl.emulation ? impl.emulation() : "";
 }
 
 bool offers(const Implementation& impl, DType dtype) {
@@ -75,10 +82,7 @@ bool offers(const Implementation& impl, DType dtype) {
 }
 
 std::string why_cannot_run(const Implementation& impl, const Problem& problem) {
-  if (impl.availability) {
-    std::string reason = impl.availability();
-    if (!reason.empty()) return reason;
-  }
+  if (std::string reason = unavailable_reason(impl); !reason.empty()) return reason;
   if (!offers(impl, problem.dtype)) {
     std::string offered;
     for (DType dtype : impl.dtypes) offered += (offered.empty() ? "" : ", ") + std::string(to_string(dtype));

@@ -152,6 +152,12 @@ const Implementation* find_implementation(std::string_view name);
 // (benchmarks, the registry's adapter) picks the build through this.
 const DeviceBuild& device_build(const Implementation& impl);
 
+// "" when `impl` can run on this machine, else why not (its `availability`).
+std::string unavailable_reason(const Implementation& impl);
+// "" when `impl` runs natively here (on the CPU, or on a GPU), else why it runs in the CPU emulator (its
+// `emulation`).
+std::string emulation_reason(const Implementation& impl);
+
 // Whether `impl` takes inputs and outputs of this dtype.
 bool offers(const Implementation& impl, DType dtype);
 

@@ -215,8 +215,7 @@ nb::tuple attention_backward(const Array& q, const Array& k, const Array& v, con
 nb::list implementations_here() {
   nb::list result;
   for (const Implementation& impl : implementations()) {
-    const std::string reason = impl.availability ? impl.availability() : "";
-    const std::string emulation = impl.emulation ? impl.emulation() : "";
+    const std::string reason = unavailable_reason(impl), emulation = emulation_reason(impl);
     nb::list dtypes;
     for (DType dtype : impl.dtypes) dtypes.append(std::string(to_string(dtype)));
     nb::dict entry;

@@ -228,7 +228,7 @@ class ShapeBench {
                const cuda::TimingPlan& emulated_plan) {
     BenchRow row{impl.name, shape_, backward_};
     row.problem.dtype = dtype.value_or(impl.dtypes.front());
-    const std::string emulation = impl.emulation();
+    const std::string emulation = emulation_reason(impl);
     row.emulated = !emulation.empty();
     row.skipped = backward_ ? why_cannot_run_backward(impl, row.problem) : why_cannot_run(impl, row.problem);
     // Without --emulate, a stage this GPU cannot run is not timed in the emulator in its place.

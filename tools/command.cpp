@@ -38,10 +38,6 @@ Problem in_own_dtype(const Implementation& impl, const Problem& p, bool dtype_gi
   return own;
 }
 
-std::string emulation_reason(const Implementation& impl) {
-  return impl.emulation ? impl.emulation() : "";
-}
-
 Measurement measure(const Implementation& impl, const Problem& p, const AttentionInputs& in, int repeats) {
   Measurement m;
   m.outputs = AttentionOutputs::poisoned(p);

@@ -42,9 +42,6 @@ Measurement measure(const Implementation& impl, const Problem& p, const Attentio
 // the same f32 inputs, each held to the tolerance of the dtype it ran in).
 Problem in_own_dtype(const Implementation& impl, const Problem& p, bool dtype_given);
 
-// "" when `impl` runs natively here (on the CPU, or on a GPU), else why it runs in the CPU emulator.
-std::string emulation_reason(const Implementation& impl);
-
 // Writes a progress line to stderr when it is a terminal (erased by the next one; "" clears it).
 void progress(const std::string& text);
 

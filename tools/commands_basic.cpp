@@ -30,12 +30,11 @@ int list_command(const std::vector<std::string>& argv) {
     for (DType dtype : impl.dtypes) text += (text.empty() ? "" : ",") + std::string(to_string(dtype));
     return text;
   };
-  auto availability = [](const Implementation& impl) { return impl.availability ? impl.availability() : ""; };
   if (args.has("--json")) {
     Json json;
     json.begin_array();
     for (const Implementation& impl : implementations()) {
-      const std::string reason = availability(impl), emulation = emulation_reason(impl);
+      const std::string reason = unavailable_reason(impl), emulation = emulation_reason(impl);
       json.begin_object().field("name", impl.name).field("device", to_string(impl.device));
       json.key("dtypes").begin_array();
       for (DType dtype : impl.dtypes) json.value(to_string(dtype));
@@ -53,7 +52,7 @@ int list_command(const std::vector<std::string>& argv) {
   std::printf("%-29s %-6s %-14s %-11s %s\n", "implementation", "device", "dtypes", "available",
               "idea / constraints");
   for (const Implementation& impl : implementations()) {
-    const std::string reason = availability(impl), emulation = emulation_reason(impl);
+    const std::string reason = unavailable_reason(impl), emulation = emulation_reason(impl);
     const char* available = !reason.empty() ? "no" : !emulation.empty() ? "emulated" : "yes";
     std::printf("%-29s %-6s %-14s %-11s %s\n", impl.name.c_str(), std::string(to_string(impl.device)).c_str(),
                 dtypes(impl).c_str(), available, impl.summary.c_str());

@@ -114,8 +114,8 @@ Ladder place_on_ladder(bool emulate) {
     emulated_problems.push_back(problem_of(problem.emulated_flags));
   }
   for (const Implementation& impl : implementations()) {
-    if (impl.availability && !impl.availability().empty()) {
-      ladder.unplaced.emplace_back(&impl, "unavailable: " + impl.availability());
+    if (const std::string reason = unavailable_reason(impl); !reason.empty()) {
+      ladder.unplaced.emplace_back(&impl, "unavailable: " + reason);
       continue;
     }
     const bool in_emulator = !emulation_reason(impl).empty();
