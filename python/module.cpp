@@ -39,9 +39,9 @@ std::vector<int64_t> shape_of(const Array& array) {
   return shape;
 }
 
-// The array's elements in C order, widened to double, whatever its strides; float16, bfloat16, float32,
-// float64 and bool are read, anything else (or memory not on the host) is refused naming `name`.
-std::vector<double> read_array(const Array& array, const std::string& name) {
+// Checks that the array is on the host in a dtype read here (float16, bfloat16, float32, float64, or bool for
+// a mask), refusing it by `name` otherwise.
+void check_array(const Array& array, const std::string& name) {
   if (array.device_type() != nb::device::cpu::value)
     fail(name, ": the array is not in host memory (this module runs on host arrays; move it with .cpu())");
   const nb::dlpack::dtype type = array.dtype();
@@ -57,34 +57,50 @@ std::vector<double> read_array(const Array& array, const std::string& name) {
     fail(name, ": dtype ", kind, int{type.bits}, type.lanes == 1 ? "" : " in vectors",
          " is not supported (float16, bfloat16, float32, float64, or bool for a mask)");
   }
-  const size_t count = array.size(), rank = array.ndim();
-  std::vector<double> values(count);
+}
+
+// Writes the array's elements in C order to `out` (float for the inputs, double for a mask or bias), whatever
+// its strides and dtype (check_array() first); a C-contiguous array of `Out` itself is one copy.
+template <typename Out>
+void read_array(const Array& array, Out* out) {
+  const nb::dlpack::dtype type = array.dtype();
+  const auto code = static_cast<nb::dlpack::dtype_code>(type.code);
+  const size_t count = array.size(), rank = array.ndim(), bytes = type.bits / 8;
+  if (count == 0) return;
+  bool contiguous = true;
+  for (size_t d = rank, expected = 1; d-- > 0; expected *= array.shape(d))
+    contiguous &= array.shape(d) == 1 || array.stride(d) == static_cast<int64_t>(expected);
+  if (contiguous && code == nb::dlpack::dtype_code::Float && bytes == sizeof(Out)) {
+    std::memcpy(out, array.data(), count * sizeof(Out));
+    return;
+  }
   std::vector<size_t> index(rank, 0);
   const auto* base = static_cast<const uint8_t*>(array.data());
-  const size_t bytes = type.bits / 8;
   for (size_t n = 0; n < count; ++n) {
     int64_t offset = 0;  // in elements
     for (size_t d = 0; d < rank; ++d) offset += static_cast<int64_t>(index[d]) * array.stride(d);
     const uint8_t* element = base + offset * static_cast<int64_t>(bytes);
     if (code == nb::dlpack::dtype_code::Bool) {
-      values[n] = *element != 0;
-    } else if (code == nb::dlpack::dtype_code::Bfloat || type.bits == 16) {
+      out[n] = *element != 0;
+    } else if (bytes == 2) {
       uint16_t bits;
       std::memcpy(&bits, element, 2);
-      values[n] = code == nb::dlpack::dtype_code::Bfloat ? decode_bf16(bits) : decode_fp16(bits);
-    } else if (type.bits == 32) {
+      out[n] =
+          static_cast<Out>(code == nb::dlpack::dtype_code::Bfloat ? decode_bf16(bits) : decode_fp16(bits));
+    } else if (bytes == 4) {
       float x;
       std::memcpy(&x, element, 4);
-      values[n] = x;
+      out[n] = static_cast<Out>(x);
     } else {
-      std::memcpy(&values[n], element, 8);
+      double x;
+      std::memcpy(&x, element, 8);
+      out[n] = static_cast<Out>(x);
     }
     for (size_t d = rank; d-- > 0;) {  // the next index in C order
       if (++index[d] < array.shape(d)) break;
       index[d] = 0;
     }
   }
-  return values;
 }
 
 // `array` into `tensor`, whose shape the problem fixed (`layout` names it in the message).
@@ -92,12 +108,15 @@ void load(const Array& array, const std::string& name, HostTensor& tensor, const
   if (shape_of(array) != tensor.shape)
     fail(name, ": shape ", shape_text(shape_of(array)), " does not match ", layout, " = ",
          shape_text(tensor.shape));
-  const std::vector<double> values = read_array(array, name);
-  for (size_t i = 0; i < values.size(); ++i) tensor.data[i] = static_cast<float>(values[i]);
+  check_array(array, name);
+  read_array(array, tensor.ptr());
 }
 
 NpyArray as_npy(const Array& array, const std::string& name) {
-  return {shape_of(array), read_array(array, name), ""};
+  check_array(array, name);
+  NpyArray result{shape_of(array), std::vector<double>(array.size()), ""};
+  read_array(array, result.values.data());
+  return result;
 }
 
 nb::ndarray<nb::numpy, float> to_numpy(HostTensor&& tensor) {
