@@ -758,6 +758,12 @@ def submitted_regions(entry, submission):
     return fill, ""
 
 
+def holds_code(lines, first, end):
+    """Whether a region's body (region_bodies()) holds code: a line that is neither blank nor a comment. A body
+    that does not is not done (its skeleton's TODO, or nothing)."""
+    return any(line.strip() and not line.strip().startswith("//") for line in lines[first:end])
+
+
 def todo_line(exercise_id):
     return f"// TODO(exercise {exercise_id}): write the lines described above."
 
@@ -787,8 +793,7 @@ def graft_own_work(entry, folder):
                     lines[first:end] = fill[path][index]
             with open(copy, "w") as out:
                 out.write("\n".join(lines))
-            empty = any(not any(line.strip() for line in lines[first:end]) for first, end in bodies)
-            if empty and other["id"] not in missing:
+            if not all(holds_code(lines, first, end) for first, end in bodies) and other["id"] not in missing:
                 missing.append(other["id"])
     return missing
 
@@ -802,8 +807,7 @@ def unfinished(exercises):
         for path in entry["files"]:
             lines = open(os.path.join(ROOT, path)).read().split("\n")
             bodies = region_bodies(lines, exercise_id) or []
-            if any(not any(line.strip() and not line.strip().startswith("//") for line in lines[first:end])
-                   for first, end in bodies):
+            if not all(holds_code(lines, first, end) for first, end in bodies):
                 result.setdefault(entry["stage"], []).append(exercise_id)
                 break
     return result
