@@ -193,8 +193,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
   // K_j and V_j once (Algorithm 2 line 6); keys past the batch's length are zero.
   const Element* const k = static_cast<const Element*>(f.k) + cuda::k_begin(f, b) + head_kv * f.k_head_stride;
   const Element* const v = static_cast<const Element*>(f.v) + cuda::v_begin(f, b) + head_kv * f.v_head_stride;
-  load_tile_async<kBlockN, kHeadDim, kThreads>(sK, k, f.k_row_stride, key0, rows_k);
-  load_tile_async<kBlockN, kHeadDim, kThreads>(sV, v, f.v_row_stride, key0, rows_k);
+  load_tile_async<kBlockN, kHeadDim, kThreads>(sK, k, f.k_row_stride, key0, rows_k, f.head_dim);
+  load_tile_async<kBlockN, kHeadDim, kThreads>(sV, v, f.v_row_stride, key0, rows_k, f.head_dim);
   cp_async_commit();
 
   const LdmatrixRow nk_at = b_operand_row_nk(lane), kn_at = b_operand_row_kn(lane);  // for dQ's product
@@ -215,8 +215,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
       const BlockMask block = BlockMask::make<kBlockN>(f, b, row0, row0 + kBlockM);
       if (kv_tile < block.tile_begin || kv_tile >= block.tile_end) continue;  // the same for the whole block
       // Q_i, dO_i, LSE_i, D_i (line 8). Padded rows are zero and take no part.
-      load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, f.q_row_stride, row0, rows_q);
-      load_tile_async<kBlockM, kHeadDim, kThreads>(sdO, d_out, f.o_row_stride, row0, rows_q);
+      load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, f.q_row_stride, row0, rows_q, f.head_dim);
+      load_tile_async<kBlockM, kHeadDim, kThreads>(sdO, d_out, f.o_row_stride, row0, rows_q, f.head_dim);
       cp_async_commit();
       for (int r = threadIdx.x; r < kBlockM; r += kThreads) {
         const int row = row0 + r;
@@ -540,10 +540,21 @@ void launch(const SplitQBackwardParams& p, cudaStream_t stream) {
   cuda::launch_kernel<exact_kernel<Element, kHeadDim>>(dim3(kExactBlocks), dim3(kThreads), 0, stream, p);
 }
 
+// The head dims models use up to 128, each its own kernel: a multiple of 32, so that dQ's columns split
+// into two halves of whole 16-wide mma steps (backward_kernel), and a swizzled tile row of whole 64-byte
+// groups (tensor_core.cuh).
 template <typename Element>
 void dispatch_head_dim(const SplitQBackwardParams& p, cudaStream_t stream) {
-  if (p.forward.head_dim == 64) return launch<Element, 64>(p, stream);
-  launch<Element, 128>(p, stream);
+  switch (p.forward.head_dim) {
+    case 32:
+      return launch<Element, 32>(p, stream);
+    case 64:
+      return launch<Element, 64>(p, stream);
+    case 96:
+      return launch<Element, 96>(p, stream);
+    case 128:
+      return launch<Element, 128>(p, stream);
+  }
 }
 
 }  // namespace

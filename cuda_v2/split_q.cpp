@@ -90,7 +90,7 @@ const Registration mma_cp_async{rung("cuda_v2/mma_cp_async",
 const Registration split_q_simt{gpu_implementation(
     {.name = "cuda_v2/split_q_simt",
      .summary = "FA2 schedule on CUDA cores, fp32: grid over (q-block, head, batch), warps split Q",
-     .constraints = "f32; head_dim 64, 128, 256; every mask, GQA, any length",
+     .constraints = "f32; head_dim 32, 64, 96, 128, 256; every mask, GQA, any length",
      .supports = simt_supports,
      .bytes_moved = simt_bytes_moved},
     FLASHLAB_DEVICE_BUILDS(launch_split_q_simt, workspace_bytes))};
@@ -105,7 +105,8 @@ const Registration split_q{with_gpu_backward(
          .summary =
              "FA2 on tensor cores: mma.sync m16n8k16 + ldmatrix, cp.async double buffering, fp32 accum",
          .dtypes = {DType::f16, DType::bf16},
-         .constraints = "f16, bf16; head_dim 64, 128, 256 (backward: 64, 128); every mask, GQA, any length; "
+         .constraints = "f16, bf16; head_dim a multiple of 8 up to 256 (backward: 32, 64, 96, 128); every "
+                        "mask, GQA, any length; "
                         "softcap, ALiBi, bias, dropout, packed varlen",
          .rounds_p = true,    // P is rounded to the input format: it is the A operand of the P V mma
          .score_mods = true,  // forward and backward (score_mod.cuh)

@@ -26,6 +26,7 @@
 #include "common/cuda/int_lengths.hpp"
 #include "common/cuda/launch.cuh"
 #include "common/cuda/ptx.cuh"
+#include "common/cuda/tile_width.hpp"
 #include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/split_q.hpp"
 #include "cuda_v2/tensor_core.cuh"
@@ -34,14 +35,20 @@
 namespace flashlab::cuda_v2 {
 namespace {
 
-// Tile sizes per head dim. Each warp owns kMTiles row tiles of 16 query rows (kBlockM = 16 * kMTiles *
+// Tile sizes per tile width (the compiled head dims, common/cuda/tile_width.hpp: a head dim runs in the
+// narrowest that holds it). Each warp owns kMTiles row tiles of 16 query rows (kBlockM = 16 * kMTiles *
 // kWarps); a K or V fragment loaded with ldmatrix then feeds kMTiles mma instead of one, which halves the
 // shared-memory traffic per mma at kMTiles = 2 (shared-memory bandwidth, not the tensor cores, bounds
 // mma.sync kernels on H100). Registers bound the tiles: a thread holds kMTiles * kHeadDim / 2 fp32 of O and
 // kMTiles * kBlockN / 2 of S, so d = 256 keeps one row tile and a narrower key tile. Shared memory: Q once, K
-// and V twice (double buffer), all in b16.
+// and V twice (double buffer), all in b16. Each width between takes the tiles of the width above it: 32
+// those of 64, 96 those of 128, 192 those of 256.
 template <int kHeadDim>
 struct SplitQConfig;
+template <>
+struct SplitQConfig<32> {
+  static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_tile(32).block_n;
+};
 template <>
 struct SplitQConfig<64> {
   static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_tile(64).block_n;
@@ -51,6 +58,14 @@ struct SplitQConfig<128> {
   // kMTiles = 2 (FA2's layout) needs ~255 registers here and spills a few bytes (nvcc 13, sm_90a), so d = 128
   // takes 8 warps of one row tile: the same Br, twice the K/V fragment loads. To be settled on the GPU.
   static constexpr int kWarps = 8, kMTiles = 1, kBlockN = split_q_tile(128).block_n;
+};
+template <>
+struct SplitQConfig<96> {
+  static constexpr int kWarps = 8, kMTiles = 1, kBlockN = split_q_tile(96).block_n;
+};
+template <>
+struct SplitQConfig<192> {
+  static constexpr int kWarps = 4, kMTiles = 1, kBlockN = split_q_tile(192).block_n;
 };
 template <>
 struct SplitQConfig<256> {
@@ -96,8 +111,10 @@ __device__ inline float fast_exp2(float x) {
   return ptx::ex2_approx(x);
 }
 
-// Variant: NoVariant, or Variants for a problem with a score modification or dropout (variants.cuh). Rung:
-// the ladder's rung (LdmatrixRung, CpAsyncRung, SplitQRung above).
+// kHeadDim: the tile width the kernel is compiled for; the problem's head dim p.head_dim is at most that, and
+// its lanes past p.head_dim are zeros (common/cuda/tile_width.hpp). Variant: NoVariant, or Variants for a
+// problem with a score modification or dropout (variants.cuh). Rung: the ladder's rung (LdmatrixRung,
+// CpAsyncRung, SplitQRung above).
 template <typename Element, int kHeadDim, class Variant, class Rung>
 __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_kernel(const SplitQParams p) {
   using Shape = SplitQShape<kHeadDim, Rung>;
@@ -129,17 +146,17 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
 
   // Prologue: Q once (Algorithm 1 line 4), then the first K/V tile; each is its own cp.async group.
   if constexpr (Rung::kAsyncCopy) {
-    load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, p.q_row_stride, row_begin, stored_rows);
+    load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, p.q_row_stride, row_begin, stored_rows, p.head_dim);
     cp_async_commit();
     if (block.tile_begin < block.tile_end) {
       load_tile_async<kBlockN, kHeadDim, kThreads>(sK, k, p.k_row_stride, block.tile_begin * kBlockN,
-                                                   block.rows_k);
+                                                   block.rows_k, p.head_dim);
       load_tile_async<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, block.tile_begin * kBlockN,
-                                                   block.rows_k);
+                                                   block.rows_k, p.head_dim);
     }
     cp_async_commit();
   } else {
-    load_tile_sync<kBlockM, kHeadDim, kThreads>(sQ, q, p.q_row_stride, row_begin, stored_rows);
+    load_tile_sync<kBlockM, kHeadDim, kThreads>(sQ, q, p.q_row_stride, row_begin, stored_rows, p.head_dim);
   }
 
   // FA2 change 2 (split-Q): this warp owns rows [warp_row, warp_row + kWarpRows) of the block for the whole
@@ -180,17 +197,19 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
         Element* const next_k = sK + (stage ^ 1) * kBlockN * kHeadDim;
         Element* const next_v = sV + (stage ^ 1) * kBlockN * kHeadDim;
         load_tile_async<kBlockN, kHeadDim, kThreads>(next_k, k, p.k_row_stride, (tile + 1) * kBlockN,
-                                                     block.rows_k);
+                                                     block.rows_k, p.head_dim);
         load_tile_async<kBlockN, kHeadDim, kThreads>(next_v, v, p.v_row_stride, (tile + 1) * kBlockN,
-                                                     block.rows_k);
+                                                     block.rows_k, p.head_dim);
       }
       cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "tile `tile` has landed"
       cp_async_wait<1>();
     } else {
       // K_j and V_j through registers, while every thread waits (the barrier that ended the previous
       // iteration freed the one stage; the first time, it also publishes Q).
-      load_tile_sync<kBlockN, kHeadDim, kThreads>(sK, k, p.k_row_stride, tile * kBlockN, block.rows_k);
-      load_tile_sync<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, tile * kBlockN, block.rows_k);
+      load_tile_sync<kBlockN, kHeadDim, kThreads>(sK, k, p.k_row_stride, tile * kBlockN, block.rows_k,
+                                                  p.head_dim);
+      load_tile_sync<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, tile * kBlockN, block.rows_k,
+                                                  p.head_dim);
     }
     __syncthreads();
 
@@ -350,7 +369,9 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_ke
   for (int chunk = lane; chunk < Shape::kWarpRows * kChunksPerRow; chunk += 32) {
     const int r = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
     const int row = row_begin + warp_row + r;
-    if (row < stored_rows)  // the last q-block's rows past seqlen_q (packed: the sequence) do not exist
+    // The last q-block's rows past seqlen_q (packed: the sequence) do not exist, nor do the columns past
+    // head_dim of a head dim narrower than the tile (its zero lanes).
+    if (row < stored_rows && col < p.head_dim)
       *reinterpret_cast<uint4*>(o + row * p.o_row_stride + col) =
           *reinterpret_cast<const uint4*>(sQ + Tile::offset(warp_row + r, col));
   }
@@ -382,15 +403,28 @@ void launch(const SplitQParams& p, cudaStream_t stream) {
   launch_kernel<Element, kHeadDim, NoVariant, Rung>(p, stream);
 }
 
+// The tile width the head dim runs in (common/cuda/tile_width.hpp); the ladder's lower rungs take exactly
+// 64 and 128 (split_q_params.cpp).
 template <class Rung, typename Element>
 void dispatch_head_dim(const SplitQParams& p, cudaStream_t stream) {
-  switch (p.head_dim) {
+  constexpr bool kFull = Rung::kAsyncCopy && Rung::kSkipTiles;
+  switch (cuda::tile_width(p.head_dim)) {
+    case 32:
+      if constexpr (kFull) return launch<Element, 32, Rung>(p, stream);
+      break;
     case 64:
       return launch<Element, 64, Rung>(p, stream);
+    case 96:
+      if constexpr (kFull) return launch<Element, 96, Rung>(p, stream);
+      break;
     case 128:
       return launch<Element, 128, Rung>(p, stream);
+    case 192:
+      if constexpr (kFull) return launch<Element, 192, Rung>(p, stream);
+      break;
     case 256:
-      if constexpr (Rung::kAsyncCopy && Rung::kSkipTiles) return launch<Element, 256, Rung>(p, stream);
+      if constexpr (kFull) return launch<Element, 256, Rung>(p, stream);
+      break;
   }
 }
 

@@ -30,8 +30,9 @@ namespace flashlab::cuda_v2 {
 struct QueryKeyTile {
   int block_m, block_n;
 };
+// split_q's by head dim, or by the tile width it runs in (common/cuda/tile_width.hpp): the two agree.
 constexpr QueryKeyTile split_q_tile(int head_dim) {
-  return head_dim == 256 ? QueryKeyTile{64, 32} : QueryKeyTile{128, 64};
+  return head_dim > 128 ? QueryKeyTile{64, 32} : QueryKeyTile{128, 64};
 }
 constexpr QueryKeyTile split_q_simt_tile() {
   return {32, 32};

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/cuda/gpu_stage.hpp"
+#include "common/cuda/tile_width.hpp"
 #include "common/error.hpp"
 #include "cuda_v2/backward.hpp"
 #include "cuda_v2/block_mask.cuh"
@@ -128,16 +129,16 @@ void check_split_q_simt(const SplitQParams& p, Checks checks) {
     fail("dtype (", to_string(p.dtype), ") must be f32 for cuda_v2/split_q_simt");
   if (p.cu_seqlens_q || p.cu_seqlens_k)
     fail("cu_seqlens_q/k (packed variable-length batches) are not supported by cuda_v2/split_q_simt");
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
-    fail("head_dim (", p.head_dim, ") must be 64, 128 or 256 for cuda_v2/split_q_simt");
+  if (p.head_dim != 32 && p.head_dim != 64 && p.head_dim != 96 && p.head_dim != 128 && p.head_dim != 256)
+    fail("head_dim (", p.head_dim, ") must be 32, 64, 96, 128 or 256 for cuda_v2/split_q_simt");
   check_common(p, 4, checks);
 }
 
 void check_split_q(const SplitQParams& p, Checks checks) {
   if (checks == Checks::launch && p.dtype != DType::f16 && p.dtype != DType::bf16)
     fail("dtype (", to_string(p.dtype), ") must be f16 or bf16 for cuda_v2/split_q");
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
-    fail("head_dim (", p.head_dim, ") must be 64, 128 or 256 for cuda_v2/split_q");
+  if (cuda::tile_width(p.head_dim) == 0)
+    fail("head_dim (", p.head_dim, ") must be a multiple of 8 up to 256 for cuda_v2/split_q");
   check_common(p, 8, checks);
 }
 
@@ -168,8 +169,8 @@ namespace {
 // The backward's rules: the forward's, and its own tiles and grid.
 void check_backward(const SplitQParams& p, Checks checks) {
   check_split_q(p, checks);
-  if (p.head_dim != 64 && p.head_dim != 128)
-    fail("head_dim (", p.head_dim, ") must be 64 or 128 for the backward");
+  if (p.head_dim != 32 && p.head_dim != 64 && p.head_dim != 96 && p.head_dim != 128)
+    fail("head_dim (", p.head_dim, ") must be 32, 64, 96 or 128 for the backward");
   if (p.heads_kv > 65535) fail("heads_kv (", p.heads_kv, ") must be at most 65535 for the backward's grid");
 }
 

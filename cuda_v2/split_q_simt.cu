@@ -200,9 +200,15 @@ namespace FLASHLAB_CUDA_TARGET {
 
 void split_q_simt_forward(const SplitQParams& params, cudaStream_t stream) {
   check_split_q_simt(params);
-  switch (params.head_dim) {
+  switch (params.head_dim) {  // any multiple of 32 (kColsPerLane columns a lane); the ones models use
+    case 32:
+      launch<32>(params, stream);
+      break;
     case 64:
       launch<64>(params, stream);
+      break;
+    case 96:
+      launch<96>(params, stream);
       break;
     case 128:
       launch<128>(params, stream);

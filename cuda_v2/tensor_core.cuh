@@ -111,34 +111,42 @@ using cuda::pack_pair;
 // ---- Swizzled shared-memory tiles ----
 //
 // A tile of `rows` x kCols b16 elements is stored row-major in 16-byte chunks (8 elements, the unit of
-// cp.async and of one ldmatrix row). Unswizzled, a row is kCols * 2 >= 128 bytes, so the 8 rows an ldmatrix
-// reads at the same column all start in the same bank: an 8-way conflict. The swizzle stores chunk c of row r
-// at chunk
-//     c ^ (r % 8)
-// XOR only flips the low three bits of c, so the chunk stays inside its own 128-byte group of 8 chunks, and
-// the 8 rows of one ldmatrix (consecutive r, same c) land on 8 different chunks of that group: all 32 banks,
-// no conflict. cp.async writes a row's 8 chunks in a permuted order, again one per 16-byte bank group. (This
-// is CUTLASS's Swizzle<3, 3, 3> on b16 elements.)
+// cp.async and of one ldmatrix row). Unswizzled, a row is kCols * 2 >= 64 bytes, so the 8 rows an ldmatrix
+// reads at the same column start in the same few banks: a 4- or 8-way conflict. The swizzle stores chunk c of
+// row r at chunk
+//     c ^ (r % 8)           in a row's groups of 8 chunks (128 bytes: all 32 banks)
+//     c ^ ((r / 2) % 4)     in the last group of a row whose width is an odd multiple of 32 (4 chunks)
+// XOR only flips the low bits of c, so the chunk stays inside its own group, and the 8 rows of one ldmatrix
+// (consecutive r, same c) land on 8 different 16-byte bank groups: no conflict. A full group is CUTLASS's
+// Swizzle<3, 3, 3> on b16 elements. A 4-chunk group is 64 bytes, so rows r and r + 1 of it fall in opposite
+// halves of the banks; r / 2 spreads the pairs over its 4 chunks. On a 32-wide tile (64-byte rows) that is the
+// 64-byte swizzle, CUTLASS's Swizzle<2, 4, 3> on byte addresses (`./flashlab layout swizzle --bytes 64` draws
+// it). Widths 32 and 96 (head dims up to 32, and 80 or 96) end in such a group; 64, 128, 192 and 256 do not.
 template <int kCols>
 struct SwizzledTile {
-  static_assert(kCols % 64 == 0, "the swizzle permutes groups of 8 chunks of 8 elements");
+  static_assert(kCols % 32 == 0,
+                "the swizzle permutes groups of 8, or a last group of 4, chunks of 8 elements");
+  static constexpr int kFullGroupChunks = kCols / 64 * 8;  // chunks in the row's groups of 8
   // Element offset of (row, col); col must be a multiple of 8 (a chunk start).
   __host__ __device__ static int offset(int row, int col) {
-    const int chunk = (col >> 3) ^ (row & 7);
+    const int c = col >> 3;
+    const int chunk = c < kFullGroupChunks ? c ^ (row & 7) : c ^ ((row >> 1) & 3);
     return row * kCols + (chunk << 3);
   }
 };
 
 // Copies rows [row0, row0 + kRows) of a (row_stride-strided) tile into swizzled shared memory with cp.async.
 // Rows at or past `rows_valid` are zero-filled and never read: ragged tails stay in bounds, and a padded
-// key's V row is exactly 0, so even a NaN stored there cannot reach an output.
+// key's V row is exactly 0, so even a NaN stored there cannot reach an output. Columns at or past `head_dim`
+// (a head dim below the tile width kHeadDim, common/cuda/tile_width.hpp) are zero-filled too and never read
+// from global memory.
 template <int kRows, int kHeadDim, int kThreads, typename Element>
 __device__ inline void load_tile_async(Element* smem, const Element* gmem, int64_t row_stride, int row0,
-                                       int rows_valid) {
+                                       int rows_valid, int head_dim) {
   constexpr int kChunksPerRow = kHeadDim / 8;
   for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
     const int r = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
-    const bool in_range = row0 + r < rows_valid;
+    const bool in_range = row0 + r < rows_valid && col < head_dim;
     const Element* src = in_range ? gmem + (row0 + r) * row_stride + col : gmem;
     cp_async_16(smem + SwizzledTile<kHeadDim>::offset(r, col), src, in_range);
   }
@@ -146,15 +154,16 @@ __device__ inline void load_tile_async(Element* smem, const Element* gmem, int64
 
 // The same copy without cp.async (the tensor-core ladder's rungs before it, split_q.cu): each thread moves
 // 16-byte chunks through its registers, and the caller's barrier publishes them. Rows at or past `rows_valid`
-// are zeros, never read.
+// and columns at or past `head_dim` are zeros, never read.
 template <int kRows, int kHeadDim, int kThreads, typename Element>
 __device__ inline void load_tile_sync(Element* smem, const Element* gmem, int64_t row_stride, int row0,
-                                      int rows_valid) {
+                                      int rows_valid, int head_dim) {
   constexpr int kChunksPerRow = kHeadDim / 8;
   for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
     const int r = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
     uint4 value = make_uint4(0, 0, 0, 0);
-    if (row0 + r < rows_valid) value = *reinterpret_cast<const uint4*>(gmem + (row0 + r) * row_stride + col);
+    if (row0 + r < rows_valid && col < head_dim)
+      value = *reinterpret_cast<const uint4*>(gmem + (row0 + r) * row_stride + col);
     *reinterpret_cast<uint4*>(smem + SwizzledTile<kHeadDim>::offset(r, col)) = value;
   }
 }

@@ -110,9 +110,13 @@ TEST_CASE("cuda_v2's launchers refuse what their kernels cannot do, naming the f
     return "";
   };
   cuda_v2::SplitQParams params;
-  params.head_dim = 80;
+  params.head_dim = 84;  // not a multiple of 8: no whole 16-byte chunks
   params.dtype = DType::bf16;
   CHECK(refusal(cuda_v2::check_split_q, params).find("head_dim") != std::string::npos);
+  params.head_dim = 264;
+  CHECK(refusal(cuda_v2::check_split_q, params).find("head_dim") != std::string::npos);
+  params.head_dim = 80;  // in the tile width 96
+  CHECK(refusal(cuda_v2::check_split_q, params).find("head_dim") == std::string::npos);
   params.head_dim = 64;
   params.dtype = DType::f32;
   CHECK(refusal(cuda_v2::check_split_q, params).find("dtype") != std::string::npos);

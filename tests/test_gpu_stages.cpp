@@ -3,8 +3,10 @@
 // shared harness's (test_matrix.cpp, run for them by the `harness_cuda` ctest entry on a GPU).
 #include <doctest/doctest.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/registry.hpp"
@@ -74,15 +76,29 @@ TEST_CASE("GPU stages refuse what their kernels cannot do, naming the field") {
     p.scale = scale;
     return p;
   };
-  for (const char* name : {"cuda_v2/split_q_simt", "cuda_v2/split_q", "cuda_v3_hopper/ws"}) {
-    const Implementation& impl = entry(name);
-    for (int64_t d : {64, 128, 256}) check_supports(impl, shape(4, 2, 97, 203, d), "");
-    for (int64_t d : {1, 32, 80, 96, 512}) check_supports(impl, shape(2, 2, 33, 33, d), "head_dim");
+  // The head dims each stage takes: split_q every multiple of 8 up to 256 (in its tile widths,
+  // common/cuda/tile_width.hpp), split_q_simt the multiples of 32 models use, ws its three tiles.
+  const std::vector<int64_t> multiples_of_8{8, 32, 40, 64, 80, 96, 128, 160, 192, 200, 256};
+  const std::vector<int64_t> others{1, 12, 59, 100, 264, 512};
+  const std::map<std::string, std::pair<std::vector<int64_t>, std::vector<int64_t>>> head_dims{
+      {"cuda_v2/split_q", {multiples_of_8, others}},
+      {"cuda_v3_hopper/ws", {{64, 128, 256}, {1, 32, 80, 96, 512}}},
+      {"cuda_v2/split_q_simt", {{32, 64, 96, 128, 256}, {1, 40, 80, 160, 512}}}};
+  for (const auto& [name, dims] : head_dims) {
+    const Implementation& impl = entry(name.c_str());
+    for (int64_t d : dims.first) check_supports(impl, shape(4, 2, 97, 203, d), "");
+    for (int64_t d : dims.second) check_supports(impl, shape(2, 2, 33, 33, d), "head_dim");
     check_supports(impl, scaled(shape(2, 2, 33, 33, 64), -0.125), "scale");
     check_supports(impl, scaled(shape(2, 2, 33, 33, 64), 0.0), "scale");
     check_supports(impl, shape(70000, 1, 1, 8, 64), "heads_q");
   }
   check_supports(entry("cuda_v2/split_q"), masked(shape(2, 2, 33, 40, 64)), "");
+  // The backward: the head dims models use up to 128, each compiled as it is.
+  for (int64_t d : {32, 64, 96, 128})
+    CHECK(entry("cuda_v2/split_q").supports_backward(shape(4, 2, 97, 203, d)) == "");
+  for (int64_t d : {40, 80, 160, 256})
+    CHECK(entry("cuda_v2/split_q").supports_backward(shape(4, 2, 97, 203, d)).find("head_dim") !=
+          std::string::npos);
   check_supports(entry("cuda_v3_hopper/ws"), masked(shape(2, 2, 33, 40, 64)), "mask");
 
   const Implementation& fp8 = entry("cuda_v3_hopper/fp8");
