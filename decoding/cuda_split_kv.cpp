@@ -15,8 +15,8 @@ namespace flashlab::decoding {
 namespace {
 
 std::string supports(const Problem& p) {
-  if (p.head_dim != 64 && p.head_dim != 128)
-    return "head_dim (" + std::to_string(p.head_dim) + ") must be 64 or 128 (the compiled tiles)";
+  if (cuda::tile_width(p.head_dim, kSplitKvTileWidths) == 0)
+    return "head_dim (" + std::to_string(p.head_dim) + ") must be a multiple of 8 up to 128";
   if (p.seqlen_q > kSplitKvMaxRows)  // prefill (many query rows) is the tiled stages' work
     return "seqlen_q (" + std::to_string(p.seqlen_q) + ") must be <= " + std::to_string(kSplitKvMaxRows) +
            " (decoding)";
@@ -52,14 +52,16 @@ Implementation entry() {
           .summary = "Flash-Decoding on CUDA: KV split over blocks, partial (O_j, LSE_j), LSE combine kernel",
           .dtypes = {DType::f16, DType::bf16},
           .constraints =
-              "f16, bf16; seqlen_q <= 16; head_dim 64, 128; every mask, GQA, seqlens_k; contiguous "
-              "K/V or pages of a power of two >= 8 tokens",
+              "f16, bf16; seqlen_q <= 16; head_dim a multiple of 8 up to 128; every mask, GQA, seqlens_k; "
+              "contiguous K/V or pages of a power of two >= 8 tokens",
           .supports = supports,  // rounds_p stays false: P is kept in fp32 (CUDA-core products)
           .bytes_moved = [](const Problem& p) {
-            // The partials hold (head_dim + 1) floats per row and split; every split's blocks read Q.
+            // The partials hold (width + 1) floats per row and split, for the tile width the head dim runs
+            // in; every split's blocks read Q.
             const int64_t partials = partial_elements(p);
+            const int64_t width = cuda::tile_width(p.head_dim, kSplitKvTileWidths);
             const double splits =
-                partials == 0 ? 1.0 : double(partials) / double(p.lse_elements() * (p.head_dim + 1));
+                partials == 0 ? 1.0 : double(partials) / double(p.lse_elements() * (width + 1));
             return decode_bytes_moved(p, partials, 2.0, splits);  // fp16/bf16 Q, K, V and O
           }};
 }
@@ -72,6 +74,8 @@ const Registration cuda_split_kv{
 // The core (cuda_core.cu): Flash-Decoding as the method says it, the plain case. The padded query rows and
 // pages the full kernel refuses or takes, it refuses by name (the registry refuses the explicit mask).
 std::string core_supports(const Problem& p) {
+  if (p.head_dim != 64 && p.head_dim != 128)  // the core is compiled for these two, without zero lanes
+    return "head_dim (" + std::to_string(p.head_dim) + ") must be 64 or 128 for decoding/cuda_core";
   if (p.page_size > 0)
     return "page_size (" + std::to_string(p.page_size) +
            "): a paged KV cache is decoding/cuda_split_kv's (the core reads contiguous K and V)";

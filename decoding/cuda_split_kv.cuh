@@ -159,8 +159,10 @@ __global__ void __launch_bounds__(kThreads)
           v_offset = place.outer * v_stride_outer + place.row * p.v_stride_seq + kv_head * p.v_stride_head;
         }
         const int smem_offset = slot * G::kTileElems + key * G::kRowPitch + chunk * 8;
-        cp_async_16(k_ring + smem_offset, k_base + k_offset + chunk * 8, valid);
-        cp_async_16(v_ring + smem_offset, v_base + v_offset + chunk * 8, valid);
+        // Lanes past a head dim narrower than D are zeros (common/cuda/tile_width.hpp), never read.
+        const bool real = valid && chunk * 8 < p.head_dim;
+        cp_async_16(k_ring + smem_offset, k_base + k_offset + chunk * 8, real);
+        cp_async_16(v_ring + smem_offset, v_base + v_offset + chunk * 8, real);
       }
     }
     cp_async_commit();
@@ -176,7 +178,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int index = threadIdx.x; index < kMaxRows * G::kChunks; index += kThreads) {
     const int r = index / G::kChunks, chunk = index % G::kChunks;
     float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (r < rows) {
+    if (r < rows && chunk * 8 < p.head_dim) {
       const uint4 raw =
           *reinterpret_cast<const uint4*>(q_base + b * p.q_stride_batch + query_of(r) * p.q_stride_seq +
                                           head_of(r) * p.q_stride_head + chunk * 8);
@@ -319,7 +321,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row_index = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + qi;
     if (num_splits == 1) {
       T* o = static_cast<T*>(p.o) + b * p.o_stride_batch + qi * p.o_stride_seq + h * p.o_stride_head;
-      *reinterpret_cast<uint4*>(o + pv_chunk * 8) = from_float8<T>(out);
+      if (pv_chunk * 8 < p.head_dim) *reinterpret_cast<uint4*>(o + pv_chunk * 8) = from_float8<T>(out);
       if (pv_chunk == 0) p.lse[row_index] = row_state.lse();
     } else {
       const int64_t partial = row_index * num_splits + split;
@@ -374,10 +376,12 @@ __global__ void __launch_bounds__(D)
   float out;
   state.finalize(&acc, &out, 1);  // 0 for a row that saw no key in any split
   T* o = static_cast<T*>(p.o) + b * p.o_stride_batch + qi * p.o_stride_seq + h * p.o_stride_head;
-  if constexpr (std::is_same_v<T, __half>) {
-    o[channel] = __float2half_rn(out);
-  } else {
-    o[channel] = __float2bfloat16_rn(out);
+  if (channel < p.head_dim) {  // the lanes past a head dim narrower than D are zeros, never stored
+    if constexpr (std::is_same_v<T, __half>) {
+      o[channel] = __float2half_rn(out);
+    } else {
+      o[channel] = __float2bfloat16_rn(out);
+    }
   }
   if (channel == 0) p.lse[row_index] = state.lse();
 }

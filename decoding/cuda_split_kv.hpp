@@ -6,7 +6,8 @@
 // block, and merges the partials by their log-sum-exp in a second kernel (SoftmaxState::merge, the same
 // math as every other stage). All query heads of a GQA group share one block, so K and V are read once.
 //
-// Supported: head_dim 64 and 128; seqlen_q 1 to 16 (decode and speculative decode); causal (bottom-right) and
+// Supported: head_dim a multiple of 8 up to 128 (run in the tile widths 64 and 128, zero lanes past it:
+// common/cuda/tile_width.hpp); seqlen_q 1 to 16 (decode and speculative decode); causal (bottom-right) and
 // sliding window; per-batch KV lengths (0 included); an explicit [seqlen_q, seqlen_k] mask (tree masks); a
 // paged KV cache (block table, any power-of-two page size >= 8). See decoding/CUDA.md.
 //
@@ -18,6 +19,7 @@
 #include <cstdint>
 
 #include "common/cuda/target.hpp"
+#include "common/cuda/tile_width.hpp"
 #include "common/problem.hpp"
 #include "common/registry.hpp"
 
@@ -88,6 +90,12 @@ SplitKvParams split_kv_params(const Problem& problem);
 
 // Why the launcher cannot run these parameters (naming the field), or null when it can.
 const char* cuda_split_kv_unsupported(const SplitKvParams& params);
+
+// The kernels' compiled head-dim tile widths: a head dim runs in the narrower that holds it.
+inline constexpr int kSplitKvTileWidths[] = {64, 128};
+inline int split_kv_tile_width(const SplitKvParams& p) {
+  return cuda::tile_width(p.head_dim, kSplitKvTileWidths);
+}
 
 // Row tiles of kSplitKvMaxRows per kv head: a GQA group's heads times the query positions.
 inline int split_kv_row_tiles(const SplitKvParams& p) {

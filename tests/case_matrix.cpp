@@ -134,9 +134,10 @@ void add_decode_cases(Add&& add) {
       paged(padded(problem_shape(2, 4, 2, 1, sized(2049), 64), {}, {sized(2049), 250}), 100));
   add("paged 16: tree mask, 1000 prefix + 8 draft",
       paged(with_tree_mask(problem_shape(2, 8, 2, 8, sized(1008), 64), 17), 16));
-  // Head dims off the 16-float vector (a scalar tail) and below one vector; a GQA group of 5 (a 4-row tile
-  // and a 1-row tile per kv head).
-  for (int64_t d : {1, 59, 111})
+  // Head dims off the 16-float vector (a scalar tail) and below one vector, and two that models use (32 and
+  // 96 run in decoding/cuda_split_kv's tile widths 64 and 128 with zero lanes); a GQA group of 5 (a 4-row
+  // tile and a 1-row tile per kv head).
+  for (int64_t d : {1, 32, 59, 96, 111})
     add("decode: head_dim " + std::to_string(d) + ", seqlen_q 3, causal, GQA 10/2",
         causal(problem_shape(1, 10, 2, 3, 301, d)));
   add("decode: large magnitude, scores ~ 1e4", problem_shape(1, 4, 2, 1, sized(2000), 64),
@@ -164,8 +165,8 @@ std::vector<Case> build_matrix() {
   // (common/cuda/tile_width.hpp).
   for (int64_t d : {1, 32, 59, 80, 96, 111, 160, 256})
     add("head_dim " + std::to_string(d), problem_shape(1, 2, 2, 67, 75, d));
-  add("head_dim 128 causal", causal(problem_shape(1, 2, 2, 130, 130, 128)));
   add("head_dim 40 causal, GQA 4/2", causal(problem_shape(1, 4, 2, 70, 90, 40)));
+  add("head_dim 128 causal", causal(problem_shape(1, 2, 2, 130, 130, 128)));
   add("head_dim 256 causal", causal(problem_shape(1, 2, 2, 96, 160, 256)));
   // Causal with unequal lengths (bottom-right alignment)
   add("causal, seqlen_q < seqlen_k", causal(problem_shape(2, 2, 2, 97, 203, 64)));

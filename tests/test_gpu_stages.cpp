@@ -123,7 +123,9 @@ TEST_CASE("GPU stages refuse what their kernels cannot do, naming the field") {
   check_supports(decode, shape(32, 8, 1, 65536, 128), "");
   check_supports(decode, masked(shape(8, 2, 16, 300, 64)), "");  // a tree mask over 16 draft rows
   check_supports(decode, shape(8, 2, 17, 300, 64), "seqlen_q");
-  check_supports(decode, shape(8, 2, 1, 300, 256), "head_dim");
+  for (int64_t d : {8, 32, 40, 96, 120}) check_supports(decode, shape(8, 2, 1, 300, d), "");
+  for (int64_t d : {1, 60, 136, 256}) check_supports(decode, shape(8, 2, 1, 300, d), "head_dim");
+  for (int64_t d : {32, 96}) check_supports(entry("decoding/cuda_core"), shape(8, 2, 1, 300, d), "head_dim");
   Problem padded_rows = shape(8, 2, 4, 300, 64);
   padded_rows.batch = 2;
   padded_rows.seqlens_q = {4, 2};

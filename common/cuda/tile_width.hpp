@@ -14,7 +14,7 @@
 
 namespace flashlab::cuda {
 
-// cuda_v2/split_q's widths.
+// cuda_v2/split_q's widths. decoding/cuda_split_kv is compiled for 64 and 128 only.
 inline constexpr int kTileWidths[] = {32, 64, 96, 128, 192, 256};
 
 // The compiled width (of `widths`, ascending) that head_dim runs in, or 0 where none does (not a multiple of
