@@ -10,8 +10,8 @@ clang-format) after changing the shape lists.
 
 import sys
 
-SS_N = [80, 128, 176]  # S = Q K^T: N is the key block Bc
-RS_N = [64, 128, 256]  # O += P V: N is the head dim
+SS_N = [80, 96, 128, 176]  # S = Q K^T: N is the key block Bc
+RS_N = [64, 128, 192, 256]  # O += P V: N is the tile width the head dim runs in
 TYPES = [("__nv_bfloat16", "bf16"), ("__half", "f16")]
 
 

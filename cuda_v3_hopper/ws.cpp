@@ -21,8 +21,9 @@ std::string needs_sm90a() {
 namespace {
 
 std::string supports(const Problem& p) {
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
-    return "head_dim (" + std::to_string(p.head_dim) + ") must be 64, 128 or 256 (the compiled tiles)";
+  if (ws_tile_width(p.head_dim) == 0)
+    return "head_dim (" + std::to_string(p.head_dim) +
+           ") must be a multiple of 8 up to 256 for cuda_v3_hopper/ws";
   if (p.mask)
     return "mask: an explicit mask is not supported by cuda_v3_hopper/ws (causal, window, padding are)";
   // The grid is (q-blocks, heads_q, batch); HopperParams holds lengths and windows as int; the row max is
@@ -49,7 +50,8 @@ Implementation rung(const char* name, const char* summary, DeviceBuilds builds) 
        .summary = summary,
        .dtypes = {DType::bf16, DType::f16},
        .constraints =
-           "bf16, f16; sm_90a; head_dim 64, 128, 256; causal, window, padding, GQA; no explicit mask",
+           "bf16, f16; sm_90a; head_dim a multiple of 8 up to 256; causal, window, padding, GQA; no "
+           "explicit mask",
        .rounds_p = true,  // P is rounded to the input format: it is the A operand of the P V wgmma
        .availability = needs_sm90a,
        .supports = supports,

@@ -13,6 +13,7 @@
 
 #include "common/cuda/exact_rows.hpp"
 #include "common/cuda/target.hpp"
+#include "common/cuda/tile_width.hpp"
 #include "common/problem.hpp"
 
 // cudaStream_t without the CUDA headers (the runtime declares it as exactly this pointer type).
@@ -20,12 +21,22 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace flashlab::hopper {
 
-// The CTA's tiles: 128 query rows (two consumer warpgroups of 64), and keys per K/V block by head dim (d 256
-// takes FA3's 128 x 80). The kernel is built from these (ws_launch.cu, ws_kernel.cuh) and the traffic model
-// reads them (ws.cpp).
+// The head-dim tile widths the kernel is compiled for: whole 128-byte panels (64 elements), the unit of its
+// TMA boxes and wgmma descriptors. Any head dim that is a multiple of 8 up to 256 runs in the narrowest that
+// holds it (32 in 64, 80 and 96 in 128, 160 in 192): TMA fills the columns past the tensor's head_dim with
+// zeros on the way in and does not store them on the way out (common/cuda/tile_width.hpp).
+inline constexpr int kWsTileWidths[] = {64, 128, 192, 256};
+constexpr int ws_tile_width(int64_t head_dim) {
+  return cuda::tile_width(head_dim, kWsTileWidths);
+}
+
+// The CTA's tiles: 128 query rows (two consumer warpgroups of 64), and keys per K/V block by tile width (d
+// 256 takes FA3's 128 x 80; d 192 takes 96, so that Q and two stages of K and V fit 227 KB of shared memory).
+// By head dim or by the tile width it runs in: the two agree. The kernel is built from these (ws_launch.cu,
+// ws_kernel.cuh) and the traffic model reads them (ws.cpp).
 constexpr int kWsBlockM = 128;
 constexpr int ws_block_n(int head_dim) {
-  return head_dim == 256 ? 80 : 128;
+  return head_dim > 192 ? 80 : head_dim > 128 ? 96 : 128;
 }
 
 enum class HopperDType { bf16, f16 };

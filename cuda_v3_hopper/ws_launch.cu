@@ -123,12 +123,15 @@ void hopper_ws_forward(const HopperParams& params, cudaStream_t stream) {
       (params.seqlen_k > 0 && (params.k == nullptr || params.v == nullptr)))
     fail("cuda_v3_hopper/ws: q, k, v, o and lse must be device pointers");
   const bool bf16 = params.dtype == HopperDType::bf16;
-  switch (params.head_dim) {
+  switch (ws_tile_width(params.head_dim)) {  // the tile the head dim runs in (ws.hpp)
     case 64:
       bf16 ? launch_rung<__nv_bfloat16, 64>(params, stream) : launch_rung<__half, 64>(params, stream);
       break;
     case 128:
       bf16 ? launch_rung<__nv_bfloat16, 128>(params, stream) : launch_rung<__half, 128>(params, stream);
+      break;
+    case 192:
+      bf16 ? launch_rung<__nv_bfloat16, 192>(params, stream) : launch_rung<__half, 192>(params, stream);
       break;
     default:
       bf16 ? launch_rung<__nv_bfloat16, 256>(params, stream) : launch_rung<__half, 256>(params, stream);

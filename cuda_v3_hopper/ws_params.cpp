@@ -33,7 +33,7 @@ HopperParams ws_params(const Problem& problem) {
 }
 
 const char* hopper_ws_unsupported(const HopperParams& p) {
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return "head_dim must be 64, 128 or 256";
+  if (ws_tile_width(p.head_dim) == 0) return "head_dim must be a multiple of 8 up to 256";
   if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.seqlen_q < 1 || p.seqlen_k < 0)
     return "batch, heads_q, heads_kv and seqlen_q must be >= 1, seqlen_k >= 0";
   if (p.heads_q % p.heads_kv != 0) return "heads_q must be a multiple of heads_kv";

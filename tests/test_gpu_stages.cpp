@@ -76,13 +76,13 @@ TEST_CASE("GPU stages refuse what their kernels cannot do, naming the field") {
     p.scale = scale;
     return p;
   };
-  // The head dims each stage takes: split_q every multiple of 8 up to 256 (in its tile widths,
-  // common/cuda/tile_width.hpp), split_q_simt the multiples of 32 models use, ws its three tiles.
+  // The head dims each stage takes: split_q and ws every multiple of 8 up to 256 (in their tile widths,
+  // common/cuda/tile_width.hpp), split_q_simt the multiples of 32 models use.
   const std::vector<int64_t> multiples_of_8{8, 32, 40, 64, 80, 96, 128, 160, 192, 200, 256};
   const std::vector<int64_t> others{1, 12, 59, 100, 264, 512};
   const std::map<std::string, std::pair<std::vector<int64_t>, std::vector<int64_t>>> head_dims{
       {"cuda_v2/split_q", {multiples_of_8, others}},
-      {"cuda_v3_hopper/ws", {{64, 128, 256}, {1, 32, 80, 96, 512}}},
+      {"cuda_v3_hopper/ws", {multiples_of_8, others}},
       {"cuda_v2/split_q_simt", {{32, 64, 96, 128, 256}, {1, 40, 80, 160, 512}}}};
   for (const auto& [name, dims] : head_dims) {
     const Implementation& impl = entry(name.c_str());
