@@ -10,9 +10,11 @@ option(FLASHLAB_EXERCISE_GPU "Also build the CUDA exercises' copies for the GPU 
 # stage builds is compiled from the workspace like the others.
 #
 # CUDA FILES...: kernels (e.g. cuda_v2/split_q.cu) that hold or include the exercise's lines. Every emulated library
-# of a stage that holds one is replaced: all its kernels are compiled from the workspace for the emulator (an object
-# library, so that its definitions are the ones linked), and every REUSE file whose stage links that library is
-# compiled from the workspace too (a registration must call the student's launcher, not the stage's). The program is
+# of a stage that holds one is replaced: those kernels are compiled from the workspace for the emulator (an object
+# library, so that its definitions are the ones linked), the library's other kernels are linked as the objects the
+# stage already built (they neither hold nor include the lines, so the copies would compile to the same code), and
+# every REUSE file whose stage links that library is compiled from the workspace too (a registration must call the
+# student's launcher, not the stage's). The program is
 # built for the emulator only (FLASHLAB_EMULATOR_ONLY): graded there on every machine, and first where a GPU is
 # (a deadlock is reported there; on the GPU it would hang). With FLASHLAB_EXERCISE_GPU a second program,
 # TARGET_gpu, also links the copy's kernels built by nvcc.
@@ -24,21 +26,29 @@ option(FLASHLAB_EXERCISE_GPU "Also build the CUDA exercises' copies for the GPU 
 function(flashlab_add_exercise target id dir)
   cmake_parse_arguments(PARSE_ARGV 3 arg "QUICK" "" "REUSE;CUDA")
   set(files ${arg_UNPARSED_ARGUMENTS})
-  # The emulated libraries the exercise replaces, and all their kernels.
+  # The emulated libraries the exercise replaces; the kernels compiled from the workspace; and the objects of the
+  # replaced libraries' other kernels, e.g. build/cuda_v2/CMakeFiles/flashlab_cuda_v2_emulated.dir/__/emulated/
+  # cuda_v2/mma.cu.cpp.o when an exercise's lines are in split_q.cu only.
   set(replaced)
   set(kernels)
+  set(kept_kernel_objects)
   get_property(libraries GLOBAL PROPERTY FLASHLAB_EMULATED_LIBRARIES)
   foreach(library ${libraries})
     get_target_property(library_files ${library} FLASHLAB_CUDA_FILES)
+    set(copied)
     foreach(file ${arg_CUDA})
       if(file IN_LIST library_files)
-        list(APPEND replaced ${library})
-        list(APPEND kernels ${library_files})
-        break()
+        list(APPEND kernels ${file})
+        string(REPLACE "." "\\." file_pattern ${file})
+        list(APPEND copied "/emulated/${file_pattern}\\.cpp\\.o$")
       endif()
     endforeach()
+    if(copied)
+      list(APPEND replaced ${library})
+      list(JOIN copied "|" copied_pattern)
+      list(APPEND kept_kernel_objects "$<FILTER:$<TARGET_OBJECTS:${library}>,EXCLUDE,${copied_pattern}>")
+    endif()
   endforeach()
-  list(REMOVE_DUPLICATES kernels)
   set(reused_objects)
   set(reused_stages)
   get_property(stages GLOBAL PROPERTY FLASHLAB_STAGES)
@@ -117,6 +127,10 @@ function(_flashlab_exercise_program program emulator_only)
   # Not part of `all`: a half-written copy must not break the build of everything else; ./flashlab exercise
   # check builds it by name.
   add_executable(${program} EXCLUDE_FROM_ALL ${sources} ${prefix_source} ${reused_objects})
+  if(replaced)  # the replaced libraries' kernels that hold none of the exercise's lines
+    target_sources(${program} PRIVATE ${kept_kernel_objects})
+    add_dependencies(${program} ${replaced})
+  endif()
   if(reused_stages)
     add_dependencies(${program} ${reused_stages})
     # What a reused object needs comes with it: e.g. decoding/cuda_split_kv.cpp's registration calls the CUDA
