@@ -119,9 +119,10 @@ using cuda::pack_pair;
 // XOR only flips the low bits of c, so the chunk stays inside its own group, and the 8 rows of one ldmatrix
 // (consecutive r, same c) land on 8 different 16-byte bank groups: no conflict. A full group is CUTLASS's
 // Swizzle<3, 3, 3> on b16 elements. A 4-chunk group is 64 bytes, so rows r and r + 1 of it fall in opposite
-// halves of the banks; r / 2 spreads the pairs over its 4 chunks. On a 32-wide tile (64-byte rows) that is the
-// 64-byte swizzle, CUTLASS's Swizzle<2, 4, 3> on byte addresses (`./flashlab layout swizzle --bytes 64` draws
-// it). Widths 32 and 96 (head dims up to 32, and 80 or 96) end in such a group; 64, 128, 192 and 256 do not.
+// halves of the banks; r / 2 spreads the pairs over its 4 chunks. On a 32-wide tile (64-byte rows) that is
+// the 64-byte swizzle, CUTLASS's Swizzle<2, 4, 3> on byte addresses (`./flashlab layout swizzle --bytes 64`
+// draws it). Widths 32 and 96 (head dims up to 32, and 80 or 96) end in such a group; 64, 128, 192 and 256 do
+// not.
 template <int kCols>
 struct SwizzledTile {
   static_assert(kCols % 32 == 0,
