@@ -12,7 +12,8 @@ with the tool's one-line message, naming the field (TypeError for something that
 
 The dtype rule: `dtype` (the precision the stage computes in) defaults to the inputs' (bfloat16 -> "bf16",
 float16 -> "f16", float32 and float64 -> "f32"). O and the gradients come back in q's dtype, LSE in float32, as
-NumPy arrays for NumPy inputs and as tensors for PyTorch ones.
+NumPy arrays for NumPy inputs and as tensors for PyTorch ones. With PyTorch, flashlab.autograd.attention() is
+the same call, differentiable (a model trains through the stage).
 """
 from . import _flashlab
 
@@ -75,6 +76,21 @@ def _check_arrays(**arrays):
     for name, array in arrays.items():
         if not (hasattr(array, "__dlpack__") or hasattr(array, "__array_interface__")):
             raise TypeError(f"{name}: expected a NumPy array or a PyTorch tensor, got {type(array).__name__}")
+        # A tensor on a device DLPack cannot export (meta, mps, ...) would fail inside the binding with a
+        # message that names no argument: refused here by name. CUDA tensors reach the module, which says
+        # what it does with them.
+        device = getattr(array, "device", None)
+        if _is_torch(array) and getattr(device, "type", "cpu") not in ("cpu", "cuda"):
+            raise ValueError(f"{name}: a tensor on device '{device.type}' cannot be read (host memory only)")
+
+
+def _readable(array):
+    """The array as the binding reads it. NumPy cannot hand ml_dtypes' bfloat16 through DLPack or the buffer
+    protocol, so such an array goes as float32, which holds every bfloat16 value exactly (the stage still
+    computes in bf16: the dtype rule takes the dtype from the original array)."""
+    if not _is_torch(array) and str(getattr(array, "dtype", "")) == "bfloat16":
+        return array.astype("float32")
+    return array
 
 
 def _like(result, array, keep_float32=False):
@@ -92,7 +108,7 @@ def attention(q, k, v, impl="cpu_tiled/forward", **problem):
     stage in the CPU emulator even where a GPU could run it. Returns (o like q, lse float32 [B, H, SQ])."""
     _check_arrays(q=q, k=k, v=v)
     problem, mask, bias, emulate = _split(problem)
-    o, lse = _flashlab.attention(q, k, v, impl, _flags(q, problem), mask, bias, emulate)
+    o, lse = _flashlab.attention(*map(_readable, (q, k, v)), impl, _flags(q, problem), mask, bias, emulate)
     return _like(o, q), _like(lse, q, keep_float32=True)
 
 
@@ -101,5 +117,6 @@ def attention_backward(q, k, v, o, lse, do, impl="cpu_tiled/backward", **problem
     gradient dO of the output, by the implementation `impl`. Returns (dq like q, dk like k, dv like v)."""
     _check_arrays(q=q, k=k, v=v, o=o, lse=lse, do=do)
     problem, mask, bias, emulate = _split(problem)
-    dq, dk, dv = _flashlab.attention_backward(q, k, v, o, lse, do, impl, _flags(q, problem), mask, bias, emulate)
+    dq, dk, dv = _flashlab.attention_backward(*map(_readable, (q, k, v, o, lse, do)), impl, _flags(q, problem), mask,
+                                              bias, emulate)
     return _like(dq, q), _like(dk, k), _like(dv, v)
