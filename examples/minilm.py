@@ -144,16 +144,39 @@ def decoding_rows(impl, dtype, layer_inputs):
     return worst
 
 
+def compare_encode(sentences, reference):
+    """This example's encoder (fp64 attention) against the model run by sentence-transformers (float32, PyTorch):
+    the check that the NumPy encoder above is the model. It is the model where every cosine is at least the f32
+    threshold."""
+    try:
+        import sentence_transformers
+        import torch
+    except ImportError as error:
+        print(f"skipped: {error} (this comparison needs sentence-transformers and PyTorch)")
+        return 77
+    model = sentence_transformers.SentenceTransformer(model_folder(), device="cpu")
+    theirs = model.encode(sentences, convert_to_numpy=True).astype(np.float64)
+    worst = min(cosine(a, b) for a, b in zip(reference, theirs))
+    print(f"the fp64 run against sentence-transformers {sentence_transformers.__version__} encode() (torch "
+          f"{torch.__version__}): worst cosine {worst:.10f}, 1 - cosine "
+          f"{1 - worst:.1e} over {len(sentences)} sentences")
+    return 0 if worst >= THRESHOLDS["f32"] else 1
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", action="append", help="this stage (repeatable; default: every one here)")
     parser.add_argument("--sentence", action="append", help="encode these sentences (default: four)")
     parser.add_argument("--emulated", action="store_true", help="also the GPU stages in the emulator")
+    parser.add_argument("--compare-encode", action="store_true",
+                        help="only compare the fp64 run with sentence-transformers' own encode (needs PyTorch)")
     args = parser.parse_args()
     sentences = args.sentence or SENTENCES
     model = MiniLM(model_folder())
     layer_inputs = []
     reference = model.encode(sentences, reference_attention, layer_inputs)
+    if args.compare_encode:
+        return compare_encode(sentences, reference)
     print(f"all-MiniLM-L6-v2: {len(sentences)} sentences, {model.layers} layers, {model.heads} heads of "
           f"{layer_inputs[0][0].shape[-1]}, key lengths {', '.join(str(n) for n in layer_inputs[0][3])}")
     print(f"{'stage':30} {'dtype':5} {'compared':16} {'worst cosine':>13} {'1 - cosine':>10} {'needs':>8}  verdict")
