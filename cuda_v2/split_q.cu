@@ -46,10 +46,6 @@ namespace {
 template <int kHeadDim>
 struct SplitQConfig;
 template <>
-struct SplitQConfig<32> {
-  static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_tile(32).block_n;
-};
-template <>
 struct SplitQConfig<64> {
   static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_tile(64).block_n;
 };
@@ -60,17 +56,15 @@ struct SplitQConfig<128> {
   static constexpr int kWarps = 8, kMTiles = 1, kBlockN = split_q_tile(128).block_n;
 };
 template <>
-struct SplitQConfig<96> {
-  static constexpr int kWarps = 8, kMTiles = 1, kBlockN = split_q_tile(96).block_n;
-};
-template <>
-struct SplitQConfig<192> {
-  static constexpr int kWarps = 4, kMTiles = 1, kBlockN = split_q_tile(192).block_n;
-};
-template <>
 struct SplitQConfig<256> {
   static constexpr int kWarps = 4, kMTiles = 1, kBlockN = split_q_tile(256).block_n;
 };
+template <>
+struct SplitQConfig<32> : SplitQConfig<64> {};
+template <>
+struct SplitQConfig<96> : SplitQConfig<128> {};
+template <>
+struct SplitQConfig<192> : SplitQConfig<256> {};
 
 // The tensor-core ladder (docs/04-cuda-v2.md, "The tensor-core ladder"): cuda_v2/mma (mma.cu) loads the mma's
 // operands element by element; this kernel uses ldmatrix and a swizzled layout at every rung, and each rung
