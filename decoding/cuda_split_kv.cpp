@@ -15,7 +15,7 @@ namespace flashlab::decoding {
 namespace {
 
 std::string supports(const Problem& p) {
-  if (cuda::tile_width(p.head_dim, kSplitKvTileWidths) == 0)
+  if (split_kv_tile_width(p.head_dim) == 0)
     return "head_dim (" + std::to_string(p.head_dim) + ") must be a multiple of 8 up to 128";
   if (p.seqlen_q > kSplitKvMaxRows)  // prefill (many query rows) is the tiled stages' work
     return "seqlen_q (" + std::to_string(p.seqlen_q) + ") must be <= " + std::to_string(kSplitKvMaxRows) +
@@ -59,7 +59,7 @@ Implementation entry() {
             // The partials hold (width + 1) floats per row and split, for the tile width the head dim runs
             // in; every split's blocks read Q.
             const int64_t partials = partial_elements(p);
-            const int64_t width = cuda::tile_width(p.head_dim, kSplitKvTileWidths);
+            const int64_t width = split_kv_tile_width(p.head_dim);
             const double splits =
                 partials == 0 ? 1.0 : double(partials) / double(p.lse_elements() * (width + 1));
             return decode_bytes_moved(p, partials, 2.0, splits);  // fp16/bf16 Q, K, V and O

@@ -48,7 +48,7 @@ int blocks_per_sm() {
 
 int resident_blocks_per_sm(const SplitKvParams& p) {
   const bool half = p.dtype == SplitKvDType::f16;
-  if (split_kv_tile_width(p) == 64)
+  if (split_kv_tile_width(p.head_dim) == 64)
     return half ? blocks_per_sm<__half, 64>() : blocks_per_sm<__nv_bfloat16, 64>();
   return half ? blocks_per_sm<__half, 128>() : blocks_per_sm<__nv_bfloat16, 128>();
 }
@@ -93,7 +93,8 @@ int resolve_splits(const SplitKvParams& p) {
 // Elements of the partials (O_j, tile-width rows, and LSE_j, float) for `splits` splits; none when unsplit.
 int64_t partial_elements(const SplitKvParams& p, int splits) {
   if (splits == 1) return 0;
-  return static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * splits * (split_kv_tile_width(p) + 1);
+  return static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * splits *
+         (split_kv_tile_width(p.head_dim) + 1);
 }
 
 // The registry's workspace: the partials first (16-byte aligned, where the buffer starts), then the int
@@ -126,7 +127,7 @@ void cuda_split_kv_forward(const SplitKvParams& p, cudaStream_t stream) {
            ") must be >= ", cuda_split_kv_workspace_bytes(p), " for ", splits, " splits");
   }
   const bool half = p.dtype == SplitKvDType::f16;
-  if (split_kv_tile_width(p) == 64) {
+  if (split_kv_tile_width(p.head_dim) == 64) {
     half ? launch<__half, 64>(p, splits, stream) : launch<__nv_bfloat16, 64>(p, splits, stream);
   } else {
     half ? launch<__half, 128>(p, splits, stream) : launch<__nv_bfloat16, 128>(p, splits, stream);

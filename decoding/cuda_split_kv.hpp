@@ -93,8 +93,8 @@ const char* cuda_split_kv_unsupported(const SplitKvParams& params);
 
 // The kernels' compiled head-dim tile widths: a head dim runs in the narrower that holds it.
 inline constexpr int kSplitKvTileWidths[] = {64, 128};
-inline int split_kv_tile_width(const SplitKvParams& p) {
-  return cuda::tile_width(p.head_dim, kSplitKvTileWidths);
+constexpr int split_kv_tile_width(int64_t head_dim) {
+  return cuda::tile_width(head_dim, kSplitKvTileWidths);
 }
 
 // Row tiles of kSplitKvMaxRows per kv head: a GQA group's heads times the query positions.

@@ -44,7 +44,7 @@ void set_packed_strides(SplitKvParams& p) {
 
 const char* cuda_split_kv_unsupported(const SplitKvParams& p) {
   if (p.dtype != SplitKvDType::f16 && p.dtype != SplitKvDType::bf16) return "dtype must be f16 or bf16";
-  if (split_kv_tile_width(p) == 0) return "head_dim must be a multiple of 8 up to 128";
+  if (split_kv_tile_width(p.head_dim) == 0) return "head_dim must be a multiple of 8 up to 128";
   if (p.batch < 1 || p.batch > 65535) return "batch must be in [1, 65535]";
   if (p.heads_q < 1 || p.heads_kv < 1) return "heads_q and heads_kv must be >= 1";
   if (p.heads_q % p.heads_kv != 0) return "heads_q must be a multiple of heads_kv";
