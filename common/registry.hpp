@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/cuda/stream.hpp"
 #include "common/problem.hpp"
 #include "common/tensor.hpp"
 
@@ -22,12 +23,12 @@ namespace flashlab {
 enum class Device { cpu, cuda };
 std::string_view to_string(Device device);
 
-// A problem's tensors in GPU memory, for the device entry of GPU implementations (Implementation::
-// forward_device). Q, K, V and O hold elements of the problem's dtype (float for f32, __half for f16,
+// A problem's tensors in GPU memory, for the launchers of GPU implementations (DeviceBuild). Q, K, V and O
+// hold elements of the problem's dtype (float for f32, __half for f16,
 // __nv_bfloat16 for bf16) in the problem's layout (BSHD or packed); LSE is float32 Problem::lse_shape(). The
 // mask, the per-batch lengths and the cumulative lengths are the problem's own, copied to the device; nullptr
 // when the problem has none.
-// common/cuda/device_problem.hpp builds one from host inputs.
+// common/cuda/device_problem.hpp builds one from host inputs, or around tensors already on the device.
 struct DeviceTensors {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -51,6 +52,9 @@ struct DeviceTensors {
   const void* v_pages = nullptr;
   const int32_t* block_table = nullptr;
   int64_t block_table_stride = 0;
+  // The CUDA stream the launch is enqueued on, after the work that wrote the inputs; nullptr:
+  // the default stream.
+  cudaStream_t stream = nullptr;
 };
 
 // The backward's device tensors (GPU implementations): the forward's, with O and LSE as the forward wrote

@@ -288,30 +288,30 @@ __global__ void __launch_bounds__(kThreads, 1) split_k_kernel(const SplitKParams
 }
 
 template <int kHeadDim>
-void launch(const SplitKParams& params) {
+void launch(const SplitKParams& params, cudaStream_t stream) {
   const size_t bytes = sizeof(SharedTiles<kHeadDim>);  // above 48 KiB a kernel must opt in
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(
       split_k_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   const dim3 grid(static_cast<unsigned>(params.batch * params.heads_q));  // one block per (batch, head)
-  cuda::launch_kernel<split_k_kernel<kHeadDim>>(grid, dim3(kThreads), bytes, nullptr, params);
+  cuda::launch_kernel<split_k_kernel<kHeadDim>>(grid, dim3(kThreads), bytes, stream, params);
 }
 
 }  // namespace
 
 namespace FLASHLAB_CUDA_TARGET {
 
-void split_k_forward(const SplitKParams& params) {
+void split_k_forward(const SplitKParams& params, cudaStream_t stream) {
   // Only the head-dim tiles that are needed are compiled: 32, 64 and 128 (smaller dims are zero-padded).
   if (params.head_dim <= 32)
-    launch<32>(params);
+    launch<32>(params, stream);
   else if (params.head_dim <= 64)
-    launch<64>(params);
+    launch<64>(params, stream);
   else
-    launch<128>(params);
+    launch<128>(params, stream);
 }
 
 void launch_split_k(const Problem& problem, const DeviceTensors& tensors) {
-  split_k_forward(split_k_params(problem, tensors));
+  split_k_forward(split_k_params(problem, tensors), tensors.stream);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/cuda/stream.hpp"
 #include "common/cuda/target.hpp"
 #include "common/registry.hpp"
 
@@ -45,9 +46,9 @@ std::string split_k_refusal(const Problem& problem);
 // workspace_bytes(problem) bytes); throws flashlab::Error with split_k_refusal's reason.
 SplitKParams split_k_params(const Problem& problem, const DeviceTensors& tensors);
 
-// Each build of the kernel (common/cuda/target.hpp): the forward pass on the default stream, and the
-// registry's launcher (split_k_forward of split_k_params).
-FLASHLAB_FOR_EACH_TARGET(void split_k_forward(const SplitKParams& params);
+// Each build of the kernel (common/cuda/target.hpp): the forward pass on `stream`, and the registry's
+// launcher (split_k_forward of split_k_params, on tensors.stream).
+FLASHLAB_FOR_EACH_TARGET(void split_k_forward(const SplitKParams& params, cudaStream_t stream);
                          void launch_split_k(const Problem& problem, const DeviceTensors& tensors);)
 
 }  // namespace flashlab::cuda_v1

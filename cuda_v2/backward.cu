@@ -584,7 +584,7 @@ void launch_backward(const Problem& problem, const BackwardTensors& tensors, boo
   params.nonfinite = reinterpret_cast<int*>(scratch + (rows * 4 + 15) / 16 * 16);
   params.dq_accum = reinterpret_cast<float*>(scratch + (rows * 4 + 15) / 16 * 16 + 16);
   params.deterministic = deterministic;
-  split_q_backward(params, nullptr);
+  split_q_backward(params, tensors.forward.stream);
 }
 }  // namespace
 

@@ -249,10 +249,10 @@ void launch_mma(const Problem& problem, const DeviceTensors& tensors) {
   const SplitQParams params = split_q_params(problem, tensors);
   check_mma(params);
   if (params.head_dim == 64)
-    launch<64>(params, nullptr);
+    launch<64>(params, tensors.stream);
   else
-    launch<128>(params, nullptr);
-  cuda::exact_rows<__half>(cuda::exact_rows_params(params), nullptr);  // NaN and Inf as the reference
+    launch<128>(params, tensors.stream);
+  cuda::exact_rows<__half>(cuda::exact_rows_params(params), tensors.stream);  // NaN and Inf as the reference
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

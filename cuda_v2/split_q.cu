@@ -468,22 +468,22 @@ void split_q_forward(const SplitQParams& params, cudaStream_t stream) {
 void launch_split_q(const Problem& problem, const DeviceTensors& tensors) {
   const SplitQParams params = split_q_params(problem, tensors);
   check_split_q(params);
-  forward_rung<SplitQRung>(params, cuda::clear_special_rows_flag(tensors.workspace, problem, nullptr),
-                           nullptr);
+  forward_rung<SplitQRung>(params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream),
+                           tensors.stream);
 }
 
 void launch_mma_ldmatrix(const Problem& problem, const DeviceTensors& tensors) {
   const SplitQParams params = split_q_params(problem, tensors);
   check_split_q_rung(params);
-  forward_rung<LdmatrixRung>(params, cuda::clear_special_rows_flag(tensors.workspace, problem, nullptr),
-                             nullptr);
+  forward_rung<LdmatrixRung>(
+      params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream), tensors.stream);
 }
 
 void launch_mma_cp_async(const Problem& problem, const DeviceTensors& tensors) {
   const SplitQParams params = split_q_params(problem, tensors);
   check_split_q_rung(params);
-  forward_rung<CpAsyncRung>(params, cuda::clear_special_rows_flag(tensors.workspace, problem, nullptr),
-                            nullptr);
+  forward_rung<CpAsyncRung>(params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream),
+                            tensors.stream);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

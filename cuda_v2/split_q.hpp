@@ -14,14 +14,12 @@
 
 #include "common/cuda/exact_rows.hpp"
 #include "common/cuda/int_lengths.hpp"
+#include "common/cuda/stream.hpp"
 #include "common/cuda/target.hpp"
 #include "common/dropout.hpp"
 #include "common/problem.hpp"
 #include "common/registry.hpp"
 #include "common/score_mod.hpp"
-
-// cudaStream_t without the CUDA headers (the runtime declares it as exactly this pointer type).
-typedef struct CUstream_st* cudaStream_t;
 
 namespace flashlab::cuda_v2 {
 

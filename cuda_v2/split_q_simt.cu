@@ -221,7 +221,7 @@ void split_q_simt_forward(const SplitQParams& params, cudaStream_t stream) {
 }
 
 void launch_split_q_simt(const Problem& problem, const DeviceTensors& tensors) {
-  split_q_simt_forward(split_q_params(problem, tensors), nullptr);
+  split_q_simt_forward(split_q_params(problem, tensors), tensors.stream);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

@@ -16,11 +16,9 @@
 
 #include <cstdint>
 
+#include "common/cuda/stream.hpp"
 #include "common/cuda/target.hpp"
 #include "common/host_device.hpp"
-
-// cudaStream_t without the CUDA headers (the runtime declares it as exactly this pointer type).
-typedef struct CUstream_st* cudaStream_t;
 
 namespace flashlab::hopper {
 

@@ -43,8 +43,8 @@ Fp8DeviceParams fp8_device_params(const Problem& p, const DeviceTensors& tensors
     const RandomHadamard transform(p.head_dim, config.hadamard_seed);
     std::vector<float> host(static_cast<size_t>(p.head_dim));
     for (int64_t c = 0; c < p.head_dim; ++c) host[c] = transform.output_factor(c);
-    FLASHLAB_CUDA_CHECK(
-        cudaMemcpy(factors, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(factors, host.data(), host.size() * sizeof(float),
+                                        cudaMemcpyHostToDevice, tensors.stream));
   }
 
   Fp8DeviceParams params;
@@ -107,7 +107,7 @@ void run_fp8(const Fp8DeviceParams& params, cudaStream_t stream) {
 }
 
 void launch_fp8_config(const Problem& problem, const DeviceTensors& tensors, const Fp8Config& config) {
-  run_fp8(fp8_device_params(problem, tensors, config), nullptr);
+  run_fp8(fp8_device_params(problem, tensors, config), tensors.stream);
 }
 
 void launch_fp8(const Problem& problem, const DeviceTensors& tensors) {

@@ -12,12 +12,10 @@
 #include <cstdint>
 
 #include "common/cuda/exact_rows.hpp"
+#include "common/cuda/stream.hpp"
 #include "common/cuda/target.hpp"
 #include "common/cuda/tile_width.hpp"
 #include "common/problem.hpp"
-
-// cudaStream_t without the CUDA headers (the runtime declares it as exactly this pointer type).
-typedef struct CUstream_st* cudaStream_t;
 
 namespace flashlab::hopper {
 

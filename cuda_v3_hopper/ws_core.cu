@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int kHeadDim>
-void launch(const HopperParams& p) {
+void launch(const HopperParams& p, cudaStream_t stream) {
   // With no keys at all the K and V maps are never read; they still need a valid address and extent.
   const bool keys = p.seqlen_k > 0;
   const CUtensorMap q_map = bshd_tensor_map(p.q, p.dtype, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
@@ -285,7 +285,7 @@ void launch(const HopperParams& p) {
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(
       ws_core_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<kHeadDim>::kBytes));
   const dim3 grid((p.seqlen_q + kBlockM - 1) / kBlockM, p.heads_q, p.batch);
-  cuda::launch_kernel<ws_core_kernel<kHeadDim>>(grid, kThreads, Layout<kHeadDim>::kBytes, nullptr, q_map,
+  cuda::launch_kernel<ws_core_kernel<kHeadDim>>(grid, kThreads, Layout<kHeadDim>::kBytes, stream, q_map,
                                                 k_map, v_map, args);
 }
 
@@ -303,10 +303,10 @@ void launch_ws_core(const Problem& problem, const DeviceTensors& tensors) {
   params.seqlens_q = lengths.seqlens_q;
   params.seqlens_k = lengths.seqlens_k;
   if (problem.head_dim == 64)
-    launch<64>(params);
+    launch<64>(params, tensors.stream);
   else
-    launch<128>(params);
-  cuda::exact_rows<Element>(cuda::exact_rows_params(params), nullptr);  // NaN and Inf as the reference
+    launch<128>(params, tensors.stream);
+  cuda::exact_rows<Element>(cuda::exact_rows_params(params), tensors.stream);  // NaN and Inf as the reference
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

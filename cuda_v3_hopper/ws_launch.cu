@@ -110,8 +110,8 @@ void launch_ablation(const Problem& problem, const DeviceTensors& tensors, Hoppe
   const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);
   params.seqlens_q = lengths.seqlens_q;
   params.seqlens_k = lengths.seqlens_k;
-  params.special_rows = cuda::clear_special_rows_flag(tensors.workspace, problem, nullptr);
-  hopper_ws_forward(params, nullptr);
+  params.special_rows = cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream);
+  hopper_ws_forward(params, tensors.stream);
 }
 
 }  // namespace

@@ -137,14 +137,14 @@ void launch_cuda_core(const Problem& problem, const DeviceTensors& tensors) {
   const dim3 grid(splits, p.heads_q, p.batch);
   const int rows = p.batch * p.heads_q * p.seqlen_q;
   if (p.head_dim == 64) {
-    cuda::launch_kernel<partials_kernel<64>>(grid, dim3(kThreads), 0, nullptr, p, splits, partial_o,
+    cuda::launch_kernel<partials_kernel<64>>(grid, dim3(kThreads), 0, tensors.stream, p, splits, partial_o,
                                              partial_lse);
-    cuda::launch_kernel<combine_kernel<64>>(dim3(rows), dim3(64), 0, nullptr, p, splits, partial_o,
+    cuda::launch_kernel<combine_kernel<64>>(dim3(rows), dim3(64), 0, tensors.stream, p, splits, partial_o,
                                             partial_lse);
   } else {
-    cuda::launch_kernel<partials_kernel<128>>(grid, dim3(kThreads), 0, nullptr, p, splits, partial_o,
+    cuda::launch_kernel<partials_kernel<128>>(grid, dim3(kThreads), 0, tensors.stream, p, splits, partial_o,
                                               partial_lse);
-    cuda::launch_kernel<combine_kernel<128>>(dim3(rows), dim3(128), 0, nullptr, p, splits, partial_o,
+    cuda::launch_kernel<combine_kernel<128>>(dim3(rows), dim3(128), 0, tensors.stream, p, splits, partial_o,
                                              partial_lse);
   }
 }

@@ -170,7 +170,7 @@ void launch_cuda_split_kv(const Problem& problem, const DeviceTensors& tensors) 
   params.workspace = params.workspace_bytes > 0 ? workspace : nullptr;
   params.seqlens_k =
       cuda::narrow_lengths(problem, tensors, workspace + aligned16_bytes(params.workspace_bytes)).seqlens_k;
-  cuda_split_kv_forward(params, nullptr);
+  cuda_split_kv_forward(params, tensors.stream);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

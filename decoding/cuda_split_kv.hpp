@@ -18,13 +18,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/cuda/stream.hpp"
 #include "common/cuda/target.hpp"
 #include "common/cuda/tile_width.hpp"
 #include "common/problem.hpp"
 #include "common/registry.hpp"
-
-// cudaStream_t without the CUDA headers (the runtime declares it as exactly this pointer type).
-typedef struct CUstream_st* cudaStream_t;
 
 namespace flashlab::decoding {
 

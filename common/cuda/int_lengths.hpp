@@ -28,7 +28,7 @@ struct IntLengths {
   const int* cu_seqlens_k = nullptr;
 };
 
-// Enqueues on the default stream the copies of tensors.seqlens_q / seqlens_k / cu_seqlens_q / cu_seqlens_k
+// Enqueues on tensors.stream the copies of tensors.seqlens_q / seqlens_k / cu_seqlens_q / cu_seqlens_k
 // into `workspace` (at least int_lengths_bytes(problem) bytes, 4-byte aligned) as int32. The lengths are in
 // [0, seqlen] and the cumulative ones in [0, tokens], so the caller must have checked that seqlen_q,
 // seqlen_k and the token counts fit an int.
