@@ -461,6 +461,14 @@ inline cudaError_t cudaMemcpy2DAsync(void* destination, size_t destination_pitch
 inline cudaError_t cudaMemsetAsync(void* destination, int value, size_t bytes, cudaStream_t = nullptr) {
   return cudaMemset(destination, value, bytes);
 }
+// The stream-ordered allocator: with every call complete on return, allocating and freeing in stream order
+// are cudaMalloc and cudaFree.
+inline cudaError_t cudaMallocAsync(void** pointer, size_t bytes, cudaStream_t) {
+  return cudaMalloc(pointer, bytes);
+}
+inline cudaError_t cudaFreeAsync(void* pointer, cudaStream_t) {
+  return cudaFree(pointer);
+}
 template <typename T>
 cudaError_t cudaMalloc(T** pointer, size_t bytes) {
   return cudaMalloc(reinterpret_cast<void**>(pointer), bytes);

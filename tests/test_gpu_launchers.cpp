@@ -1,9 +1,12 @@
 // GPU stages below the registry, checked on any machine: cuda_v2's tile decisions against the mask rules,
-// its launchers' refusals, and decoding/cuda_split_kv at split counts the heuristic would not pick, run in
-// the emulator (and on the GPU where there is one).
+// its launchers' refusals, decoding/cuda_split_kv at split counts the heuristic would not pick, and the
+// launchers on tensors that already live on the device (the Python module's CUDA tensors), run in the
+// emulator (and on the GPU where there is one).
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,7 @@
 #include "common/inputs.hpp"
 #include "common/mask.hpp"
 #include "common/reference.hpp"
+#include "common/registry.hpp"
 #include "common/tolerance.hpp"
 #include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/split_q.hpp"
@@ -182,6 +186,107 @@ TEST_CASE("decoding/cuda_split_kv merges 1, 7 and 128 splits (most of them empty
     }
 #endif
   }
+}
+
+namespace {
+
+// What a framework hands over: Q, K, V, O, LSE and the workspace on the device, without the problem's small
+// tensors (run_on_stream() uploads those itself).
+DeviceTensors framework_tensors(const DeviceTensors& tensors) {
+  DeviceTensors bare;
+  bare.q = tensors.q, bare.k = tensors.k, bare.v = tensors.v, bare.o = tensors.o, bare.lse = tensors.lse;
+  bare.workspace = tensors.workspace;
+  return bare;
+}
+
+bool same_bits(const HostTensor& a, const HostTensor& b) {
+  return a.data.size() == b.data.size() &&
+         std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+// run_on_stream() is the path of the Python module's CUDA tensors (python/module.cpp). Run here in the
+// emulator, where a stream is only a name, it shows that the lengths, packed offsets, mask, bias and ALiBi
+// slopes it uploads reach the kernels as the registry adapter's do: the outputs are the adapter's bit for
+// bit. That the work is ordered on the caller's stream is checked on a GPU (bench/gpu_python_smoke.py).
+TEST_CASE("launchers on tensors already on the device upload the problem's small tensors like the adapter") {
+  Problem padded = problem_shape(2, 4, 2, 45, 70, 64);
+  padded.dtype = DType::bf16;
+  padded.seqlens_q = {45, 17};
+  padded.seqlens_k = {70, 33};
+  padded.causal = true;
+  padded.alibi_slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+  Problem masked = problem_shape(1, 2, 2, 40, 56, 32);
+  masked.dtype = DType::f16;
+  std::vector<uint8_t> mask(40 * 56);
+  for (size_t n = 0; n < mask.size(); ++n) mask[n] = (n * 7919) % 5 != 0;
+  masked.mask = std::make_shared<const std::vector<uint8_t>>(mask);
+  std::vector<float> bias(40 * 56);
+  for (size_t n = 0; n < bias.size(); ++n) bias[n] = static_cast<float>(n % 11) * 0.1f - 0.5f;
+  masked.bias = std::make_shared<const std::vector<float>>(bias);
+  Problem packed = problem_shape(3, 2, 1, 1, 1, 96);
+  packed.dtype = DType::bf16;
+  packed.cu_seqlens_q = {0, 20, 21, 50};
+  packed.cu_seqlens_k = {0, 31, 40, 90};
+  packed.seqlen_q = 29, packed.seqlen_k = 50;
+  Problem decode = problem_shape(2, 8, 2, 1, 300, 128);
+  decode.dtype = DType::f16;
+  decode.seqlens_k = {300, 129};
+  // The same problems without what a stage does not take, in its dtype.
+  const auto without_mods = [](Problem p, DType dtype) {
+    p.alibi_slopes.clear();
+    p.bias = nullptr;
+    p.dtype = dtype;
+    return p;
+  };
+  const std::pair<std::string, Problem> cases[] = {{"cuda_v2/split_q", padded},
+                                                   {"cuda_v2/split_q", masked},
+                                                   {"cuda_v2/split_q", packed},
+                                                   {"cuda_v3_hopper/ws", without_mods(padded, DType::bf16)},
+                                                   {"decoding/cuda_split_kv", decode},
+                                                   {"cuda_v2/split_q_simt", without_mods(masked, DType::f32)},
+                                                   {"cuda_v1/split_k", without_mods(padded, DType::f32)}};
+  for (const auto& [name, p] : cases) {
+    p.validate();
+    const Implementation& impl = *find_implementation(name);
+    INFO(name, " on ", p.describe(), ": ", why_cannot_run(impl, p));
+    REQUIRE(why_cannot_run(impl, p).empty());
+    const DeviceBuild& build = impl.emulated_build;
+    const size_t bytes = build.workspace ? build.workspace(p) : 0;
+    const AttentionInputs inputs = random_inputs(p, Distribution::normal, 5);
+    const auto forward = [&](const DeviceTensors& tensors) { build.forward(p, tensors); };
+    AttentionOutputs adapter = AttentionOutputs::poisoned(p), on_stream = AttentionOutputs::poisoned(p);
+    cuda::emulated::run_on_device(p, inputs, adapter, bytes, forward);
+    cuda::emulated::run_on_device(p, inputs, on_stream, bytes, [&](const DeviceTensors& tensors) {
+      cuda::emulated::run_on_stream(p, 0, framework_tensors(tensors), forward);
+    });
+    CHECK(same_bits(on_stream.o, adapter.o));
+    CHECK(same_bits(on_stream.lse, adapter.lse));
+
+    if (!impl.backward) continue;
+    REQUIRE(why_cannot_run_backward(impl, p).empty());
+    const HostTensor d_out = random_inputs(p, Distribution::normal, 6).q;
+    const size_t backward_bytes = build.backward_workspace ? build.backward_workspace(p) : 0;
+    const auto backward = [&](const BackwardTensors& tensors) { build.backward(p, tensors); };
+    AttentionGradients by_adapter = AttentionGradients::poisoned(p),
+                       by_stream = AttentionGradients::poisoned(p);
+    cuda::emulated::run_backward_on_device(p, inputs, adapter, d_out, by_adapter, backward_bytes, backward);
+    cuda::emulated::run_backward_on_device(p, inputs, adapter, d_out, by_stream, backward_bytes,
+                                           [&](const BackwardTensors& tensors) {
+                                             BackwardTensors bare = tensors;
+                                             bare.forward = framework_tensors(tensors.forward);
+                                             cuda::emulated::run_backward_on_stream(p, 0, bare, backward);
+                                           });
+    CHECK(same_bits(by_stream.dq, by_adapter.dq));
+    CHECK(same_bits(by_stream.dk, by_adapter.dk));
+    CHECK(same_bits(by_stream.dv, by_adapter.dv));
+  }
+  // A paged KV cache is built from host arrays: refused by name.
+  Problem paged = decode;
+  paged.page_size = 16;
+  CHECK_THROWS_WITH(cuda::emulated::run_on_stream(paged, 0, DeviceTensors{}, [](const DeviceTensors&) {}),
+                    doctest::Contains("page_size"));
 }
 
 }  // namespace flashlab::testing

@@ -31,6 +31,29 @@ std::vector<int32_t> dense_block_table(const PagedKV& paged, int64_t stride) {
 
 }  // namespace
 
+ProblemTensors::ProblemTensors(const Problem& problem, cudaStream_t stream, bool ordered) {
+  const auto up = [stream, ordered](const auto& host) {
+    return ordered ? upload(host, stream) : upload(host);
+  };
+  seqlens_q_ = up(problem.seqlens_q);
+  seqlens_k_ = up(problem.seqlens_k);
+  cu_seqlens_q_ = up(problem.cu_seqlens_q);
+  cu_seqlens_k_ = up(problem.cu_seqlens_k);
+  if (problem.mask) mask_ = up(*problem.mask);
+  if (!problem.alibi_slopes.empty()) alibi_slopes_ = up(problem.alibi_slopes);
+  if (problem.bias) bias_ = up(*problem.bias);
+}
+
+void ProblemTensors::point(const Problem& problem, DeviceTensors& tensors) const {
+  tensors.mask = problem.mask ? mask_.get() : nullptr;
+  tensors.alibi_slopes = problem.alibi_slopes.empty() ? nullptr : alibi_slopes_.get();
+  tensors.bias = problem.bias ? bias_.get() : nullptr;
+  tensors.seqlens_q = problem.seqlens_q.empty() ? nullptr : seqlens_q_.get();
+  tensors.seqlens_k = problem.seqlens_k.empty() ? nullptr : seqlens_k_.get();
+  tensors.cu_seqlens_q = problem.packed() ? cu_seqlens_q_.get() : nullptr;
+  tensors.cu_seqlens_k = problem.packed() ? cu_seqlens_k_.get() : nullptr;
+}
+
 DeviceProblem::DeviceProblem(const Problem& problem, const AttentionInputs& inputs, size_t workspace_bytes)
     : dtype_(problem.dtype),
       q_(upload(problem.dtype, inputs.q.ptr(), inputs.q.data.size())),
@@ -39,28 +62,16 @@ DeviceProblem::DeviceProblem(const Problem& problem, const AttentionInputs& inpu
       o_(static_cast<size_t>(problem.q_elements()) * storage_bytes(problem.dtype)),
       workspace_(workspace_bytes),
       lse_(static_cast<size_t>(problem.lse_elements())),
-      seqlens_q_(upload(problem.seqlens_q)),
-      seqlens_k_(upload(problem.seqlens_k)),
-      cu_seqlens_q_(upload(problem.cu_seqlens_q)),
-      cu_seqlens_k_(upload(problem.cu_seqlens_k)) {
+      small_(problem) {
   if (inputs.q.size() != problem.q_elements() || inputs.k.size() != problem.kv_elements() ||
       inputs.v.size() != problem.kv_elements())
     fail("inputs do not match the problem's shapes (", problem.describe(), ")");
-  if (problem.mask) mask_ = upload(*problem.mask);
-  if (!problem.alibi_slopes.empty()) alibi_slopes_ = upload(problem.alibi_slopes);
-  if (problem.bias) bias_ = upload(*problem.bias);
   tensors_.q = q_.get();
   tensors_.k = k_.get();
   tensors_.v = v_.get();
   tensors_.o = o_.get();
   tensors_.lse = lse_.get();
-  tensors_.mask = problem.mask ? mask_.get() : nullptr;
-  tensors_.alibi_slopes = problem.alibi_slopes.empty() ? nullptr : alibi_slopes_.get();
-  tensors_.bias = problem.bias ? bias_.get() : nullptr;
-  tensors_.seqlens_q = problem.seqlens_q.empty() ? nullptr : seqlens_q_.get();
-  tensors_.seqlens_k = problem.seqlens_k.empty() ? nullptr : seqlens_k_.get();
-  tensors_.cu_seqlens_q = problem.packed() ? cu_seqlens_q_.get() : nullptr;
-  tensors_.cu_seqlens_k = problem.packed() ? cu_seqlens_k_.get() : nullptr;
+  small_.point(problem, tensors_);
   tensors_.workspace = workspace_.get();
   if (inputs.paged) {
     const PagedKV& paged = *inputs.paged;
@@ -145,6 +156,43 @@ void run_on_device(const Problem& problem, const AttentionInputs& inputs, Attent
   launch(device.tensors());
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());  // a fault inside the kernel surfaces here, checked
   device.download(outputs);
+}
+
+namespace {
+
+// Makes `device` the current GPU while it lives, and the previous one current again after.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) {
+    FLASHLAB_CUDA_CHECK(cudaGetDevice(&previous_));
+    FLASHLAB_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~CurrentDevice() { cudaSetDevice(previous_); }  // no throw from a destructor
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+}  // namespace
+
+void run_on_stream(const Problem& problem, int device, DeviceTensors tensors,
+                   const std::function<void(const DeviceTensors&)>& launch) {
+  if (problem.page_size > 0) fail("page_size: a paged KV cache is built from host arrays");
+  const CurrentDevice current(device);
+  const ProblemTensors small(problem, tensors.stream);  // freed on the stream, after the launch
+  small.point(problem, tensors);
+  launch(tensors);
+}
+
+void run_backward_on_stream(const Problem& problem, int device, BackwardTensors tensors,
+                            const std::function<void(const BackwardTensors&)>& launch) {
+  if (problem.page_size > 0) fail("page_size: a paged KV cache is built from host arrays");
+  const CurrentDevice current(device);
+  const ProblemTensors small(problem, tensors.forward.stream);
+  small.point(problem, tensors.forward);
+  launch(tensors);
 }
 
 }  // namespace flashlab::cuda::FLASHLAB_CUDA_TARGET

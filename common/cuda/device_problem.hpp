@@ -16,6 +16,24 @@
 namespace flashlab::cuda {
 namespace FLASHLAB_CUDA_TARGET {
 
+// A problem's small tensors on the device: the explicit mask, the per-batch lengths, the packed offsets,
+// ALiBi's slopes and the bias (each absent where the problem has none). Uploaded at once (cudaMalloc,
+// cudaMemcpy), or ordered on a stream: allocated and copied on it, and freed on it when this goes, so that
+// nothing waits on the host (run_on_stream(), for tensors that already live on the device).
+class ProblemTensors {
+ public:
+  explicit ProblemTensors(const Problem& problem) : ProblemTensors(problem, nullptr, false) {}
+  ProblemTensors(const Problem& problem, cudaStream_t stream) : ProblemTensors(problem, stream, true) {}
+  // Points `tensors` at them (nullptr for those the problem has none of).
+  void point(const Problem& problem, DeviceTensors& tensors) const;
+
+ private:
+  ProblemTensors(const Problem& problem, cudaStream_t stream, bool ordered);
+  DeviceBuffer<float> alibi_slopes_, bias_;
+  DeviceBuffer<uint8_t> mask_;
+  DeviceBuffer<int64_t> seqlens_q_, seqlens_k_, cu_seqlens_q_, cu_seqlens_k_;
+};
+
 class DeviceProblem {
  public:
   // Allocates every tensor of `problem`, uploads the inputs (converted), the mask, the per-batch lengths, the
@@ -34,9 +52,8 @@ class DeviceProblem {
  private:
   DType dtype_;
   DeviceBuffer<std::byte> q_, k_, v_, o_, workspace_, k_pages_, v_pages_;
-  DeviceBuffer<float> lse_, alibi_slopes_, bias_;
-  DeviceBuffer<uint8_t> mask_;
-  DeviceBuffer<int64_t> seqlens_q_, seqlens_k_, cu_seqlens_q_, cu_seqlens_k_;
+  DeviceBuffer<float> lse_;
+  ProblemTensors small_;
   DeviceBuffer<int32_t> block_table_;
   DeviceTensors tensors_;
 };

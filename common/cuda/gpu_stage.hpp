@@ -79,6 +79,16 @@ FLASHLAB_FOR_EACH_TARGET(
     void run_backward_on_device(const Problem& problem, const AttentionInputs& inputs,
                                 const AttentionOutputs& forward, const HostTensor& d_out,
                                 AttentionGradients& gradients, size_t workspace_bytes,
+                                const std::function<void(const BackwardTensors&)>& launch);
+    // The same on tensors that already live in the memory of GPU `device`, in the problem's storage
+    // format, as a framework's do (the Python module's CUDA tensors): Q, K, V, O, LSE, the workspace and
+    // the stream set by the caller (for the backward also dO and the gradients). With `device` current,
+    // the problem's small tensors (lengths, mask, bias, slopes) are uploaded on that stream and the launch
+    // is enqueued after them; nothing waits on the host: the results are ready when the stream reaches
+    // them. No paged KV (it is built from host arrays).
+    void run_on_stream(const Problem& problem, int device, DeviceTensors tensors,
+                       const std::function<void(const DeviceTensors&)>& launch);
+    void run_backward_on_stream(const Problem& problem, int device, BackwardTensors tensors,
                                 const std::function<void(const BackwardTensors&)>& launch);)
 using namespace FLASHLAB_CUDA_TARGET;
 }  // namespace cuda
