@@ -1,6 +1,7 @@
 // The compiled half of the Python module `flashlab` (python/flashlab/__init__.py is the other): the registry,
 // and any implementation's forward and backward on host arrays (NumPy, PyTorch CPU tensors, anything that
-// speaks DLPack), through nanobind's ndarray. Problems are built by the tool's own option parser
+// speaks DLPack), through nanobind's ndarray; and the GPU stages on tensors in GPU memory (PyTorch CUDA
+// tensors), in place, enqueued on the caller's stream. Problems are built by the tool's own option parser
 // (tools/args.cpp), from the keyword arguments turned into its flags, so every option means what it means on
 // the command line and every mistake raises ValueError with the tool's message, naming the field.
 #include <nanobind/nanobind.h>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "common/cuda/device.hpp"
+#include "common/cuda/gpu_stage.hpp"
+#include "common/cuda/storage.hpp"
 #include "common/error.hpp"
 #include "common/number_format.hpp"
 #include "common/paged_kv.hpp"
@@ -26,6 +29,7 @@ namespace flashlab::python {
 namespace {
 
 using Array = nb::ndarray<nb::ro>;  // any dtype, shape, strides and device; checked by read_array()
+using Output = nb::ndarray<>;       // the same, written: a CUDA call's outputs (device_data())
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text = "[";
@@ -33,7 +37,8 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return text + "]";
 }
 
-std::vector<int64_t> shape_of(const Array& array) {
+template <typename Tensor>
+std::vector<int64_t> shape_of(const Tensor& array) {
   std::vector<int64_t> shape(array.ndim());
   for (size_t i = 0; i < array.ndim(); ++i) shape[i] = static_cast<int64_t>(array.shape(i));
   return shape;
@@ -126,16 +131,10 @@ nb::ndarray<nb::numpy, float> to_numpy(HostTensor&& tensor) {
   return nb::ndarray<nb::numpy, float>(owned->ptr(), shape.size(), shape.data(), owner);
 }
 
-// A call's problem and inputs: the shapes from q and k (4-D, or 3-D with cu_seqlens_q: packed), the options
-// from `flags` (the keyword arguments as the tool's flags, python/flashlab/__init__.py), mask and bias from
-// arrays.
-struct Call {
-  Problem problem;
-  AttentionInputs inputs;
-};
-
-Call prepare(const Array& q, const Array& k, const Array& v, std::vector<std::string> flags,
-             const nb::object& mask, const nb::object& bias) {
+// A call's problem: the shapes from q and k (4-D, or 3-D with cu_seqlens_q: packed), the options from `flags`
+// (the keyword arguments as the tool's flags, python/flashlab/__init__.py), mask and bias from host arrays.
+Problem problem_of(const Array& q, const Array& k, std::vector<std::string> flags, const nb::object& mask,
+                   const nb::object& bias) {
   const bool packed = std::find(flags.begin(), flags.end(), "--cu-seqlens-q") != flags.end();
   const size_t rank = packed ? 3 : 4;
   if (q.ndim() != rank)
@@ -153,8 +152,7 @@ Call prepare(const Array& q, const Array& k, const Array& v, std::vector<std::st
     flags.insert(flags.end(), {"--batch", size(q.shape(0)), "--seqlen-q", size(q.shape(1)), "--seqlen-k",
                                size(k.shape(1))});
   const cli::Args args(flags, cli::problem_flags(), cli::problem_switches());
-  Call call{cli::problem_from_args(args, false).problem, {}};
-  Problem& p = call.problem;
+  Problem p = cli::problem_from_args(args, false).problem;
   if (!mask.is_none()) cli::attach_mask(p, as_npy(nb::cast<Array>(mask), "mask"), "mask");
   if (!bias.is_none()) cli::attach_bias(p, as_npy(nb::cast<Array>(bias), "bias"), "bias");
   p.validate();
@@ -162,12 +160,33 @@ Call prepare(const Array& q, const Array& k, const Array& v, std::vector<std::st
     fail("q: holds ", q.shape(0), " tokens but cu_seqlens_q ends at ", p.cu_seqlens_q.back());
   if (packed && k.shape(0) != static_cast<size_t>(p.cu_seqlens_k.back()))
     fail("k: holds ", k.shape(0), " tokens but cu_seqlens_k ends at ", p.cu_seqlens_k.back());
+  return p;
+}
+
+const char* q_layout(const Problem& p) {
+  return p.packed() ? "[total_q, heads, head_dim]" : "[batch, seqlen_q, heads, head_dim]";
+}
+const char* kv_layout(const Problem& p) {
+  return p.packed() ? "[total_k, kv_heads, head_dim]" : "[batch, seqlen_k, kv_heads, head_dim]";
+}
+const char* lse_layout(const Problem& p) {
+  return p.packed() ? "[heads, total_q]" : "[batch, heads, seqlen_q]";
+}
+
+// A call on host arrays: its problem and inputs.
+struct Call {
+  Problem problem;
+  AttentionInputs inputs;
+};
+
+Call prepare(const Array& q, const Array& k, const Array& v, const std::vector<std::string>& flags,
+             const nb::object& mask, const nb::object& bias) {
+  Call call{problem_of(q, k, flags, mask, bias), {}};
+  Problem& p = call.problem;
   call.inputs = empty_inputs(p);
-  const char* q_layout = packed ? "[total_q, heads, head_dim]" : "[batch, seqlen_q, heads, head_dim]";
-  const char* kv_layout = packed ? "[total_k, kv_heads, head_dim]" : "[batch, seqlen_k, kv_heads, head_dim]";
-  load(q, "q", call.inputs.q, q_layout);
-  load(k, "k", call.inputs.k, kv_layout);
-  load(v, "v", call.inputs.v, kv_layout);
+  load(q, "q", call.inputs.q, q_layout(p));
+  load(k, "k", call.inputs.k, kv_layout(p));
+  load(v, "v", call.inputs.v, kv_layout(p));
   attach_paged_kv(p, call.inputs);  // page_size=P: K and V also stored in pages behind a shuffled block table
   return call;
 }
@@ -220,14 +239,155 @@ nb::tuple attention_backward(const Array& q, const Array& k, const Array& v, con
   if (const std::string reason = why_cannot_run_backward(impl, p); !reason.empty()) fail(reason);
   AttentionOutputs forward{HostTensor(p.q_shape()), HostTensor(p.lse_shape())};
   HostTensor d_o(p.q_shape());
-  const char* q_layout = p.packed() ? "[total_q, heads, head_dim]" : "[batch, seqlen_q, heads, head_dim]";
-  load(o, "o", forward.o, q_layout);
-  load(lse, "lse", forward.lse, p.packed() ? "[heads, total_q]" : "[batch, heads, seqlen_q]");
-  load(d_out, "do", d_o, q_layout);
+  load(o, "o", forward.o, q_layout(p));
+  load(lse, "lse", forward.lse, lse_layout(p));
+  load(d_out, "do", d_o, q_layout(p));
   AttentionGradients gradients;
   run(emulate, [&] { gradients = run_backward(impl, p, call.inputs, forward, d_o); });
   return nb::make_tuple(to_numpy(std::move(gradients.dq)), to_numpy(std::move(gradients.dk)),
                         to_numpy(std::move(gradients.dv)));
+}
+
+// ---- Tensors in GPU memory (PyTorch CUDA tensors): the GPU stages in place, on the caller's stream.
+
+const char* storage_name(DType stored) {
+  return stored == DType::bf16 ? "bfloat16" : stored == DType::f16 ? "float16" : "float32";
+}
+
+// `array`'s device pointer (const for an Array, writable for an Output), refusing it by `name` unless it lies
+// in the memory of GPU `device`, has `shape` (`layout` names it) and is C-contiguous in `stored`
+// (common/cuda/storage.hpp: the format the stage keeps its tensors in; float32 for the LSE).
+template <typename Tensor>
+auto device_data(const Tensor& array, const std::string& name, const std::vector<int64_t>& shape,
+                 const char* layout, DType stored, int device) {
+  if (array.device_type() != nb::device::cuda::value)
+    fail(name, ": not in GPU memory, and q is (a call's tensors share one device)");
+  if (array.device_id() != device) fail(name, ": on cuda:", array.device_id(), ", and q on cuda:", device);
+  if (shape_of(array) != shape)
+    fail(name, ": shape ", shape_text(shape_of(array)), " does not match ", layout, " = ", shape_text(shape));
+  const nb::dlpack::dtype type = array.dtype();
+  const auto code = static_cast<nb::dlpack::dtype_code>(type.code);
+  const bool bf16 = stored == DType::bf16;
+  if (type.lanes != 1 || type.bits != cuda::storage_bytes(stored) * 8 ||
+      code != (bf16 ? nb::dlpack::dtype_code::Bfloat : nb::dlpack::dtype_code::Float))
+    fail(name, ": must be ", storage_name(stored), " (what the stage keeps in GPU memory for this dtype)");
+  for (size_t d = array.ndim(), expected = 1; d-- > 0; expected *= array.shape(d))
+    if (array.shape(d) != 1 && array.stride(d) != static_cast<int64_t>(expected))
+      fail(name, ": not contiguous (.contiguous() gives a copy that is)");
+  return array.data();
+}
+
+// A call on CUDA tensors, checked before anything runs: its problem, the GPU build that runs it, and what the
+// caller allocates beside the outputs (the LSE's shape, the workspace's bytes): the forward's or, with
+// `backward`, the backward's.
+struct CudaCall {
+  Problem problem;
+  const DeviceBuild* build = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+CudaCall plan(const Array& q, const Array& k, const std::string& impl_name,
+              const std::vector<std::string>& flags, const nb::object& mask, const nb::object& bias,
+              bool backward) {
+  const Implementation& impl = named(impl_name);
+  CudaCall call{problem_of(q, k, flags, mask, bias)};
+  const Problem& p = call.problem;
+  const std::string reason = backward ? why_cannot_run_backward(impl, p) : why_cannot_run(impl, p);
+  if (!reason.empty()) fail(reason);
+  if (impl.device != Device::cuda)
+    fail("impl: ", impl.name, " runs on the host; pass host tensors (.cpu()) or choose a GPU stage");
+  if (const std::string why = emulation_reason(impl); !why.empty())
+    fail("impl: ", impl.name, " cannot run on a GPU here (", why, "), and CUDA tensors need its GPU build");
+  if (p.page_size > 0) fail("page_size: a paged KV cache is built from host arrays; pass host tensors");
+  call.build = &impl.gpu_build;
+  const auto& bytes = backward ? call.build->backward_workspace : call.build->workspace;
+  call.workspace_bytes = bytes ? bytes(p) : 0;
+  return call;
+}
+
+nb::tuple cuda_plan(const Array& q, const Array& k, const std::string& impl_name,
+                    const std::vector<std::string>& flags, const nb::object& mask, const nb::object& bias,
+                    bool backward) {
+  const CudaCall call = plan(q, k, impl_name, flags, mask, bias, backward);
+  return nb::make_tuple(call.problem.lse_shape(), call.workspace_bytes);
+}
+
+// A call's device tensors from the arrays: q, k, v, O and LSE (written by a forward, read by a backward), the
+// workspace (at least the planned bytes of uint8) and the stream (a cudaStream_t as an integer), each checked
+// against the problem.
+template <typename Outputs>
+DeviceTensors device_tensors(const CudaCall& call, const Array& q, const Array& k, const Array& v,
+                             const Outputs& o, const Outputs& lse, const Output& workspace,
+                             uintptr_t stream) {
+  const Problem& p = call.problem;
+  const DType stored = cuda::storage_dtype(p.dtype);
+  const int device = q.device_id();
+  DeviceTensors t;
+  t.q = device_data(q, "q", p.q_shape(), q_layout(p), stored, device);
+  t.k = device_data(k, "k", p.kv_shape(), kv_layout(p), stored, device);
+  t.v = device_data(v, "v", p.kv_shape(), kv_layout(p), stored, device);
+  // The backward reads O and LSE through the same (writable) fields the forward writes them through.
+  t.o = const_cast<void*>(
+      static_cast<const void*>(device_data(o, "o", p.q_shape(), q_layout(p), stored, device)));
+  t.lse = static_cast<float*>(const_cast<void*>(
+      static_cast<const void*>(device_data(lse, "lse", p.lse_shape(), lse_layout(p), DType::f32, device))));
+  const nb::dlpack::dtype type = workspace.dtype();
+  if (workspace.device_type() != nb::device::cuda::value || workspace.device_id() != device ||
+      workspace.ndim() != 1 || type.code != static_cast<uint8_t>(nb::dlpack::dtype_code::UInt) ||
+      type.bits != 8 || (workspace.size() > 1 && workspace.stride(0) != 1) ||
+      workspace.size() < call.workspace_bytes)
+    fail("workspace: must be ", call.workspace_bytes, " contiguous uint8 bytes on q's GPU (cuda_plan)");
+  t.workspace = call.workspace_bytes > 0 ? workspace.data() : nullptr;
+  t.stream = reinterpret_cast<cudaStream_t>(stream);
+  return t;
+}
+
+// Runs `body`, which enqueues work on the GPU, without the GIL (one run at a time, like run()).
+template <typename Body>
+void enqueue(Body&& body) {
+  nb::gil_scoped_release unlocked;
+  const std::lock_guard<std::mutex> one_at_a_time(runs);
+  body();
+}
+
+void attention_cuda(const Array& q, const Array& k, const Array& v, const Output& o, const Output& lse,
+                    const Output& workspace, uintptr_t stream, const std::string& impl_name,
+                    const std::vector<std::string>& flags, const nb::object& mask, const nb::object& bias) {
+  const CudaCall call = plan(q, k, impl_name, flags, mask, bias, false);
+  const DeviceTensors tensors = device_tensors(call, q, k, v, o, lse, workspace, stream);
+#if FLASHLAB_LINKS_GPU_BUILDS
+  enqueue([&] {
+    cuda::gpu::run_on_stream(call.problem, q.device_id(), tensors,
+                             [&](const DeviceTensors& t) { call.build->forward(call.problem, t); });
+  });
+#else
+  (void)tensors;  // plan() refused it: no GPU build to run
+#endif
+}
+
+void attention_backward_cuda(const Array& q, const Array& k, const Array& v, const Array& o, const Array& lse,
+                             const Array& d_out, const Output& dq, const Output& dk, const Output& dv,
+                             const Output& workspace, uintptr_t stream, const std::string& impl_name,
+                             const std::vector<std::string>& flags, const nb::object& mask,
+                             const nb::object& bias) {
+  const CudaCall call = plan(q, k, impl_name, flags, mask, bias, true);
+  const Problem& p = call.problem;
+  const DType stored = cuda::storage_dtype(p.dtype);
+  const int device = q.device_id();
+  BackwardTensors tensors;
+  tensors.forward = device_tensors(call, q, k, v, o, lse, workspace, stream);
+  tensors.d_out = device_data(d_out, "do", p.q_shape(), q_layout(p), stored, device);
+  tensors.dq = device_data(dq, "dq", p.q_shape(), q_layout(p), stored, device);
+  tensors.dk = device_data(dk, "dk", p.kv_shape(), kv_layout(p), stored, device);
+  tensors.dv = device_data(dv, "dv", p.kv_shape(), kv_layout(p), stored, device);
+#if FLASHLAB_LINKS_GPU_BUILDS
+  enqueue([&] {
+    cuda::gpu::run_backward_on_stream(p, device, tensors,
+                                      [&](const BackwardTensors& t) { call.build->backward(p, t); });
+  });
+#else
+  (void)tensors;
+#endif
 }
 
 // What `flashlab list --json` says of each implementation (tools/commands_basic.cpp), as dicts.
@@ -270,6 +430,15 @@ NB_MODULE(_flashlab, m) {
   m.def("implementations", &implementations_here);
   m.def("attention", &attention, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("impl"), nb::arg("flags"),
         nb::arg("mask").none(), nb::arg("bias").none(), nb::arg("emulate"));
+  m.def("cuda_plan", &cuda_plan, nb::arg("q"), nb::arg("k"), nb::arg("impl"), nb::arg("flags"),
+        nb::arg("mask").none(), nb::arg("bias").none(), nb::arg("backward"));
+  m.def("attention_cuda", &attention_cuda, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"),
+        nb::arg("lse"), nb::arg("workspace"), nb::arg("stream"), nb::arg("impl"), nb::arg("flags"),
+        nb::arg("mask").none(), nb::arg("bias").none());
+  m.def("attention_backward_cuda", &attention_backward_cuda, nb::arg("q"), nb::arg("k"), nb::arg("v"),
+        nb::arg("o"), nb::arg("lse"), nb::arg("do"), nb::arg("dq"), nb::arg("dk"), nb::arg("dv"),
+        nb::arg("workspace"), nb::arg("stream"), nb::arg("impl"), nb::arg("flags"), nb::arg("mask").none(),
+        nb::arg("bias").none());
   m.def("attention_backward", &attention_backward, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"),
         nb::arg("lse"), nb::arg("do"), nb::arg("impl"), nb::arg("flags"), nb::arg("mask").none(),
         nb::arg("bias").none(), nb::arg("emulate"));

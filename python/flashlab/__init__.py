@@ -1,4 +1,4 @@
-"""flashlab from Python: every stage of the library on NumPy arrays and PyTorch CPU tensors (docs/python.md).
+"""flashlab from Python: every stage of the library on NumPy arrays and PyTorch tensors (docs/python.md).
 
     import numpy as np
     import flashlab
@@ -14,6 +14,13 @@ The dtype rule: `dtype` (the precision the stage computes in) defaults to the in
 float16 -> "f16", float32 and float64 -> "f32"). O and the gradients come back in q's dtype, LSE in float32, as
 NumPy arrays for NumPy inputs and as tensors for PyTorch ones. With PyTorch, flashlab.autograd.attention() is
 the same call, differentiable (a model trains through the stage).
+
+PyTorch CUDA tensors run a GPU stage's GPU build in place: nothing passes through the host, the outputs are new
+tensors on q's GPU, and the kernels are enqueued on PyTorch's current stream, so the call returns before they
+finish, like PyTorch's own operations. q, k, v (and o, lse, do for the backward) must all be on that GPU, in
+the stage's storage format for the dtype (bfloat16 for bf16 and e4m3, float16 for f16, float32 for f32); a
+mask or bias is read on the host (a CUDA one is copied there first). Paged KV and emulate=True take host
+arrays only.
 """
 from . import _flashlab
 
@@ -72,16 +79,35 @@ def _is_torch(array):
     return type(array).__module__.startswith("torch")
 
 
+def _on_gpu(*arrays):
+    return any(_is_torch(array) and array.device.type == "cuda" for array in arrays)
+
+
+def _host(array):
+    """A mask or bias as the module reads it: on the host."""
+    return array.cpu() if _is_torch(array) and array.device.type == "cuda" else array
+
+
+def _gpu_stream(q, emulate):
+    """PyTorch's current stream on q's GPU, for a call on CUDA tensors (as an integer)."""
+    if not _on_gpu(q):
+        raise ValueError("q: in host memory, and another tensor of the call is a CUDA tensor (a call's tensors "
+                         "share one device)")
+    if emulate:
+        raise ValueError("emulate: the emulator runs on host arrays; CUDA tensors run on the GPU (pass .cpu())")
+    import torch
+    return torch.cuda.current_stream(q.device).cuda_stream
+
+
 def _check_arrays(**arrays):
     for name, array in arrays.items():
         if not (hasattr(array, "__dlpack__") or hasattr(array, "__array_interface__")):
             raise TypeError(f"{name}: expected a NumPy array or a PyTorch tensor, got {type(array).__name__}")
         # A tensor on a device DLPack cannot export (meta, mps, ...) would fail inside the binding with a
-        # message that names no argument: refused here by name. CUDA tensors reach the module, which says
-        # what it does with them.
+        # message that names no argument: refused here by name. CUDA tensors take the GPU stages' path.
         device = getattr(array, "device", None)
         if _is_torch(array) and getattr(device, "type", "cpu") not in ("cpu", "cuda"):
-            raise ValueError(f"{name}: a tensor on device '{device.type}' cannot be read (host memory only)")
+            raise ValueError(f"{name}: a tensor on device '{device.type}' cannot be read (host or CUDA memory only)")
 
 
 def _readable(array):
@@ -108,6 +134,17 @@ def attention(q, k, v, impl="cpu_tiled/forward", **problem):
     stage in the CPU emulator even where a GPU could run it. Returns (o like q, lse float32 [B, H, SQ])."""
     _check_arrays(q=q, k=k, v=v)
     problem, mask, bias, emulate = _split(problem)
+    if _on_gpu(q, k, v):
+        import torch
+        device, stream = q.device, _gpu_stream(q, emulate)
+        q, k, v = (x.contiguous() for x in (q, k, v))
+        flags, mask, bias = _flags(q, problem), _host(mask), _host(bias)
+        lse_shape, workspace_bytes = _flashlab.cuda_plan(q, k, impl, flags, mask, bias, False)
+        o = torch.empty_like(q)
+        lse = torch.empty(lse_shape, dtype=torch.float32, device=device)
+        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
+        _flashlab.attention_cuda(q, k, v, o, lse, workspace, stream, impl, flags, mask, bias)
+        return o, lse
     o, lse = _flashlab.attention(*map(_readable, (q, k, v)), impl, _flags(q, problem), mask, bias, emulate)
     return _like(o, q), _like(lse, q, keep_float32=True)
 
@@ -117,6 +154,17 @@ def attention_backward(q, k, v, o, lse, do, impl="cpu_tiled/backward", **problem
     gradient dO of the output, by the implementation `impl`. Returns (dq like q, dk like k, dv like v)."""
     _check_arrays(q=q, k=k, v=v, o=o, lse=lse, do=do)
     problem, mask, bias, emulate = _split(problem)
+    if _on_gpu(q, k, v, o, lse, do):
+        import torch
+        device, stream = q.device, _gpu_stream(q, emulate)
+        q, k, v, o, lse, do = (x.contiguous() for x in (q, k, v, o, lse, do))
+        flags, mask, bias = _flags(q, problem), _host(mask), _host(bias)
+        _, workspace_bytes = _flashlab.cuda_plan(q, k, impl, flags, mask, bias, True)
+        dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
+        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
+        _flashlab.attention_backward_cuda(q, k, v, o, lse, do, dq, dk, dv, workspace, stream, impl, flags, mask,
+                                          bias)
+        return dq, dk, dv
     dq, dk, dv = _flashlab.attention_backward(*map(_readable, (q, k, v, o, lse, do)), impl, _flags(q, problem), mask,
                                               bias, emulate)
     return _like(dq, q), _like(dk, k), _like(dv, v)

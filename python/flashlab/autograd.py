@@ -7,10 +7,11 @@
     o.sum().backward()                 # q.grad, k.grad, v.grad from the backward stage
 
 The forward runs `impl`; the backward runs `backward_impl`, by default `impl` itself where it has a backward
-(`flashlab.implementations()`: "backward"), else cpu_tiled/backward. The backward needs only the inputs, O and
-the LSE of the forward, so any stage's forward pairs with any backward that takes the same problem. The keyword
-arguments are flashlab.attention()'s; the same ones reach the backward (dropout with its seed drops the same
-elements in both). LSE is returned for inspection and is not differentiable.
+(`flashlab.implementations()`: "backward"), else cpu_tiled/backward (on CUDA tensors, cuda_v2/split_q's). The
+backward needs only the inputs, O and the LSE of the forward, so any stage's forward pairs with any backward
+that takes the same problem. The keyword arguments are flashlab.attention()'s; the same ones reach the backward
+(dropout with its seed drops the same elements in both). LSE is returned for inspection and is not
+differentiable.
 """
 import torch
 
@@ -21,10 +22,10 @@ from . import implementations
 __all__ = ["attention", "Attention"]
 
 
-def _default_backward(impl):
+def _default_backward(impl, on_gpu):
     for entry in implementations():
         if entry["name"] == impl:
-            return impl if entry["backward"] else "cpu_tiled/backward"
+            return impl if entry["backward"] else "cuda_v2/split_q" if on_gpu else "cpu_tiled/backward"
     raise ValueError(f"impl: unknown implementation '{impl}' (flashlab.implementations() lists them)")
 
 
@@ -51,4 +52,4 @@ class Attention(torch.autograd.Function):
 
 def attention(q, k, v, impl="cpu_tiled/forward", backward_impl=None, **problem):
     """flashlab.attention() on PyTorch tensors, differentiable in q, k and v. Returns (o, lse)."""
-    return Attention.apply(q, k, v, impl, backward_impl or _default_backward(impl), problem)
+    return Attention.apply(q, k, v, impl, backward_impl or _default_backward(impl, q.is_cuda), problem)
