@@ -6,9 +6,10 @@
     bash bench/gpu_report.sh --merge OUTDIR RESULTS.json...   one result from several calls' results
 
 Phases and their budgets (bench/README.md "On an offline GPU machine"):
-  check (300 s): the build for this GPU's architecture only; the harness on the GPU and the emulator's tests
+  check (330 s): the build for this GPU's architecture only; the harness on the GPU and the emulator's tests
                  against the hardware; compute-sanitizer memcheck and racecheck over a few small cases of every
-                 GPU implementation, each tool in one process.
+                 GPU implementation, each tool in one process; the Python module with PyTorch CUDA tensors
+                 (bench/gpu_python_smoke.py).
   speed (240 s): the GPU's copy bandwidth and bf16 GEMM rate; then shape by shape (the goals' shapes first),
                  our implementations (the Hopper rungs and the decode first) and right after them PyTorch SDPA's
                  flash, cuDNN, efficient and math backends on the same shape; the backward likewise.
@@ -50,7 +51,7 @@ import results_schema  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_FILES = 8
-PHASE_BUDGETS = {"check": 300, "speed": 240, "extra": 240}
+PHASE_BUDGETS = {"check": 330, "speed": 240, "extra": 240}
 ALL_BUDGET = 540
 # Our implementations in the order they are timed on each shape: the Hopper rungs and the decode first (the
 # stages a short visit must not leave untimed), then FA2, then the CUDA-core baselines.
@@ -442,6 +443,25 @@ class Visit:
                      "harness.log")
         for tool, budget in (("memcheck", 35), ("racecheck", 35)):
             self.sanitize(tool, budget)
+        self.python_smoke()
+
+    def python_smoke(self):
+        """The Python module with PyTorch CUDA tensors (bench/gpu_python_smoke.py), after building it. Where
+        the build has no module (Python's headers or nanobind not found) or PyTorch sees no GPU, the step is
+        unavailable, never a failure."""
+        def built(returncode, output):
+            if returncode != 0 and re.search(r"unknown target|No rule to make target", output):
+                return "unavailable"
+            return "ok" if returncode == 0 else "failed"
+        status, _ = self.run("build (the Python module)", 45,
+                             ["cmake", "--build", self.build, "--parallel", str(os.cpu_count() or 2), "--target",
+                              "flashlab_python"], "python.log", classify=built)
+        if status != "ok":
+            return
+        self.run("python: CUDA tensors through the module, against SDPA", 30,
+                 [sys.executable, os.path.join(ROOT, "bench", "gpu_python_smoke.py")], "python.log",
+                 env={"PYTHONPATH": os.path.join(self.build, "python")},
+                 classify=lambda code, _: "unavailable" if code == 77 else "ok" if code == 0 else "failed")
 
     def sanitize(self, tool, budget):
         patterns = SANITIZED[tool]
