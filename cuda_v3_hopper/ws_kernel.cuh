@@ -2,9 +2,10 @@
 //
 // One CTA computes a tile of kBlockM = 128 query rows of one (batch, head). Its warpgroups:
 //   producer   (warpgroup 0, registers lowered to 24): one thread loads Q once and K_j, V_j for every visible
-//              key block into a circular buffer of kStages shared-memory stages with TMA; each load completes
-//              on the stage's "full" mbarrier, and the producer reuses a stage once its "empty" barrier says
-//              both consumers are done with it.
+//              key block into a circular buffer of kStages shared-memory stages with TMA, in the order the
+//              consumers use them (K_j ahead of V_{j-1} under the overlap below, as FA3 does); each load
+//              completes on the stage's "full" mbarrier, and the producer reuses a stage once its "empty"
+//              barrier says both consumers are done with it.
 //   consumers  (warpgroups 1 and 2, registers raised to 240): each owns 64 of the 128 query rows and runs
 //              FA2's loop on them with wgmma: S = Q K_j^T (both operands in shared memory), the online
 //              softmax in registers, O += P V_j (P from registers), normalization at the end; O goes back
@@ -122,7 +123,7 @@ struct SharedTiles {
   __device__ uint64_t* v_full(int stage) const { return barriers() + 1 + 2 * Config::kStages + stage; }
   __device__ uint64_t* v_empty(int stage) const { return barriers() + 1 + 3 * Config::kStages + stage; }
   // Where the V block holding a batch's last keys lands before its padding rows are zeroed
-  // (Producer::load_kv).
+  // (Producer::load_v).
   __device__ uint64_t* v_tail() const { return barriers() + 1 + 4 * Config::kStages; }
 };
 
@@ -197,27 +198,33 @@ struct Producer {
     return tail;
   }
 
-  // K_j and V_j of key block n_block into stage iteration % kStages, once both consumers have released it;
-  // V on v_tail when it is the tail. One thread issues. GQA/MQA: the kv head is a tensor-map coordinate, so
-  // query heads of one group read the same K and V.
-  __device__ static void load_kv(const SharedTiles<Config>& tiles, const CUtensorMap* k_map,
-                                 const CUtensorMap* v_map, const BlockWork& work, int iteration, bool tail) {
+  // K_j of the key block of `iteration` into stage iteration % kStages, once both consumers have released
+  // it. One thread issues. GQA/MQA: the kv head is a tensor-map coordinate, so query heads of one group read
+  // the same K and V.
+  __device__ static void load_k(const SharedTiles<Config>& tiles, const CUtensorMap* k_map,
+                                const BlockWork& work, int iteration) {
     using Stages = Ring<Config::kStages>;
     const int stage = Stages::stage(iteration);
-    const int key = (work.n_begin + iteration) * Config::kBlockN;
     mbarrier_wait(tiles.k_empty(stage), Stages::empty_parity(iteration));
     mbarrier_arrive_expect_tx(tiles.k_full(stage), Config::kKvTileBytes);
 #pragma unroll
     for (int panel = 0; panel < Config::kPanels; ++panel)
-      tma_load_4d(tiles.k(stage) + panel * Config::kKvPanelBytes, k_map, tiles.k_full(stage), 64 * panel, key,
-                  work.kv_head, work.batch);
+      tma_load_4d(tiles.k(stage) + panel * Config::kKvPanelBytes, k_map, tiles.k_full(stage), 64 * panel,
+                  (work.n_begin + iteration) * Config::kBlockN, work.kv_head, work.batch);
+  }
+
+  // V_j likewise, landing on v_tail when it is the tail.
+  __device__ static void load_v(const SharedTiles<Config>& tiles, const CUtensorMap* v_map,
+                                const BlockWork& work, int iteration, bool tail) {
+    using Stages = Ring<Config::kStages>;
+    const int stage = Stages::stage(iteration);
     mbarrier_wait(tiles.v_empty(stage), Stages::empty_parity(iteration));
     uint64_t* const landed = tail ? tiles.v_tail() : tiles.v_full(stage);
     mbarrier_arrive_expect_tx(landed, Config::kKvTileBytes);
 #pragma unroll
     for (int panel = 0; panel < Config::kPanels; ++panel)
-      tma_load_4d(tiles.v(stage) + panel * Config::kKvPanelBytes, v_map, landed, 64 * panel, key,
-                  work.kv_head, work.batch);
+      tma_load_4d(tiles.v(stage) + panel * Config::kKvPanelBytes, v_map, landed, 64 * panel,
+                  (work.n_begin + iteration) * Config::kBlockN, work.kv_head, work.batch);
   }
 
   // The tail's padding rows zeroed by lanes first_lane to 31 of the loading warp once its V has landed; then
@@ -241,7 +248,10 @@ struct Producer {
   }
 
   // The producer warpgroup's whole job (warp-specialized kernel): lane 0 of its warp 0 issues every load, the
-  // rest of that warp zeroes the tail's padding, the other three warps retire at once.
+  // rest of that warp zeroes the tail's padding, the other three warps retire at once. The loads go in the
+  // order the consumers wait for them (consumer_mainloop): with the intra-warpgroup overlap, iteration j
+  // takes K_j and then V_{j-1}, so K_j is issued ahead of V_{j-1}, as FA3's producer does; without it,
+  // K_j and then V_j.
   __device__ static void run(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
                              const CUtensorMap* k_map, const CUtensorMap* v_map, const BlockWork& work) {
     if (threadIdx.x >= 32) return;
@@ -251,8 +261,11 @@ struct Producer {
     const Tail tail = tail_of(work);
     if (lane == 0) {
       load_q(tiles, q_map, work);
-      for (int iteration = 0; iteration < blocks; ++iteration)
-        load_kv(tiles, k_map, v_map, work, iteration, iteration == tail.iteration);
+      constexpr int lag = Config::kIntraWarpgroupOverlap ? 1 : 0;  // V's iteration behind K's
+      for (int iteration = 0; iteration < blocks + lag; ++iteration) {
+        if (iteration < blocks) load_k(tiles, k_map, work, iteration);
+        if (iteration >= lag) load_v(tiles, v_map, work, iteration - lag, iteration - lag == tail.iteration);
+      }
     } else if (tail.iteration >= 0) {
       zero_tail(tiles, tail, lane, 1);
     }
@@ -656,7 +669,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     const typename Loads::Tail tail = Loads::tail_of(work);
     // Block `it`: lane 0 issues it, and the warp zeroes its padding if it is the tail.
     auto load = [&](int it) {
-      if (lane == 0) Loads::load_kv(tiles, &k_map, &v_map, work, it, it == tail.iteration);
+      if (lane == 0) {
+        Loads::load_k(tiles, &k_map, work, it);
+        Loads::load_v(tiles, &v_map, work, it, it == tail.iteration);
+      }
       if (it == tail.iteration) Loads::zero_tail(tiles, tail, lane, 0);
     };
     if (loading_warp && blocks > 0) {
