@@ -27,11 +27,12 @@ std::vector<uint8_t> tree_mask(int64_t seqlen_q, int64_t prefix, uint64_t seed) 
 namespace {
 
 // The matrix's long lengths in the emulator. They cost most of its time (every thread of every block runs on
-// the CPU) without adding a kind of case, so with FLASHLAB_CASE_SIZES=emulator (the emulated test entries,
-// tests/CMakeLists.txt, and the course exercises' checks) a length above 512 becomes 256 + (length mod 256):
-// the same remainder modulo every tile size up to 256, so the same ragged last tile, and still several tiles.
-// Shorter lengths stay as they are. (Problem::validate() rejects a case whose reduced lengths no longer fit
-// each other, so a reduction can never pass unnoticed.) docs/conventions.md §8.
+// the CPU) without adding a kind of case, so with FLASHLAB_CASE_SIZES=emulator (the emulated test entries and
+// the sanitizer build's CPU entry, tests/CMakeLists.txt, and the course exercises' checks) a length above 512
+// becomes 256 + (length mod 256): the same remainder modulo every tile size up to 256, so the same ragged
+// last tile, and still several tiles. Shorter lengths stay as they are. (Problem::validate() rejects a case
+// whose reduced lengths no longer fit each other, so a reduction can never pass unnoticed.)
+// docs/conventions.md §8.
 int64_t sized(int64_t length) {
   static const bool reduced = [] {
     const char* sizes = std::getenv("FLASHLAB_CASE_SIZES");
