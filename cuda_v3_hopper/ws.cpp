@@ -36,27 +36,46 @@ std::string supports(const Problem& p) {
 }
 
 // Global traffic: FA2's Q-block-outer order (common/flops.hpp), 16-bit, with TMA boxes that read a visited
-// key block to the tensor's end (padding keys included). `flashlab profile` counts it in the emulator.
-double bytes_moved(const Problem& p) {
-  return q_block_outer_bytes(p, kWsBlockM, ws_block_n(static_cast<int>(p.head_dim)), 2.0, TileLoads::tma) +
+// key block to the tensor's end (padding keys included), for key blocks of `block_n` (0: the head dim's own).
+// `flashlab profile` counts it in the emulator.
+double traffic(const Problem& p, int block_n) {
+  const int n = block_n != 0 ? block_n : ws_block_n(static_cast<int>(p.head_dim));
+  return q_block_outer_bytes(p, kWsBlockM, n, 2.0, TileLoads::tma) +
          cuda::exact_rows_flag_bytes();  // the special-value pass reads its flag (docs/08)
 }
+double bytes_moved(const Problem& p) {
+  return traffic(p, 0);
+}
 
-// One entry per rung of the ablation ladder (ws.hpp, HopperAblation): the harness checks each, and the
-// tools compare and time them side by side.
-Implementation rung(const char* name, const char* summary, DeviceBuilds builds) {
+// One entry per rung of the ablation ladder (ws.hpp, HopperAblation), and one for FA3's wider tile: the
+// harness checks each, and the tools compare and time them side by side.
+Implementation rung(const char* name, const char* summary, DeviceBuilds builds,
+                    const char* constraints =
+                        "bf16, f16; sm_90a; head_dim a multiple of 8 up to 256; causal, "
+                        "window, padding, GQA; no explicit mask",
+                    std::string (*accepts)(const Problem&) = supports,
+                    double (*moved)(const Problem&) = bytes_moved) {
   return gpu_implementation(
       {.name = name,
        .summary = summary,
        .dtypes = {DType::bf16, DType::f16},
-       .constraints =
-           "bf16, f16; sm_90a; head_dim a multiple of 8 up to 256; causal, window, padding, GQA; no "
-           "explicit mask",
+       .constraints = constraints,
        .rounds_p = true,  // P is rounded to the input format: it is the A operand of the P V wgmma
        .availability = needs_sm90a,
-       .supports = supports,
-       .bytes_moved = bytes_moved},
+       .supports = accepts,
+       .bytes_moved = moved},
       builds);
+}
+
+// FA3's 128 x 176 tile: the head dims that run in the 128 tile width.
+std::string wide_supports(const Problem& p) {
+  if (ws_tile_width(p.head_dim) != 128)
+    return "head_dim (" + std::to_string(p.head_dim) +
+           ") must be a multiple of 8 from 72 to 128 for cuda_v3_hopper/ws_bc176 (its tiles are 128 wide)";
+  return supports(p);
+}
+double wide_bytes_moved(const Problem& p) {
+  return traffic(p, kWsWideBlockN);
 }
 
 // The core (ws_core.cu): FA3 Algorithm 1 as the paper writes it. 128 x 128 tiles, every key block up to the
@@ -100,6 +119,13 @@ const Registration ws_no_producer{
     rung("cuda_v3_hopper/ws_no_producer",
          "FA3's ablation: TMA and wgmma without a producer warpgroup (one consumer thread issues the loads)",
          FLASHLAB_DEVICE_BUILDS(launch_ws_no_producer, ws_workspace_bytes))};
+// Beside the ladder: the full kernel with the key block FA3 takes for non-causal d 128 (ws.hpp).
+const Registration ws_bc176{rung(
+    "cuda_v3_hopper/ws_bc176", "the full FA3 kernel with FA3's 128 x 176 tiles (non-causal d 128 in FA3)",
+    FLASHLAB_DEVICE_BUILDS(launch_ws_bc176, ws_workspace_bytes),
+    "bf16, f16; sm_90a; head_dim a multiple of 8 from 72 to 128; causal, window, "
+    "padding, GQA; no explicit mask",
+    wide_supports, wide_bytes_moved)};
 
 }  // namespace
 

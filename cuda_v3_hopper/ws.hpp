@@ -36,6 +36,10 @@ constexpr int kWsBlockM = 128;
 constexpr int ws_block_n(int head_dim) {
   return head_dim > 192 ? 80 : head_dim > 128 ? 96 : 128;
 }
+// FA3's wider key block for non-causal d 128 (its hopper/tile_size.h): 128 x 176, the full kernel in the 128
+// tile width only. S (88 floats a thread), P and O stay within the consumers' 240 registers, and Q with two
+// K/V stages take 208 KiB of shared memory. A rung of its own (ws_bc176, ws.cpp), timed beside ws.
+constexpr int kWsWideBlockN = 176;
 
 enum class HopperDType { bf16, f16 };
 
@@ -79,6 +83,9 @@ struct HopperParams {
   const int* seqlens_q = nullptr;
   const int* seqlens_k = nullptr;
   HopperAblation ablation;
+  // Keys per block (Bc): 0 takes ws_block_n(head_dim); kWsWideBlockN takes FA3's 128 x 176 (the full kernel,
+  // tile width 128).
+  int block_n = 0;
   // Where the kernel notes that it wrote a NaN or an Inf, so that the exact pass after it repairs those rows
   // (common/cuda/exact_rows.hpp, flagged mode); null: the pass scans every row.
   unsigned* special_rows = nullptr;

@@ -87,6 +87,9 @@ template <typename Element, int kHeadDim>
 void launch_rung(const HopperParams& params, cudaStream_t stream) {
   constexpr int kN = block_n<kHeadDim>();
   const HopperAblation& a = params.ablation;
+  if constexpr (kHeadDim == 128)  // FA3's 128 x 176 (ws_params.cpp has refused it with any other rung)
+    if (params.block_n == kWsWideBlockN)
+      return launch<WsConfig<Element, kHeadDim, kWsWideBlockN, true, true, true>>(params, stream);
   if (a.intra_warpgroup_overlap)
     return launch<WsConfig<Element, kHeadDim, kN, true, true, true>>(params, stream);
   if (a.ping_pong) return launch<WsConfig<Element, kHeadDim, kN, true, true, false>>(params, stream);
@@ -96,7 +99,8 @@ void launch_rung(const HopperParams& params, cudaStream_t stream) {
 }
 
 // The registry's launchers: one rung each, on a problem's device tensors.
-void launch_ablation(const Problem& problem, const DeviceTensors& tensors, HopperAblation ablation) {
+void launch_ablation(const Problem& problem, const DeviceTensors& tensors, HopperAblation ablation,
+                     int block_n = 0) {
   if (problem.dtype != DType::bf16 && problem.dtype != DType::f16)
     fail("cuda_v3_hopper/ws: dtype (", to_string(problem.dtype), ") must be bf16 or f16");
   if (tensors.mask != nullptr) fail("cuda_v3_hopper/ws: an explicit mask is not supported");
@@ -107,6 +111,7 @@ void launch_ablation(const Problem& problem, const DeviceTensors& tensors, Hoppe
   params.o = tensors.o;
   params.lse = tensors.lse;
   params.ablation = ablation;
+  params.block_n = block_n;
   const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);
   params.seqlens_q = lengths.seqlens_q;
   params.seqlens_k = lengths.seqlens_k;
@@ -155,6 +160,9 @@ void launch_ws_no_pingpong(const Problem& problem, const DeviceTensors& tensors)
 }
 void launch_ws_no_producer(const Problem& problem, const DeviceTensors& tensors) {
   launch_ablation(problem, tensors, {false, false, false});
+}
+void launch_ws_bc176(const Problem& problem, const DeviceTensors& tensors) {
+  launch_ablation(problem, tensors, {true, true, true}, kWsWideBlockN);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

@@ -58,6 +58,10 @@ const char* hopper_ws_unsupported(const HopperParams& p) {
     return "ablation: intra_warpgroup_overlap needs warp_specialization";
   if (a.intra_warpgroup_overlap && !a.ping_pong)
     return "ablation: the ladder adds ping-pong before intra-warpgroup overlap";
+  if (p.block_n != 0 && p.block_n != ws_block_n(ws_tile_width(p.head_dim)) &&
+      !(p.block_n == kWsWideBlockN && ws_tile_width(p.head_dim) == 128 && a.warp_specialization &&
+        a.ping_pong && a.intra_warpgroup_overlap))
+    return "block_n must be 0, the head dim's own, or 176 for the full kernel in the 128 tile width";
   return "";
 }
 

@@ -23,12 +23,14 @@ inline size_t ws_workspace_bytes(const Problem& problem) {
 // device, or its compute capability): the availability of every cuda_v3_hopper entry (ws.cpp).
 std::string needs_sm90a();
 
-// The rungs for a bf16 or f16 problem, enqueued on the default stream: the full kernel (warp specialization,
-// ping-pong, intra-warpgroup overlap), then each ingredient taken away in the ladder's order.
+// The rungs for a bf16 or f16 problem, enqueued on tensors.stream: the full kernel (warp specialization,
+// ping-pong, intra-warpgroup overlap), then each ingredient taken away in the ladder's order; and the full
+// kernel with FA3's 128 x 176 tiles (head dims in the 128 tile width).
 FLASHLAB_FOR_EACH_TARGET(void launch_ws(const Problem& problem, const DeviceTensors& tensors);
                          void launch_ws_no_overlap(const Problem& problem, const DeviceTensors& tensors);
                          void launch_ws_no_pingpong(const Problem& problem, const DeviceTensors& tensors);
                          void launch_ws_no_producer(const Problem& problem, const DeviceTensors& tensors);
+                         void launch_ws_bc176(const Problem& problem, const DeviceTensors& tensors);
                          // The core (ws_core.cu): FA3 Algorithm 1, warp specialization alone, plain case.
                          void launch_ws_core(const Problem& problem, const DeviceTensors& tensors);)
 
