@@ -1,6 +1,7 @@
 // Helpers the harness's test files share: which implementations to test, and cached references per case.
 #pragma once
 
+#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
@@ -14,6 +15,12 @@
 #include "tests/case_matrix.hpp"
 
 namespace flashlab::testing {
+
+// Whether two tensors hold the same bits (NaN equal to the same NaN, -0 unequal to 0): "bit for bit".
+inline bool same_bits(const HostTensor& a, const HostTensor& b) {
+  return a.data.size() == b.data.size() &&
+         std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(float)) == 0;
+}
 
 // The implementations selected by the environment: FLASHLAB_IMPL, a regular expression searched in the name,
 // and FLASHLAB_DEVICE, "cpu" or "cuda" (unset = all of them). With `any_device`, FLASHLAB_DEVICE is not

@@ -5,7 +5,6 @@
 // gradient tolerance.
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -39,11 +38,6 @@ AttentionGradients emulated_backward(const Problem& p, const AttentionInputs& in
       });
   emulator::set_schedule(before);
   return gradients;
-}
-
-bool same_bits(const HostTensor& a, const HostTensor& b) {
-  return a.data.size() == b.data.size() &&
-         std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(float)) == 0;
 }
 
 }  // namespace

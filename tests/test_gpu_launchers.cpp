@@ -5,7 +5,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/split_q.hpp"
 #include "decoding/cuda_split_kv.hpp"
+#include "tests/harness.hpp"
 
 namespace flashlab::testing {
 
@@ -197,11 +197,6 @@ DeviceTensors framework_tensors(const DeviceTensors& tensors) {
   bare.q = tensors.q, bare.k = tensors.k, bare.v = tensors.v, bare.o = tensors.o, bare.lse = tensors.lse;
   bare.workspace = tensors.workspace;
   return bare;
-}
-
-bool same_bits(const HostTensor& a, const HostTensor& b) {
-  return a.data.size() == b.data.size() &&
-         std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(float)) == 0;
 }
 
 }  // namespace
