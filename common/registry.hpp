@@ -68,7 +68,7 @@ struct BackwardTensors {
 };
 
 // One build of a GPU implementation's kernels (common/cuda/target.hpp: nvcc's for the GPU, or the same source
-// compiled for the CPU emulator): its launchers on device pointers, enqueued on the default stream with no
+// compiled for the CPU emulator): its launchers on device pointers, enqueued on DeviceTensors::stream with no
 // copy and no synchronization, and the scratch each needs. Benchmarks time these alone.
 struct DeviceBuild {
   std::function<void(const Problem&, const DeviceTensors&)> forward;     // empty: not in this build
