@@ -290,12 +290,12 @@ CudaCall plan(const Array& q, const Array& k, const std::string& impl_name,
               const std::vector<std::string>& flags, const nb::object& mask, const nb::object& bias,
               bool backward) {
   const Implementation& impl = named(impl_name);
+  if (impl.device != Device::cuda)  // before the problem's checks: the dtype rule is the GPU stages'
+    fail("impl: ", impl.name, " runs on the host; pass host tensors (.cpu()) or choose a GPU stage");
   CudaCall call{problem_of(q, k, flags, mask, bias)};
   const Problem& p = call.problem;
   const std::string reason = backward ? why_cannot_run_backward(impl, p) : why_cannot_run(impl, p);
   if (!reason.empty()) fail(reason);
-  if (impl.device != Device::cuda)
-    fail("impl: ", impl.name, " runs on the host; pass host tensors (.cpu()) or choose a GPU stage");
   if (const std::string why = emulation_reason(impl); !why.empty())
     fail("impl: ", impl.name, " cannot run on a GPU here (", why, "), and CUDA tensors need its GPU build");
   if (p.page_size > 0) fail("page_size: a paged KV cache is built from host arrays; pass host tensors");
