@@ -11,6 +11,7 @@ check phase runs it (bench/gpu_report.py), and anyone with a CUDA GPU and PyTorc
 - The kernels are enqueued on PyTorch's current stream: inputs written on a side stream behind a long sleep
   are read only after it (a launch on another stream would read them unwritten), and the call returns before
   the sleep ends (nothing waits on the host).
+- Per-batch lengths, which the module uploads on the stream, give each batch element's rows within the rule.
 - The backward through flashlab.autograd (cuda_v2/split_q's, on the GPU) meets the same rule for dQ, dK, dV.
 - A tensor on the wrong device, emulate=True and a dtype the stage does not keep are refused by name.
 
@@ -136,6 +137,21 @@ if "cuda_v2/split_q" in available:
     torch.cuda.synchronize()
     expect(torch.equal(o2, o_ref), "on a side stream, the stage reads the inputs that stream wrote before it")
     expect(pending, f"the call returned in {returned * 1e3:.1f} ms while its stream was still busy (no host wait)")
+
+    # Per-batch lengths: the module uploads them on the stream (stream-ordered allocations, run_on_stream).
+    q, k, v = inputs(2, 300, 300, 8, 2, 128, torch.bfloat16, seed=11)
+    lengths_q, lengths_k = [300, 200], [300, 177]
+    o, lse = flashlab.attention(q, k, v, impl="cuda_v2/split_q", seqlens_q=lengths_q, seqlens_k=lengths_k)
+    torch.cuda.synchronize()
+    checks = []
+    for b, (rows, keys) in enumerate(zip(lengths_q, lengths_k)):  # each batch element's valid rows and keys
+        qs, ks, vs = q[b:b + 1, :rows], k[b:b + 1, :keys], v[b:b + 1, :keys]
+        ref_o, ref_lse = attention_in(qs, ks, vs, False, torch.float64)
+        base_o, base_lse = attention_in(qs, ks, vs, False, torch.float32, torch.bfloat16, True)
+        checks += [within_rule(f"O[{b}]", o[b:b + 1, :rows], base_o, ref_o, torch.bfloat16),
+                   within_rule(f"LSE[{b}]", lse[b:b + 1, :, :rows], base_lse, ref_lse, torch.bfloat16)]
+    expect(all(ok for ok, _ in checks), "cuda_v2/split_q with per-batch lengths (uploaded on the stream): "
+           + ", ".join(text for _, text in checks))
 
     # Training through the stage on the GPU: flashlab.autograd's gradients meet the rule against fp64 autograd.
     q, k, v = (x.requires_grad_() for x in inputs(2, 190, 190, 4, 2, 64, torch.bfloat16, seed=9))
