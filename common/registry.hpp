@@ -24,10 +24,9 @@ enum class Device { cpu, cuda };
 std::string_view to_string(Device device);
 
 // A problem's tensors in GPU memory, for the launchers of GPU implementations (DeviceBuild). Q, K, V and O
-// hold elements of the problem's dtype (float for f32, __half for f16,
-// __nv_bfloat16 for bf16) in the problem's layout (BSHD or packed); LSE is float32 Problem::lse_shape(). The
-// mask, the per-batch lengths and the cumulative lengths are the problem's own, copied to the device; nullptr
-// when the problem has none.
+// hold elements of the problem's dtype (float for f32, __half for f16, __nv_bfloat16 for bf16) in the
+// problem's layout (BSHD or packed); LSE is float32 Problem::lse_shape(). The mask, the per-batch lengths and
+// the cumulative lengths are the problem's own, copied to the device; nullptr when the problem has none.
 // common/cuda/device_problem.hpp builds one from host inputs, or around tensors already on the device.
 struct DeviceTensors {
   const void* q = nullptr;

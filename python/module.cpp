@@ -64,6 +64,14 @@ void check_array(const Array& array, const std::string& name) {
   }
 }
 
+// Whether the array's elements lie in C order without gaps (extents of 1 take any stride).
+template <typename Tensor>
+bool c_contiguous(const Tensor& array) {
+  for (size_t d = array.ndim(), expected = 1; d-- > 0; expected *= array.shape(d))
+    if (array.shape(d) != 1 && array.stride(d) != static_cast<int64_t>(expected)) return false;
+  return true;
+}
+
 // Writes the array's elements in C order to `out` (float for the inputs, double for a mask or bias), whatever
 // its strides and dtype (check_array() first); a C-contiguous array of `Out` itself is one copy.
 template <typename Out>
@@ -72,10 +80,7 @@ void read_array(const Array& array, Out* out) {
   const auto code = static_cast<nb::dlpack::dtype_code>(type.code);
   const size_t count = array.size(), rank = array.ndim(), bytes = type.bits / 8;
   if (count == 0) return;
-  bool contiguous = true;
-  for (size_t d = rank, expected = 1; d-- > 0; expected *= array.shape(d))
-    contiguous &= array.shape(d) == 1 || array.stride(d) == static_cast<int64_t>(expected);
-  if (contiguous && code == nb::dlpack::dtype_code::Float && bytes == sizeof(Out)) {
+  if (c_contiguous(array) && code == nb::dlpack::dtype_code::Float && bytes == sizeof(Out)) {
     std::memcpy(out, array.data(), count * sizeof(Out));
     return;
   }
@@ -271,9 +276,7 @@ auto device_data(const Tensor& array, const std::string& name, const std::vector
   if (type.lanes != 1 || type.bits != cuda::storage_bytes(stored) * 8 ||
       code != (bf16 ? nb::dlpack::dtype_code::Bfloat : nb::dlpack::dtype_code::Float))
     fail(name, ": must be ", storage_name(stored), " (what the stage keeps in GPU memory for this dtype)");
-  for (size_t d = array.ndim(), expected = 1; d-- > 0; expected *= array.shape(d))
-    if (array.shape(d) != 1 && array.stride(d) != static_cast<int64_t>(expected))
-      fail(name, ": not contiguous (.contiguous() gives a copy that is)");
+  if (!c_contiguous(array)) fail(name, ": not contiguous (.contiguous() gives a copy that is)");
   return array.data();
 }
 
@@ -334,8 +337,7 @@ DeviceTensors device_tensors(const CudaCall& call, const Array& q, const Array& 
   const nb::dlpack::dtype type = workspace.dtype();
   if (workspace.device_type() != nb::device::cuda::value || workspace.device_id() != device ||
       workspace.ndim() != 1 || type.code != static_cast<uint8_t>(nb::dlpack::dtype_code::UInt) ||
-      type.bits != 8 || (workspace.size() > 1 && workspace.stride(0) != 1) ||
-      workspace.size() < call.workspace_bytes)
+      type.bits != 8 || !c_contiguous(workspace) || workspace.size() < call.workspace_bytes)
     fail("workspace: must be ", call.workspace_bytes, " contiguous uint8 bytes on q's GPU (cuda_plan)");
   t.workspace = call.workspace_bytes > 0 ? workspace.data() : nullptr;
   t.stream = reinterpret_cast<cudaStream_t>(stream);

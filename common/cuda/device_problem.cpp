@@ -188,11 +188,10 @@ void run_on_stream(const Problem& problem, int device, DeviceTensors tensors,
 
 void run_backward_on_stream(const Problem& problem, int device, BackwardTensors tensors,
                             const std::function<void(const BackwardTensors&)>& launch) {
-  if (problem.page_size > 0) fail("page_size: a paged KV cache is built from host arrays");
-  const CurrentDevice current(device);
-  const ProblemTensors small(problem, tensors.forward.stream);
-  small.point(problem, tensors.forward);
-  launch(tensors);
+  run_on_stream(problem, device, tensors.forward, [&](const DeviceTensors& forward) {
+    tensors.forward = forward;  // with the small tensors the forward's path uploaded
+    launch(tensors);
+  });
 }
 
 }  // namespace flashlab::cuda::FLASHLAB_CUDA_TARGET

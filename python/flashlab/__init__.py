@@ -88,15 +88,22 @@ def _host(array):
     return array.cpu() if _is_torch(array) and array.device.type == "cuda" else array
 
 
-def _gpu_stream(q, emulate):
-    """PyTorch's current stream on q's GPU, for a call on CUDA tensors (as an integer)."""
+def _gpu_call(arrays, impl, problem, mask, bias, emulate, backward):
+    """A call on CUDA tensors (q first): its tensors made contiguous on q's GPU, LSE's shape, and the binding's
+    last arguments: the scratch from PyTorch's allocator, PyTorch's current stream, impl, flags, mask, bias."""
+    q = arrays[0]
     if not _on_gpu(q):
         raise ValueError("q: in host memory, and another tensor of the call is a CUDA tensor (a call's tensors "
                          "share one device)")
     if emulate:
         raise ValueError("emulate: the emulator runs on host arrays; CUDA tensors run on the GPU (pass .cpu())")
     import torch
-    return torch.cuda.current_stream(q.device).cuda_stream
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    arrays = [x.contiguous() for x in arrays]
+    flags, mask, bias = _flags(arrays[0], problem), _host(mask), _host(bias)
+    lse_shape, workspace_bytes = _flashlab.cuda_plan(arrays[0], arrays[1], impl, flags, mask, bias, backward)
+    workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
+    return arrays, lse_shape, (workspace, stream, impl, flags, mask, bias)
 
 
 def _check_arrays(**arrays):
@@ -136,14 +143,9 @@ def attention(q, k, v, impl="cpu_tiled/forward", **problem):
     problem, mask, bias, emulate = _split(problem)
     if _on_gpu(q, k, v):
         import torch
-        device, stream = q.device, _gpu_stream(q, emulate)
-        q, k, v = (x.contiguous() for x in (q, k, v))
-        flags, mask, bias = _flags(q, problem), _host(mask), _host(bias)
-        lse_shape, workspace_bytes = _flashlab.cuda_plan(q, k, impl, flags, mask, bias, False)
-        o = torch.empty_like(q)
-        lse = torch.empty(lse_shape, dtype=torch.float32, device=device)
-        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
-        _flashlab.attention_cuda(q, k, v, o, lse, workspace, stream, impl, flags, mask, bias)
+        (q, k, v), lse_shape, rest = _gpu_call((q, k, v), impl, problem, mask, bias, emulate, False)
+        o, lse = torch.empty_like(q), torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+        _flashlab.attention_cuda(q, k, v, o, lse, *rest)
         return o, lse
     o, lse = _flashlab.attention(*map(_readable, (q, k, v)), impl, _flags(q, problem), mask, bias, emulate)
     return _like(o, q), _like(lse, q, keep_float32=True)
@@ -156,14 +158,9 @@ def attention_backward(q, k, v, o, lse, do, impl="cpu_tiled/backward", **problem
     problem, mask, bias, emulate = _split(problem)
     if _on_gpu(q, k, v, o, lse, do):
         import torch
-        device, stream = q.device, _gpu_stream(q, emulate)
-        q, k, v, o, lse, do = (x.contiguous() for x in (q, k, v, o, lse, do))
-        flags, mask, bias = _flags(q, problem), _host(mask), _host(bias)
-        _, workspace_bytes = _flashlab.cuda_plan(q, k, impl, flags, mask, bias, True)
-        dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
-        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
-        _flashlab.attention_backward_cuda(q, k, v, o, lse, do, dq, dk, dv, workspace, stream, impl, flags, mask,
-                                          bias)
+        arrays, _, rest = _gpu_call((q, k, v, o, lse, do), impl, problem, mask, bias, emulate, True)
+        dq, dk, dv = (torch.empty_like(x) for x in arrays[:3])
+        _flashlab.attention_backward_cuda(*arrays, dq, dk, dv, *rest)
         return dq, dk, dv
     dq, dk, dv = _flashlab.attention_backward(*map(_readable, (q, k, v, o, lse, do)), impl, _flags(q, problem), mask,
                                               bias, emulate)
