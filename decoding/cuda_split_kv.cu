@@ -53,17 +53,6 @@ int resident_blocks_per_sm(const SplitKvParams& p) {
   return half ? blocks_per_sm<__half, 128>() : blocks_per_sm<__nv_bfloat16, 128>();
 }
 
-int sm_count() {
-  thread_local int cached_device = -1, cached_sms = 0;
-  int device = 0;
-  FLASHLAB_CUDA_CHECK(cudaGetDevice(&device));
-  if (device != cached_device) {
-    FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&cached_sms, cudaDevAttrMultiProcessorCount, device));
-    cached_device = device;
-  }
-  return cached_sms;
-}
-
 template <typename T, int D>
 void launch(const SplitKvParams& p, int num_splits, cudaStream_t stream) {
   blocks_per_sm<T, D>();  // sets the kernel's shared-memory limit on this device
@@ -83,7 +72,7 @@ int resolve_splits(const SplitKvParams& p) {
   if (p.num_splits > 0) return p.num_splits;
   // Fill one wave: as many blocks as the SMs hold at once (2 per SM at d = 128, from the shared memory).
   const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_kv * split_kv_row_tiles(p);
-  const int64_t wave = static_cast<int64_t>(sm_count()) * resident_blocks_per_sm(p);
+  const int64_t wave = static_cast<int64_t>(cuda::sm_count()) * resident_blocks_per_sm(p);
   int64_t splits = (wave + blocks - 1) / blocks;
   // ... but give each split at least kMinKeysPerSplit keys of the longest sequence.
   splits = std::min<int64_t>(splits, (p.seqlen_k + kMinKeysPerSplit - 1) / kMinKeysPerSplit);

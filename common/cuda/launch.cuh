@@ -36,6 +36,20 @@ void launch_kernel(dim3 grid, dim3 block, size_t dynamic_shared_bytes, cudaStrea
 #endif
 }
 
+// The current device's streaming multiprocessors (132 on an H100 SXM, as on the emulator's device): what a
+// grid of one block per SM (a split count, a persistent kernel) is sized by. Asked once per thread and
+// device.
+inline int sm_count() {
+  thread_local int cached_device = -1, cached_sms = 0;
+  int device = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&device));
+  if (device != cached_device) {
+    FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&cached_sms, cudaDevAttrMultiProcessorCount, device));
+    cached_device = device;
+  }
+  return cached_sms;
+}
+
 // The block's dynamic shared memory (the launch's shared_bytes). CUDA guarantees it 16-byte alignment, so a
 // kernel that needs more (a 1024-byte swizzle atom) aligns the pointer itself. Every kernel declares the
 // array the same way: nvcc warns when two declarations of it differ in alignment.
