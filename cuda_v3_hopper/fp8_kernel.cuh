@@ -393,7 +393,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     fp8_attention_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                          const __grid_constant__ CUtensorMap v_map, const WsArgs args, const Fp8Args fp8) {
   const SharedTiles<Config> tiles(cuda::dynamic_shared_memory<uint8_t>());
-  const BlockWork work = block_work<Config>(args);
+  const BlockWork work = block_work<Config>(args, grid_tile(args));
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     mbarrier_init(tiles.q_full(), 1);

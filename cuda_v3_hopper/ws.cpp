@@ -78,6 +78,14 @@ double wide_bytes_moved(const Problem& p) {
   return traffic(p, kWsWideBlockN);
 }
 
+// The persistent kernel: the full kernel's tiles, in bf16 for the head dims of the 64 and 128 tile widths.
+std::string persistent_supports(const Problem& p) {
+  if (ws_tile_width(p.head_dim) == 0 || ws_tile_width(p.head_dim) > 128)
+    return "head_dim (" + std::to_string(p.head_dim) +
+           ") must be a multiple of 8 up to 128 for cuda_v3_hopper/ws_persistent";
+  return supports(p);
+}
+
 // The core (ws_core.cu): FA3 Algorithm 1 as the paper writes it. 128 x 128 tiles, every key block up to the
 // batch's last key, TMA boxes to the tensor's end; the exact pass scans O.
 double core_bytes_moved(const Problem& p) {
@@ -126,6 +134,19 @@ const Registration ws_bc176{rung(
     "bf16, f16; sm_90a; head_dim a multiple of 8 from 72 to 128; causal, window, "
     "padding, GQA; no explicit mask",
     wide_supports, wide_bytes_moved)};
+// Beside the ladder: the full kernel with FA3's persistent tile scheduler (ws.hpp, WsTileOrder).
+const Registration ws_persistent{gpu_implementation(
+    {.name = "cuda_v3_hopper/ws_persistent",
+     .summary = "the full FA3 kernel, persistent: one CTA per SM, tiles in L2 sections, longest first",
+     .dtypes = {DType::bf16},
+     .constraints = "bf16; sm_90a; head_dim a multiple of 8 up to 128; causal, window, padding, GQA; "
+                    "no explicit mask",
+     .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V wgmma
+     .explicit_mask = false,
+     .availability = needs_sm90a,
+     .supports = persistent_supports,
+     .bytes_moved = bytes_moved},
+    FLASHLAB_DEVICE_BUILDS(launch_ws_persistent, ws_workspace_bytes))};
 
 }  // namespace
 

@@ -47,7 +47,7 @@ constexpr uint32_t launch_registers(int threads) {
 }
 
 template <typename Element_, int kHeadDim_, int kBlockN_, bool kWarpSpecialized_, bool kPingPong_,
-          bool kIntraWarpgroupOverlap_>
+          bool kIntraWarpgroupOverlap_, bool kPersistent_ = false>
 struct WsConfig {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -55,11 +55,15 @@ struct WsConfig {
   static constexpr bool kWarpSpecialized = kWarpSpecialized_;
   static constexpr bool kPingPong = kPingPong_;
   static constexpr bool kIntraWarpgroupOverlap = kIntraWarpgroupOverlap_;
+  // One CTA per SM, each computing many tiles (for_each_tile below).
+  static constexpr bool kPersistent = kPersistent_;
   static_assert(!kPingPong || kWarpSpecialized, "ping-pong needs a producer warpgroup");
   // Without a producer, the issuing consumer thread would wait for a V stage that it releases itself only
   // later in the same iteration of Algorithm 2's loop.
   static_assert(!kIntraWarpgroupOverlap || kWarpSpecialized, "the overlap needs a producer warpgroup");
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0, "tile shapes of the wgmma instructions");
+  // The producer warpgroup carries the pipeline from tile to tile (Producer::run).
+  static_assert(!kPersistent || kWarpSpecialized, "the persistent kernel needs a producer warpgroup");
 
   static constexpr int kConsumers = 2;             // consumer warpgroups
   static constexpr int kBlockM = 64 * kConsumers;  // Br: query rows per CTA, 64 per consumer
@@ -69,10 +73,12 @@ struct WsConfig {
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? 128 : 0);
   // FA3's split for two consumer warpgroups: 24 + 2 * 240 registers per thread, out of the 168 a thread that
-  // the launch gives every warpgroup.
+  // the launch gives every warpgroup. The persistent producer carries its counts and the tile's from tile to
+  // tile: at 24 registers ptxas spills 8 (d 128) to 40 (d 64) bytes there, at 32 none, and the consumers'
+  // 232 still hold d 128 without a spill (nvcc 13, sm_90a; check_ptx.sh).
   static constexpr uint32_t kLaunchRegisters = launch_registers(kThreads);
-  static constexpr uint32_t kProducerRegisters = 24;
-  static constexpr uint32_t kConsumerRegisters = 240;
+  static constexpr uint32_t kProducerRegisters = kPersistent ? 32 : 24;
+  static constexpr uint32_t kConsumerRegisters = kPersistent ? 232 : 240;
   static_assert(!kWarpSpecialized || 128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <=
                                          kLaunchRegisters * kThreads,
                 "setmaxnreg.inc would wait forever: the producer does not free what the consumers take");
@@ -86,7 +92,8 @@ struct WsConfig {
   static constexpr uint32_t kKOffset = kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKvTileBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKvTileBytes;
-  static constexpr uint32_t kBarrierCount = 2 + 4 * kStages;  // SharedTiles: q_full, 4 per stage, v_tail
+  static constexpr uint32_t kBarrierCount =
+      3 + 4 * kStages;  // SharedTiles: q_full, 4 a stage, v_tail, q_empty
   static constexpr uint32_t kSharedBytes = kBarrierOffset + 8 * kBarrierCount + kSwizzleAtomBytes;  // + align
   static_assert(kSharedBytes <= 232448, "227 KB of shared memory per block on H100");
 };
@@ -102,6 +109,7 @@ struct WsArgs {
   int num_m_blocks;
   float scale_log2;        // scale * log2(e): the softmax runs on exp2
   unsigned* special_rows;  // the exact pass's flag (HopperParams::special_rows), or null
+  WsTileOrder order;       // the persistent kernel's tiles (ws.hpp)
 };
 
 // The CTA's view of shared memory (this kernel's and the FP8 kernel's: Q, kStages K and V tiles of
@@ -125,6 +133,9 @@ struct SharedTiles {
   // Where the V block holding a batch's last keys lands before its padding rows are zeroed
   // (Producer::load_v).
   __device__ uint64_t* v_tail() const { return barriers() + 1 + 4 * Config::kStages; }
+  // Completed when both consumers have stored their O from the Q tile, so the producer may load the next
+  // tile's Q there (the persistent kernel).
+  __device__ uint64_t* q_empty() const { return barriers() + 2 + 4 * Config::kStages; }
 };
 
 // Which rows and key blocks this CTA covers; every thread computes the same.
@@ -135,13 +146,37 @@ struct BlockWork {
   int n_begin, n_end;  // key blocks that some row of the tile sees; the rest are skipped unloaded
 };
 
+// The tile of a CTA of a grid of tiles (num_m_blocks, heads_q, batch). Tiles of later rows see more keys
+// under a causal mask: they are launched first so that the long ones do not trail.
+__device__ inline WsTile grid_tile(const WsArgs& args) {
+  return WsTile{args.num_m_blocks - 1 - static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y),
+                static_cast<int>(blockIdx.z)};
+}
+
+// Calls body(tile) for each tile this CTA computes: its grid tile, or, in the persistent kernel (one CTA per
+// SM, FA3's static tile scheduler), tiles blockIdx.x, blockIdx.x + gridDim.x, ... of args.order.
+template <class Config, class Body>
+__device__ inline void for_each_tile(const WsArgs& args, Body&& body) {
+  if constexpr (Config::kPersistent) {
+    for (int tile = blockIdx.x; tile < args.order.tiles(); tile += gridDim.x) body(args.order(tile));
+  } else {
+    body(grid_tile(args));
+  }
+}
+
+// Where a CTA's pipeline stands when it starts a tile: the key blocks, tiles and V tails (Producer::Tail) of
+// the tiles it has already computed. All 0 for the only tile of a CTA; the persistent kernel carries them
+// from tile to tile, so that the ring's stages and the barriers' phases go on where the last tile left them.
+struct PipelineStart {
+  int iteration = 0, tile = 0, tails = 0;
+};
+
 template <class Config>
-__device__ inline BlockWork block_work(const WsArgs& args) {
+__device__ inline BlockWork block_work(const WsArgs& args, const WsTile& tile) {
   BlockWork work;
-  // Tiles of later rows see more keys under a causal mask: launch them first so the long ones do not trail.
-  work.m_block = args.num_m_blocks - 1 - static_cast<int>(blockIdx.x);
-  work.head = blockIdx.y;
-  work.batch = blockIdx.z;
+  work.m_block = tile.m_block;
+  work.head = tile.head;
+  work.batch = tile.batch;
   work.kv_head = work.head / (args.heads_q / args.heads_kv);
   work.rows_q = args.seqlens_q ? args.seqlens_q[work.batch] : args.seqlen_q;
   work.rows_k = args.seqlens_k ? args.seqlens_k[work.batch] : args.seqlen_k;
@@ -167,9 +202,12 @@ __device__ inline BlockWork block_work(const WsArgs& args) {
 // --- Producer: TMA loads into the circular buffer ---
 template <class Config>
 struct Producer {
-  // Q of the CTA's rows, once: kPanels boxes of 64 columns x kBlockM rows. Rows past seqlen_q read as zero.
+  // Q of the tile's rows, once: kPanels boxes of 64 columns x kBlockM rows. Rows past seqlen_q read as zero.
+  // A tile whose rows see no key needs no Q: q_full only completes, for the consumers wait on it all the
+  // same.
   __device__ static void load_q(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
                                 const BlockWork& work) {
+    if (work.n_end == work.n_begin) return mbarrier_arrive(tiles.q_full());
     mbarrier_arrive_expect_tx(tiles.q_full(), Config::kQBytes);
 #pragma unroll
     for (int panel = 0; panel < Config::kPanels; ++panel)
@@ -184,10 +222,12 @@ struct Producer {
   // lanes of the loading warp zero its padding rows, and one of them then completes v_full. (Padding keys in
   // K need nothing: their scores are masked to -inf.)
   struct Tail {
-    int iteration = -1;  // the tail's iteration of the load loop; -1: the CTA loads no block with padding
+    int iteration = -1;  // the tail's iteration of the tile's load loop; -1: the tile has no padded block
     int pad_begin = 0, pad_end = 0;  // its padding rows
+    int stage = 0;                   // its stage of the ring
+    uint32_t parity = 0;             // the phase of v_tail it completes: one per tail the CTA loads
   };
-  __device__ static Tail tail_of(const BlockWork& work) {
+  __device__ static Tail tail_of(const BlockWork& work, const PipelineStart& start) {
     Tail tail;
     const int block = work.rows_k / Config::kBlockN;  // holds key rows_k, the first padding key
     if (work.rows_k >= work.seqlen_k || block < work.n_begin || block >= work.n_end) return tail;
@@ -195,17 +235,19 @@ struct Producer {
     tail.iteration = block - work.n_begin;
     tail.pad_begin = work.rows_k - key;
     tail.pad_end = min(key + Config::kBlockN, work.seqlen_k) - key;
+    tail.stage = Ring<Config::kStages>::stage(start.iteration + tail.iteration);
+    tail.parity = start.tails & 1;
     return tail;
   }
 
-  // K_j of the key block of `iteration` into stage iteration % kStages, once both consumers have released
-  // it. One thread issues. GQA/MQA: the kv head is a tensor-map coordinate, so query heads of one group read
-  // the same K and V.
+  // K_j of the tile's key block `iteration` into the ring's stage for the CTA's pipeline iteration
+  // start.iteration + iteration, once both consumers have released it. One thread issues. GQA/MQA: the kv
+  // head is a tensor-map coordinate, so query heads of one group read the same K and V.
   __device__ static void load_k(const SharedTiles<Config>& tiles, const CUtensorMap* k_map,
-                                const BlockWork& work, int iteration) {
+                                const BlockWork& work, const PipelineStart& start, int iteration) {
     using Stages = Ring<Config::kStages>;
-    const int stage = Stages::stage(iteration);
-    mbarrier_wait(tiles.k_empty(stage), Stages::empty_parity(iteration));
+    const int stage = Stages::stage(start.iteration + iteration);
+    mbarrier_wait(tiles.k_empty(stage), Stages::empty_parity(start.iteration + iteration));
     mbarrier_arrive_expect_tx(tiles.k_full(stage), Config::kKvTileBytes);
 #pragma unroll
     for (int panel = 0; panel < Config::kPanels; ++panel)
@@ -215,10 +257,10 @@ struct Producer {
 
   // V_j likewise, landing on v_tail when it is the tail.
   __device__ static void load_v(const SharedTiles<Config>& tiles, const CUtensorMap* v_map,
-                                const BlockWork& work, int iteration, bool tail) {
+                                const BlockWork& work, const PipelineStart& start, int iteration, bool tail) {
     using Stages = Ring<Config::kStages>;
-    const int stage = Stages::stage(iteration);
-    mbarrier_wait(tiles.v_empty(stage), Stages::empty_parity(iteration));
+    const int stage = Stages::stage(start.iteration + iteration);
+    mbarrier_wait(tiles.v_empty(stage), Stages::empty_parity(start.iteration + iteration));
     uint64_t* const landed = tail ? tiles.v_tail() : tiles.v_full(stage);
     mbarrier_arrive_expect_tx(landed, Config::kKvTileBytes);
 #pragma unroll
@@ -232,8 +274,8 @@ struct Producer {
   // 16-byte chunks within a row): in a panel they are contiguous.
   __device__ static void zero_tail(const SharedTiles<Config>& tiles, const Tail& tail, int lane,
                                    int first_lane) {
-    mbarrier_wait(tiles.v_tail(), 0);  // its one phase
-    uint8_t* const tile = tiles.v(tail.iteration % Config::kStages);
+    mbarrier_wait(tiles.v_tail(), tail.parity);
+    uint8_t* const tile = tiles.v(tail.stage);
     const int chunks = (tail.pad_end - tail.pad_begin) * static_cast<int>(kSwizzleRowBytes / 16);
 #pragma unroll
     for (int panel = 0; panel < Config::kPanels; ++panel) {
@@ -244,31 +286,41 @@ struct Producer {
     }
     fence_proxy_async_shared();  // the consumers' wgmma (async proxy) reads what these stores wrote
     __syncwarp(0xffffffffu << first_lane);
-    if (lane == first_lane) mbarrier_arrive(tiles.v_full(tail.iteration % Config::kStages));
+    if (lane == first_lane) mbarrier_arrive(tiles.v_full(tail.stage));
   }
 
   // The producer warpgroup's whole job (warp-specialized kernel): lane 0 of its warp 0 issues every load, the
-  // rest of that warp zeroes the tail's padding, the other three warps retire at once. The loads go in the
-  // order the consumers wait for them (consumer_mainloop): with the intra-warpgroup overlap, iteration j
-  // takes K_j and then V_{j-1}, so K_j is issued ahead of V_{j-1}, as FA3's producer does; without it,
-  // K_j and then V_j.
+  // rest of that warp zeroes the tails' padding, the other three warps retire at once. For each tile of the
+  // CTA: Q, once the consumers have stored the last tile's O from its place (q_empty), then the key blocks
+  // in the order the consumers wait for them (consumer_mainloop): with the intra-warpgroup overlap, iteration
+  // j takes K_j and then V_{j-1}, so K_j is issued ahead of V_{j-1}, as FA3's producer does; without it, K_j
+  // and then V_j. In the persistent kernel the next tile's loads follow at once, into the stages the
+  // consumers free.
   __device__ static void run(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
-                             const CUtensorMap* k_map, const CUtensorMap* v_map, const BlockWork& work) {
+                             const CUtensorMap* k_map, const CUtensorMap* v_map, const WsArgs& args) {
     if (threadIdx.x >= 32) return;
     const int lane = static_cast<int>(threadIdx.x);
-    const int blocks = work.n_end - work.n_begin;
-    if (blocks == 0) return;  // nothing visible: the consumers only write O = 0 and LSE = -inf
-    const Tail tail = tail_of(work);
-    if (lane == 0) {
-      load_q(tiles, q_map, work);
-      constexpr int lag = Config::kIntraWarpgroupOverlap ? 1 : 0;  // V's iteration behind K's
-      for (int iteration = 0; iteration < blocks + lag; ++iteration) {
-        if (iteration < blocks) load_k(tiles, k_map, work, iteration);
-        if (iteration >= lag) load_v(tiles, v_map, work, iteration - lag, iteration - lag == tail.iteration);
+    PipelineStart start;
+    for_each_tile<Config>(args, [&](const WsTile& tile) {
+      const BlockWork work = block_work<Config>(args, tile);
+      const int blocks = work.n_end - work.n_begin;
+      const Tail tail = tail_of(work, start);
+      if (lane == 0) {
+        mbarrier_wait(tiles.q_empty(), Ring<1>::empty_parity(start.tile));
+        load_q(tiles, q_map, work);
+        constexpr int lag = Config::kIntraWarpgroupOverlap ? 1 : 0;  // V's iteration behind K's
+        for (int iteration = 0; iteration < blocks + lag && blocks > 0; ++iteration) {
+          if (iteration < blocks) load_k(tiles, k_map, work, start, iteration);
+          if (iteration >= lag)
+            load_v(tiles, v_map, work, start, iteration - lag, iteration - lag == tail.iteration);
+        }
+      } else if (tail.iteration >= 0) {
+        zero_tail(tiles, tail, lane, 1);
       }
-    } else if (tail.iteration >= 0) {
-      zero_tail(tiles, tail, lane, 1);
-    }
+      start.iteration += blocks;
+      start.tile += 1;
+      start.tails += tail.iteration >= 0 ? 1 : 0;
+    });
   }
 };
 
@@ -479,18 +531,21 @@ struct Consumer : ConsumerRows<Config> {
   }
 };
 
-// The consumer's main loop, with or without FA3 Algorithm 2's overlap. `prefetch(iteration)` lets the kernel
+// The consumer's main loop over a tile's key blocks, with or without FA3 Algorithm 2's overlap; the tile's
+// iteration `it` is the CTA's pipeline iteration start.iteration + it. `prefetch(iteration)` lets the kernel
 // without warp specialization issue loads between the products (no-op otherwise).
 template <class Config, class Prefetch>
 __device__ inline void consumer_mainloop(Consumer<Config>& c, const SharedTiles<Config>& tiles,
-                                         const WsArgs& args, const BlockWork& work, Prefetch&& prefetch) {
+                                         const WsArgs& args, const BlockWork& work,
+                                         const PipelineStart& start, Prefetch&& prefetch) {
   using Schedule = PingPong<Config>;
   const int blocks = work.n_end - work.n_begin;
-  auto stage = [](int it) { return Ring<Config::kStages>::stage(it); };
-  auto phase = [](int it) { return Ring<Config::kStages>::full_parity(it); };
+  auto stage = [&](int it) { return Ring<Config::kStages>::stage(start.iteration + it); };
+  auto phase = [&](int it) { return Ring<Config::kStages>::full_parity(start.iteration + it); };
   float correction[2];
+  // Every tile's Q, or for a tile that sees no key its producer's word that there is none (Producer::load_q).
+  mbarrier_wait(tiles.q_full(), Ring<1>::full_parity(start.tile));
   if (blocks == 0) return;
-  mbarrier_wait(tiles.q_full(), 0);
 
   if constexpr (!Config::kIntraWarpgroupOverlap) {
     // FA2's order: S_j, softmax, O += P_j V_j, each product waited for before the next step.
@@ -620,7 +675,8 @@ __device__ inline void consumer_epilogue(Consumer<Config>& c, const SharedTiles<
       tma_store_4d(o_map, o_tile + panel * Config::kQPanelBytes, 64 * panel, first_row, work.head,
                    work.batch);
     tma_store_commit();
-    tma_store_wait_read();  // shared memory must outlive the store's reads
+    tma_store_wait_read();             // shared memory must outlive the store's reads
+    mbarrier_arrive(tiles.q_empty());  // the producer may load the next tile's Q here
   }
 }
 
@@ -630,7 +686,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                         const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                         const WsArgs args) {
   const SharedTiles<Config> tiles(cuda::dynamic_shared_memory<uint8_t>());
-  const BlockWork work = block_work<Config>(args);
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -642,6 +697,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       mbarrier_init(tiles.v_empty(stage), 4 * Config::kConsumers);
     }
     mbarrier_init(tiles.v_tail(), 1);  // the loading warp's arrive.expect_tx; TMA completes the bytes
+    mbarrier_init(tiles.q_empty(), Config::kConsumers);  // one thread of each consumer, its O stored
     fence_barrier_init();
   }
   __syncthreads();
@@ -649,33 +705,44 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   if constexpr (Config::kWarpSpecialized) {
     if (warpgroup == 0) {
       setmaxnreg_dec<Config::kProducerRegisters, Config::kLaunchRegisters>();
-      Producer<Config>::run(tiles, &q_map, &k_map, &v_map, work);
+      Producer<Config>::run(tiles, &q_map, &k_map, &v_map, args);
       return;
     }
     setmaxnreg_inc<Config::kConsumerRegisters, Config::kLaunchRegisters>();
-    Consumer<Config> consumer(tiles, args, work, warpgroup - 1);
-    PingPong<Config>::start(consumer.consumer);
-    consumer_mainloop(consumer, tiles, args, work, [](int) {});
-    PingPong<Config>::finish(consumer.consumer);
-    consumer_epilogue(consumer, tiles, &o_map, args, work);
+    // The consumers take turns across tiles as within one: both compute the same tiles, and each takes as
+    // many turns in a tile as the other.
+    const int consumer_index = warpgroup - 1;
+    PingPong<Config>::start(consumer_index);
+    PipelineStart start;
+    for_each_tile<Config>(args, [&](const WsTile& tile) {
+      const BlockWork work = block_work<Config>(args, tile);
+      Consumer<Config> consumer(tiles, args, work, consumer_index);
+      consumer_mainloop(consumer, tiles, args, work, start, [](int) {});
+      consumer_epilogue(consumer, tiles, &o_map, args, work);
+      start.iteration += work.n_end - work.n_begin;
+      start.tile += 1;
+    });
+    PingPong<Config>::finish(consumer_index);
   } else {
     // No producer warpgroup: warp 0 (lane 0 issuing) loads Q and the first kStages blocks up front, then at
     // the start of iteration j the block j + kStages - 1 (its stage freed by block j - 1), between its own
     // products.
     using Loads = Producer<Config>;
+    const BlockWork work = block_work<Config>(args, grid_tile(args));
+    const PipelineStart start;  // the CTA's one tile
     const int blocks = work.n_end - work.n_begin;
     const bool loading_warp = threadIdx.x < 32;
     const int lane = static_cast<int>(threadIdx.x % 32);
-    const typename Loads::Tail tail = Loads::tail_of(work);
+    const typename Loads::Tail tail = Loads::tail_of(work, start);
     // Block `it`: lane 0 issues it, and the warp zeroes its padding if it is the tail.
     auto load = [&](int it) {
       if (lane == 0) {
-        Loads::load_k(tiles, &k_map, work, it);
-        Loads::load_v(tiles, &v_map, work, it, it == tail.iteration);
+        Loads::load_k(tiles, &k_map, work, start, it);
+        Loads::load_v(tiles, &v_map, work, start, it, it == tail.iteration);
       }
       if (it == tail.iteration) Loads::zero_tail(tiles, tail, lane, 0);
     };
-    if (loading_warp && blocks > 0) {
+    if (loading_warp) {
       if (lane == 0) Loads::load_q(tiles, &q_map, work);
       for (int it = 0; it < min(blocks, Config::kStages); ++it) load(it);
     }
@@ -686,7 +753,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       if (loading_warp && it > 0 && next < blocks) load(next);
       __syncwarp();  // wgmma is warp-aligned: reconverge before the next product
     };
-    consumer_mainloop(consumer, tiles, args, work, prefetch);
+    consumer_mainloop(consumer, tiles, args, work, start, prefetch);
     consumer_epilogue(consumer, tiles, &o_map, args, work);
   }
 }

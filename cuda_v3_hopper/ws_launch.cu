@@ -4,6 +4,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -62,6 +63,7 @@ void launch(const HopperParams& params, cudaStream_t stream) {
   args.num_m_blocks = num_m_blocks;
   args.scale_log2 = params.softmax_scale * 1.4426950408889634f;  // log2(e)
   args.special_rows = params.special_rows;
+  args.order = ws_tile_order(params);
 
   // More than 48 KB of dynamic shared memory must be asked for, once per kernel.
   static const bool configured = [] {
@@ -70,7 +72,9 @@ void launch(const HopperParams& params, cudaStream_t stream) {
     return true;
   }();
   (void)configured;
-  const dim3 grid(num_m_blocks, params.heads_q, params.batch);
+  // A grid of tiles, or of CTAs that each compute many (the persistent kernel: one per SM, or params.ctas).
+  const int ctas = std::min(args.order.tiles(), params.ctas > 0 ? params.ctas : cuda::sm_count());
+  const dim3 grid = Config::kPersistent ? dim3(ctas) : dim3(num_m_blocks, params.heads_q, params.batch);
   cuda::launch_kernel<ws_attention_kernel<Config>>(grid, Config::kThreads, Config::kSharedBytes, stream,
                                                    q_map, k_map, v_map, o_map, args);
 }
@@ -87,6 +91,10 @@ template <typename Element, int kHeadDim>
 void launch_rung(const HopperParams& params, cudaStream_t stream) {
   constexpr int kN = block_n<kHeadDim>();
   const HopperAblation& a = params.ablation;
+  // The persistent kernel (ws_params.cpp has refused it outside the full kernel, bf16, tile widths to 128).
+  if constexpr (std::is_same_v<Element, __nv_bfloat16> && kHeadDim <= 128)
+    if (params.persistent)
+      return launch<WsConfig<Element, kHeadDim, kN, true, true, true, true>>(params, stream);
   if constexpr (kHeadDim == 128)  // FA3's 128 x 176 (ws_params.cpp has refused it with any other rung)
     if (params.block_n == kWsWideBlockN)
       return launch<WsConfig<Element, kHeadDim, kWsWideBlockN, true, true, true>>(params, stream);
@@ -100,7 +108,7 @@ void launch_rung(const HopperParams& params, cudaStream_t stream) {
 
 // The registry's launchers: one rung each, on a problem's device tensors.
 void launch_ablation(const Problem& problem, const DeviceTensors& tensors, HopperAblation ablation,
-                     int block_n = 0) {
+                     int block_n = 0, bool persistent = false, int ctas = 0) {
   if (problem.dtype != DType::bf16 && problem.dtype != DType::f16)
     fail("cuda_v3_hopper/ws: dtype (", to_string(problem.dtype), ") must be bf16 or f16");
   if (tensors.mask != nullptr) fail("cuda_v3_hopper/ws: an explicit mask is not supported");
@@ -112,6 +120,8 @@ void launch_ablation(const Problem& problem, const DeviceTensors& tensors, Hoppe
   params.lse = tensors.lse;
   params.ablation = ablation;
   params.block_n = block_n;
+  params.persistent = persistent;
+  params.ctas = ctas;
   const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);
   params.seqlens_q = lengths.seqlens_q;
   params.seqlens_k = lengths.seqlens_k;
@@ -163,6 +173,12 @@ void launch_ws_no_producer(const Problem& problem, const DeviceTensors& tensors)
 }
 void launch_ws_bc176(const Problem& problem, const DeviceTensors& tensors) {
   launch_ablation(problem, tensors, {true, true, true}, kWsWideBlockN);
+}
+void launch_ws_persistent(const Problem& problem, const DeviceTensors& tensors) {
+  launch_ablation(problem, tensors, {true, true, true}, 0, true);
+}
+void launch_ws_persistent_ctas(const Problem& problem, const DeviceTensors& tensors, int ctas) {
+  launch_ablation(problem, tensors, {true, true, true}, 0, true, ctas);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

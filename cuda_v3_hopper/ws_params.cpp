@@ -1,5 +1,6 @@
 // cuda_v3_hopper/ws's parameters and their checks, in plain C++ (compiled once): what both builds of the
 // launcher (ws_launch.cu) and the registration (ws.cpp) ask.
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda_v3_hopper/ws.hpp"
@@ -13,6 +14,19 @@ void set_packed_strides(HopperParams& p) {
   p.k_head_stride = p.v_head_stride = p.head_dim;
   p.k_row_stride = p.v_row_stride = static_cast<int64_t>(p.heads_kv) * p.head_dim;
   p.k_batch_stride = p.v_batch_stride = p.k_row_stride * p.seqlen_k;
+}
+
+WsTileOrder ws_tile_order(const HopperParams& p) {
+  WsTileOrder order;
+  order.num_m_blocks = (p.seqlen_q + kWsBlockM - 1) / kWsBlockM;
+  order.heads = p.heads_q;
+  order.batches = p.batch;
+  // A pair's K and V: 2 x seqlen_k x head_dim 16-bit elements (a GQA group's heads share theirs, which only
+  // makes the sections smaller than they could be).
+  const int64_t kv_bytes = std::max<int64_t>(int64_t{4} * p.seqlen_k * p.head_dim, 1);
+  order.section =
+      static_cast<int>(std::clamp<int64_t>(kWsL2SectionBytes / kv_bytes, 1, int64_t{p.heads_q} * p.batch));
+  return order;
 }
 
 HopperParams ws_params(const Problem& problem) {
@@ -62,6 +76,15 @@ const char* hopper_ws_unsupported(const HopperParams& p) {
       !(p.block_n == kWsWideBlockN && ws_tile_width(p.head_dim) == 128 && a.warp_specialization &&
         a.ping_pong && a.intra_warpgroup_overlap))
     return "block_n must be 0, the head dim's own, or 176 for the full kernel in the 128 tile width";
+  if (p.persistent) {
+    if (p.dtype != HopperDType::bf16 || ws_tile_width(p.head_dim) > 128 || p.block_n != 0 ||
+        !(a.warp_specialization && a.ping_pong && a.intra_warpgroup_overlap))
+      return "persistent: the full kernel, bf16, head dims up to 128, its own block_n";
+    if (p.ctas < 0) return "ctas must be >= 0 (0: one CTA per SM)";
+    // The tiles are numbered in an int (WsTileOrder).
+    if (int64_t{(p.seqlen_q + kWsBlockM - 1) / kWsBlockM} * p.heads_q * p.batch > INT32_MAX)
+      return "persistent: more than 2^31 - 1 tiles";
+  }
   return "";
 }
 

@@ -24,13 +24,18 @@ inline size_t ws_workspace_bytes(const Problem& problem) {
 std::string needs_sm90a();
 
 // The rungs for a bf16 or f16 problem, enqueued on tensors.stream: the full kernel (warp specialization,
-// ping-pong, intra-warpgroup overlap), then each ingredient taken away in the ladder's order; and the full
-// kernel with FA3's 128 x 176 tiles (head dims in the 128 tile width).
+// ping-pong, intra-warpgroup overlap), then each ingredient taken away in the ladder's order; the full kernel
+// with FA3's 128 x 176 tiles (head dims in the 128 tile width); and the full kernel persistent.
 FLASHLAB_FOR_EACH_TARGET(void launch_ws(const Problem& problem, const DeviceTensors& tensors);
                          void launch_ws_no_overlap(const Problem& problem, const DeviceTensors& tensors);
                          void launch_ws_no_pingpong(const Problem& problem, const DeviceTensors& tensors);
                          void launch_ws_no_producer(const Problem& problem, const DeviceTensors& tensors);
                          void launch_ws_bc176(const Problem& problem, const DeviceTensors& tensors);
+                         // The full kernel, persistent (bf16, head dims up to 128), on one CTA per SM;
+                         // or on `ctas` CTAs, so that each computes many tiles on any device.
+                         void launch_ws_persistent(const Problem& problem, const DeviceTensors& tensors);
+                         void launch_ws_persistent_ctas(const Problem& problem, const DeviceTensors& tensors,
+                                                        int ctas);
                          // The core (ws_core.cu): FA3 Algorithm 1, warp specialization alone, plain case.
                          void launch_ws_core(const Problem& problem, const DeviceTensors& tensors);)
 

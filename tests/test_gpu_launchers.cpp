@@ -1,10 +1,12 @@
 // GPU stages below the registry, checked on any machine: cuda_v2's tile decisions against the mask rules,
-// its launchers' refusals, decoding/cuda_split_kv at split counts the heuristic would not pick, and the
+// its launchers' refusals, decoding/cuda_split_kv at split counts the heuristic would not pick,
+// cuda_v3_hopper/ws_persistent's tile order and its kernel on a few CTAs, and the
 // launchers on tensors that already live on the device (the Python module's CUDA tensors), run in the
 // emulator (and on the GPU where there is one).
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +21,8 @@
 #include "common/tolerance.hpp"
 #include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/split_q.hpp"
+#include "cuda_v3_hopper/ws.hpp"
+#include "cuda_v3_hopper/ws_stage.hpp"
 #include "decoding/cuda_split_kv.hpp"
 #include "tests/harness.hpp"
 
@@ -185,6 +189,88 @@ TEST_CASE("decoding/cuda_split_kv merges 1, 7 and 128 splits (most of them empty
       CHECK(gpu.passed());
     }
 #endif
+  }
+}
+
+TEST_CASE("the persistent kernel's tile order hands out every tile once, longest first in L2 sections") {
+  // 8k keys at d 128: a pair's K and V take 4 MiB, so 8 pairs share a section; 3 x 7 pairs leave a short last
+  // section of 5.
+  hopper::HopperParams params;
+  params.batch = 3, params.heads_q = 7, params.heads_kv = 1;
+  params.seqlen_q = 1000, params.seqlen_k = 8192, params.head_dim = 128;
+  const hopper::WsTileOrder order = hopper::ws_tile_order(params);
+  CHECK(order.section == 8);
+  CHECK(order.num_m_blocks == 8);
+  REQUIRE(order.tiles() == 8 * 7 * 3);
+  std::vector<int> seen(static_cast<size_t>(order.tiles()), 0);
+  int last_section = 0, last_m_block = order.num_m_blocks;
+  for (int t = 0; t < order.tiles(); ++t) {
+    const hopper::WsTile tile = order(t);
+    INFO("tile ", t, ": m_block ", tile.m_block, ", head ", tile.head, ", batch ", tile.batch);
+    REQUIRE((tile.m_block >= 0 && tile.m_block < order.num_m_blocks && tile.head >= 0 && tile.head < 7 &&
+             tile.batch >= 0 && tile.batch < 3));
+    ++seen[static_cast<size_t>((tile.batch * 7 + tile.head) * order.num_m_blocks + tile.m_block)];
+    const int section = (tile.batch * 7 + tile.head) / order.section;
+    CHECK(section >= last_section);  // sections one after another
+    if (section != last_section) last_m_block = order.num_m_blocks;
+    CHECK(tile.m_block <= last_m_block);  // within a section, the last row block first
+    last_section = section, last_m_block = tile.m_block;
+  }
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+  // Short K and V: every pair in one section. Long: one pair a section.
+  params.seqlen_k = 100;
+  CHECK(hopper::ws_tile_order(params).section == 21);
+  params.seqlen_k = 1 << 20;
+  CHECK(hopper::ws_tile_order(params).section == 1);
+}
+
+// The persistent kernel carries its pipeline (the ring's stages, the barriers' phases, the Q tile, the
+// consumers' turns) from tile to tile. On 1, 2 and 5 CTAs each computes many tiles, among them tiles that
+// see no key (padding rows), tiles whose last V block holds NaN padding (the tail), and NaN in a visible
+// key (the exact pass): its O and LSE must be ws's bit for bit, and within the same-dtype tolerance.
+TEST_CASE("cuda_v3_hopper/ws_persistent on 1, 2 and 5 CTAs computes every tile as ws does") {
+  Problem causal = problem_shape(2, 4, 2, 300, 260, 64);
+  causal.causal = true;
+  causal.seqlens_q = {300, 100};  // batch 1: two row blocks without a row
+  causal.seqlens_k = {260, 130};  // batch 1: V's block 1 ends in padding
+  Problem wide = problem_shape(1, 3, 3, 257, 200, 128);
+  wide.window_left = 90;
+  for (Problem p : {causal, wide}) {
+    p.dtype = DType::bf16;
+    p.validate();
+    INFO(p.describe());
+    AttentionInputs inputs = random_inputs(p, Distribution::normal, 11);
+    if (p.causal) {
+      // NaN in batch 1's padding keys (past its 130), and in a key of batch 0 that some rows see.
+      for (int64_t key = 130; key < p.seqlen_k; ++key)
+        for (int64_t n = 0; n < p.heads_kv * p.head_dim; ++n) {
+          inputs.k.data[static_cast<size_t>(p.kv_offset(1, key, 0) + n)] = NAN;
+          inputs.v.data[static_cast<size_t>(p.kv_offset(1, key, 0) + n)] = NAN;
+        }
+      inputs.v.data[static_cast<size_t>(p.kv_offset(0, 250, 1) + 3)] = NAN;
+    }
+    const Implementation& ws = *find_implementation("cuda_v3_hopper/ws");
+    REQUIRE(why_cannot_run(ws, p).empty());
+    const size_t bytes = ws.emulated_build.workspace(p);
+    AttentionOutputs expected = AttentionOutputs::poisoned(p);
+    cuda::emulated::run_on_device(p, inputs, expected, bytes, [&](const DeviceTensors& tensors) {
+      ws.emulated_build.forward(p, tensors);
+    });
+    const ReferenceResult reference = reference_attention(p, inputs);
+    const Tolerance tolerance = tolerance_from_baseline(
+        p.dtype, deviation(p, baseline_attention(p, inputs, p.dtype, true), reference));
+    for (int ctas : {1, 2, 5}) {
+      INFO(ctas, " CTAs");
+      AttentionOutputs out = AttentionOutputs::poisoned(p);
+      cuda::emulated::run_on_device(p, inputs, out, bytes, [&](const DeviceTensors& tensors) {
+        hopper::emulated::launch_ws_persistent_ctas(p, tensors, ctas);
+      });
+      CHECK(same_bits(out.o, expected.o));
+      CHECK(same_bits(out.lse, expected.lse));
+      const Verdict verdict = judge(p, out, reference, tolerance);
+      INFO(verdict.explain());
+      CHECK(verdict.passed());
+    }
   }
 }
 
