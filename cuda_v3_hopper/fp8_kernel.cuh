@@ -117,23 +117,30 @@ struct Fp8Producer {
     for (int panel = 0; panel < Config::kQkPanels; ++panel)
       tma_load_4d(tiles.q() + panel * Config::kQPanelBytes, q_map, tiles.q_full(), 128 * panel,
                   work.m_block * Config::kBlockM, work.head, work.batch);
-    for (int it = 0; it < blocks; ++it) {
-      using Stages = Ring<Config::kStages>;
-      const int stage = Stages::stage(it);
-      const int n_block = work.n_begin + it;  // = the K/V quantization tile
-      mbarrier_wait(tiles.k_empty(stage), Stages::empty_parity(it));
-      mbarrier_arrive_expect_tx(tiles.k_full(stage), Config::kKBytes);
+    // In the order the consumers wait (fp8_mainloop, FA3 Algorithm 2): iteration j takes K_j and then
+    // V_{j-1}, so K_j is issued ahead of V_{j-1}, as ws's producer does.
+    using Stages = Ring<Config::kStages>;
+    for (int it = 0; it <= blocks; ++it) {
+      if (it < blocks) {
+        const int stage = Stages::stage(it);
+        mbarrier_wait(tiles.k_empty(stage), Stages::empty_parity(it));
+        mbarrier_arrive_expect_tx(tiles.k_full(stage), Config::kKBytes);
 #pragma unroll
-      for (int panel = 0; panel < Config::kQkPanels; ++panel)
-        tma_load_4d(tiles.k(stage) + panel * Config::kKPanelBytes, k_map, tiles.k_full(stage), 128 * panel,
-                    n_block * Config::kBlockN, work.kv_head, work.batch);
-      mbarrier_wait(tiles.v_empty(stage), Stages::empty_parity(it));
-      mbarrier_arrive_expect_tx(tiles.v_full(stage), Config::kVBytes);
-      const int tile_index = (work.batch * heads_kv + work.kv_head) * tiles_k + n_block;
+        for (int panel = 0; panel < Config::kQkPanels; ++panel)
+          tma_load_4d(tiles.k(stage) + panel * Config::kKPanelBytes, k_map, tiles.k_full(stage), 128 * panel,
+                      (work.n_begin + it) * Config::kBlockN, work.kv_head, work.batch);
+      }
+      if (it > 0) {
+        const int stage = Stages::stage(it - 1);
+        mbarrier_wait(tiles.v_empty(stage), Stages::empty_parity(it - 1));
+        mbarrier_arrive_expect_tx(tiles.v_full(stage), Config::kVBytes);
+        // V_{j-1} transposed, one box per K/V quantization tile (= key block).
+        const int tile_index = (work.batch * heads_kv + work.kv_head) * tiles_k + work.n_begin + it - 1;
 #pragma unroll
-      for (int panel = 0; panel < Config::kVPanels; ++panel)
-        tma_load_3d(tiles.v(stage) + panel * Config::kVPanelBytes, v_map, tiles.v_full(stage), 128 * panel, 0,
-                    tile_index);
+        for (int panel = 0; panel < Config::kVPanels; ++panel)
+          tma_load_3d(tiles.v(stage) + panel * Config::kVPanelBytes, v_map, tiles.v_full(stage), 128 * panel,
+                      0, tile_index);
+      }
     }
   }
 };
