@@ -27,6 +27,9 @@ std::string mma_supports(const Problem& p) {
 std::string rung_supports(const Problem& p) {
   return refusal(check_split_q_rung, p);
 }
+std::string four_warps_supports(const Problem& p) {
+  return refusal(check_split_q_4warps, p);
+}
 
 // Both kernels' global traffic: FA2's Q-block-outer order (common/flops.hpp), K/V tiles read by cp.async up
 // to the batch's last key. `flashlab profile` counts it in the emulator (tests/test_counters.cpp holds them
@@ -116,6 +119,20 @@ const Registration split_q{with_gpu_backward(
          .bytes_moved = tensor_core_bytes_moved},
         FLASHLAB_DEVICE_BUILDS(launch_split_q, workspace_bytes)),
     FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_backward, backward_workspace), split_q_backward_supports)};
+
+// Beside split_q: the same kernel and tiles with FA2's warp layout at d = 128, 4 warps of two row tiles
+// (split_q.cu, FourWarpsRung), a candidate for the GPU to judge against split_q's 8 warps of one.
+const Registration split_q_4warps{gpu_implementation(
+    {.name = "cuda_v2/split_q_4warps",
+     .summary = "split_q at d 128 with FA2's warp layout: 4 warps of two 16-row tiles (split_q: 8 of one)",
+     .dtypes = {DType::bf16},
+     .constraints = "bf16; head_dim a multiple of 8 from 104 to 128; every mask, GQA, any length, packed "
+                    "varlen; no score modification or dropout",
+     .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V mma
+     .packed = true,
+     .supports = four_warps_supports,
+     .bytes_moved = tensor_core_bytes_moved},
+    FLASHLAB_DEVICE_BUILDS(launch_split_q_4warps, workspace_bytes))};
 
 }  // namespace
 

@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "common/cuda/check.hpp"
 #include "common/cuda/exact_rows.cuh"
@@ -52,7 +53,8 @@ struct SplitQConfig<64> {
 template <>
 struct SplitQConfig<128> {
   // kMTiles = 2 (FA2's layout) needs ~255 registers here and spills a few bytes (nvcc 13, sm_90a), so d = 128
-  // takes 8 warps of one row tile: the same Br, twice the K/V fragment loads. To be settled on the GPU.
+  // takes 8 warps of one row tile: the same Br, twice the K/V fragment loads. Without the variants it fits
+  // sm_90a: that is cuda_v2/split_q_4warps (FourWarpsRung below), timed beside split_q on a GPU.
   static constexpr int kWarps = 8, kMTiles = 1, kBlockN = split_q_tile(128).block_n;
 };
 template <>
@@ -82,14 +84,32 @@ struct SplitQRung {  // cuda_v2/split_q
   static constexpr bool kSkipTiles = true;  // + FA2's block skipping: only the tiles a valid row sees
 };
 
+// Beside the ladder, cuda_v2/split_q_4warps: split_q at the 128 tile width with FlashAttention-2's warp
+// layout for d = 128 on H100 (its flash_fwd_launch_template.h: 128 x 64, 4 warps): 4 warps of two row tiles
+// instead of 8 warps of one. Each K or V fragment then feeds two mma, so a warp reads 160 shared-memory bytes
+// per mma instead of 288. The price is registers: ptxas (nvcc 13) gives it all 255, without a spill for
+// sm_90a (the H100 and H200) and spilling 124 bytes for sm_80, and one block of 128 threads per SM. bf16
+// only; no score modification or dropout (check_split_q_4warps): with the variants it would not fit
+// (SplitQConfig<128>).
+struct FourWarpsRung {
+  static constexpr bool kAsyncCopy = true;
+  static constexpr bool kSkipTiles = true;
+};
+struct FourWarpsConfig {
+  static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_tile(128).block_n;
+};
+
 template <int kHeadDim, class Rung = SplitQRung>
 struct SplitQShape {
-  static constexpr int kWarps = SplitQConfig<kHeadDim>::kWarps;
-  static constexpr int kMTiles = SplitQConfig<kHeadDim>::kMTiles;
+  using Config =
+      std::conditional_t<std::is_same_v<Rung, FourWarpsRung>, FourWarpsConfig, SplitQConfig<kHeadDim>>;
+  static_assert(!std::is_same_v<Rung, FourWarpsRung> || kHeadDim == 128, "split_q_4warps: the 128 width");
+  static constexpr int kWarps = Config::kWarps;
+  static constexpr int kMTiles = Config::kMTiles;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kWarpRows = 16 * kMTiles;  // query rows owned by one warp
   static constexpr int kBlockM = kWarpRows * kWarps;
-  static constexpr int kBlockN = SplitQConfig<kHeadDim>::kBlockN;
+  static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kStages = Rung::kAsyncCopy ? 2 : 1;  // K/V double buffer, or one stage
   static constexpr int kSmemElements = kBlockM * kHeadDim + 2 * kStages * kBlockN * kHeadDim;
   static constexpr int kSmemBytes = kSmemElements * 2;
@@ -110,7 +130,8 @@ __device__ inline float fast_exp2(float x) {
 // problem with a score modification or dropout (variants.cuh). Rung: the ladder's rung (LdmatrixRung,
 // CpAsyncRung, SplitQRung above).
 template <typename Element, int kHeadDim, class Variant, class Rung>
-__global__ void __launch_bounds__(SplitQShape<kHeadDim>::kThreads, 1) split_q_kernel(const SplitQParams p) {
+__global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung>::kThreads, 1)
+    split_q_kernel(const SplitQParams p) {
   using Shape = SplitQShape<kHeadDim, Rung>;
   using Tile = SwizzledTile<kHeadDim>;
   constexpr int kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN, kThreads = Shape::kThreads;
@@ -389,10 +410,11 @@ void launch_kernel(const SplitQParams& p, cudaStream_t stream) {
                                                                         Shape::kSmemBytes, stream, p);
 }
 
-// The full kernel with the variants where the problem has one; the ladder's lower rungs take none.
+// The full kernel with the variants where the problem has one; the ladder's lower rungs and split_q_4warps
+// take none.
 template <typename Element, int kHeadDim, class Rung>
 void launch(const SplitQParams& p, cudaStream_t stream) {
-  if constexpr (Rung::kAsyncCopy && Rung::kSkipTiles)
+  if constexpr (std::is_same_v<Rung, SplitQRung>)
     if (p.has_variants()) return launch_kernel<Element, kHeadDim, Variants, Rung>(p, stream);
   launch_kernel<Element, kHeadDim, NoVariant, Rung>(p, stream);
 }
@@ -401,24 +423,28 @@ void launch(const SplitQParams& p, cudaStream_t stream) {
 // 64 and 128 (split_q_params.cpp).
 template <class Rung, typename Element>
 void dispatch_head_dim(const SplitQParams& p, cudaStream_t stream) {
-  constexpr bool kFull = Rung::kAsyncCopy && Rung::kSkipTiles;
-  switch (cuda::tile_width(p.head_dim)) {
-    case 32:
-      if constexpr (kFull) return launch<Element, 32, Rung>(p, stream);
-      break;
-    case 64:
-      return launch<Element, 64, Rung>(p, stream);
-    case 96:
-      if constexpr (kFull) return launch<Element, 96, Rung>(p, stream);
-      break;
-    case 128:
-      return launch<Element, 128, Rung>(p, stream);
-    case 192:
-      if constexpr (kFull) return launch<Element, 192, Rung>(p, stream);
-      break;
-    case 256:
-      if constexpr (kFull) return launch<Element, 256, Rung>(p, stream);
-      break;
+  constexpr bool kFull = std::is_same_v<Rung, SplitQRung>;
+  if constexpr (std::is_same_v<Rung, FourWarpsRung>) {
+    launch<Element, 128, Rung>(p, stream);  // its one tile width (check_split_q_4warps)
+  } else {
+    switch (cuda::tile_width(p.head_dim)) {
+      case 32:
+        if constexpr (kFull) return launch<Element, 32, Rung>(p, stream);
+        break;
+      case 64:
+        return launch<Element, 64, Rung>(p, stream);
+      case 96:
+        if constexpr (kFull) return launch<Element, 96, Rung>(p, stream);
+        break;
+      case 128:
+        return launch<Element, 128, Rung>(p, stream);
+      case 192:
+        if constexpr (kFull) return launch<Element, 192, Rung>(p, stream);
+        break;
+      case 256:
+        if constexpr (kFull) return launch<Element, 256, Rung>(p, stream);
+        break;
+    }
   }
 }
 
@@ -427,9 +453,12 @@ void dispatch_head_dim(const SplitQParams& p, cudaStream_t stream) {
 template <class Rung>
 void forward_rung(SplitQParams params, unsigned* special_rows, cudaStream_t stream) {
   params.special_rows = special_rows;
-  if (params.dtype == DType::f16) {
-    dispatch_head_dim<Rung, __half>(params, stream);
-    cuda::exact_rows<__half>(cuda::exact_rows_params(params), stream);
+  constexpr bool kHalf = !std::is_same_v<Rung, FourWarpsRung>;  // split_q_4warps is built for bf16 only
+  if (kHalf && params.dtype == DType::f16) {
+    if constexpr (kHalf) {
+      dispatch_head_dim<Rung, __half>(params, stream);
+      cuda::exact_rows<__half>(cuda::exact_rows_params(params), stream);
+    }
   } else {
     dispatch_head_dim<Rung, __nv_bfloat16>(params, stream);
     cuda::exact_rows<__nv_bfloat16>(cuda::exact_rows_params(params), stream);
@@ -476,6 +505,13 @@ void launch_mma_ldmatrix(const Problem& problem, const DeviceTensors& tensors) {
   const SplitQParams params = split_q_params(problem, tensors);
   check_split_q_rung(params);
   forward_rung<LdmatrixRung>(
+      params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream), tensors.stream);
+}
+
+void launch_split_q_4warps(const Problem& problem, const DeviceTensors& tensors) {
+  const SplitQParams params = split_q_params(problem, tensors);
+  check_split_q_4warps(params);
+  forward_rung<FourWarpsRung>(
       params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream), tensors.stream);
 }
 

@@ -102,6 +102,7 @@ void check_split_q_simt(const SplitQParams& params, Checks checks = Checks::laun
 void check_split_q(const SplitQParams& params, Checks checks = Checks::launch);
 void check_mma(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_rung(const SplitQParams& params, Checks checks = Checks::launch);
+void check_split_q_4warps(const SplitQParams& params, Checks checks = Checks::launch);
 using Check = void (*)(const SplitQParams&, Checks);
 
 // An implementation's supports(): "" when `check` passes the problem's parameters, else its reason.
@@ -134,6 +135,9 @@ FLASHLAB_FOR_EACH_TARGET(
     // loads (mma.cu), then split_q's kernel with ldmatrix and the swizzle, then with cp.async as well.
     void launch_mma(const Problem& problem, const DeviceTensors& tensors);
     void launch_mma_ldmatrix(const Problem& problem, const DeviceTensors& tensors);
-    void launch_mma_cp_async(const Problem& problem, const DeviceTensors& tensors);)
+    void launch_mma_cp_async(const Problem& problem, const DeviceTensors& tensors);
+    // Beside the ladder: split_q with FA2's warp layout at the 128 tile width, 4 warps of two row tiles
+    // (bf16).
+    void launch_split_q_4warps(const Problem& problem, const DeviceTensors& tensors);)
 
 }  // namespace flashlab::cuda_v2

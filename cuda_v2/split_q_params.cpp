@@ -152,6 +152,15 @@ void check_split_q_rung(const SplitQParams& p, Checks checks) {
   check_common(p, 8, checks);
 }
 
+void check_split_q_4warps(const SplitQParams& p, Checks checks) {
+  if (checks == Checks::launch && p.dtype != DType::bf16)
+    fail("dtype (", to_string(p.dtype), ") must be bf16 for cuda_v2/split_q_4warps");
+  if (cuda::tile_width(p.head_dim) != 128)
+    fail("head_dim (", p.head_dim, ") must be a multiple of 8 from 104 to 128 for cuda_v2/split_q_4warps");
+  if (p.has_variants()) fail("cuda_v2/split_q_4warps takes no score modification or dropout (split_q does)");
+  check_common(p, 8, checks);
+}
+
 void check_mma(const SplitQParams& p, Checks checks) {
   if (checks == Checks::launch && p.dtype != DType::f16)
     fail("dtype (", to_string(p.dtype), ") must be f16 for cuda_v2/mma");

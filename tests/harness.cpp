@@ -134,4 +134,39 @@ void report_case(bool passed, const std::string& impl, DType dtype, const char* 
   std::printf("%s\n", detail.c_str());
 }
 
+void check_case(const Implementation& impl, DType dtype, const Case& test_case, PreparedCase& prepared,
+                Tally& tally) {
+  AttentionOutputs out;
+  try {
+    out = run_forward(impl, prepared.problem, prepared.inputs);
+  } catch (const Error& error) {  // e.g. what the emulator found wrong inside a kernel: a failed case
+    const std::string what = error.what();
+    INFO(impl.name, " [", to_string(dtype), "] on '", test_case.name, "' (", prepared.problem.describe(),
+         "): ", what);
+    // Reported before the check: a run stopped at its first failure (--abort-after) still prints it.
+    report_case(false, impl.name, dtype, "", test_case, prepared.problem, what);
+    ++tally.failed;
+    CHECK_MESSAGE(false, "the run failed");
+    return;
+  }
+  const Verdict verdict = judge(prepared.problem, out, prepared.reference, prepared.tolerance(impl.rounds_p));
+  INFO(impl.name, " [", to_string(dtype), "] on '", test_case.name, "' (", prepared.problem.describe(),
+       "): ", verdict.explain());
+  report_case(verdict.passed(), impl.name, dtype, "", test_case, prepared.problem, verdict.explain());
+  ++(verdict.passed() ? tally.passed : tally.failed);
+  CHECK(verdict.passed());
+}
+
+void print_tally(const std::map<std::string, Tally>& tally, const char* pass) {
+  for (const auto& [name, counts] : tally) {
+    std::printf("  %-28s %s%3d passed, %d failed", name.c_str(), pass, counts.passed, counts.failed);
+    int skipped = 0;
+    for (const auto& [reason, count] : counts.skipped) skipped += count;
+    if (skipped > 0) std::printf(", %d skipped", skipped);
+    std::printf("\n");
+    for (const auto& [reason, count] : counts.skipped)
+      std::printf("      skipped %d: %s\n", count, reason.c_str());
+  }
+}
+
 }  // namespace flashlab::testing

@@ -83,4 +83,16 @@ double counted_forward_bytes(const Implementation& impl, const Problem& p);
 void report_case(bool passed, const std::string& impl, DType dtype, const char* pass, const Case& test_case,
                  const Problem& problem, const std::string& explanation);
 
+// A matrix test's count per implementation, printed at its end: "  <impl> <pass>N passed, M failed, K
+// skipped", then each reason for a skip with its count (`pass`: "" or "backward: ").
+struct Tally {
+  int passed = 0, failed = 0;
+  std::map<std::string, int> skipped;  // reason -> count
+};
+void print_tally(const std::map<std::string, Tally>& tally, const char* pass = "");
+// Runs `impl` forward on a prepared case and checks it against the reference within the same-dtype tolerance,
+// counting the outcome in `tally` (a run the emulator stops counts as failed, with its message).
+void check_case(const Implementation& impl, DType dtype, const Case& test_case, PreparedCase& prepared,
+                Tally& tally);
+
 }  // namespace flashlab::testing

@@ -2,20 +2,14 @@
 // offers.
 #include <doctest/doctest.h>
 
-#include <cstdio>
 #include <map>
 #include <optional>
 
-#include "common/error.hpp"
 #include "tests/harness.hpp"
 
 namespace flashlab::testing {
 
 TEST_CASE("every implementation matches the fp64 reference on the case matrix") {
-  struct Tally {
-    int passed = 0, failed = 0;
-    std::map<std::string, int> skipped;  // reason -> count
-  };
   const auto impls = selected_implementations();
   REQUIRE_MESSAGE(!impls.empty(), "FLASHLAB_IMPL selects no implementation");
   std::map<std::string, Tally> tally;
@@ -32,37 +26,11 @@ TEST_CASE("every implementation matches the fp64 reference on the case matrix") 
         }
         auto& slot = prepared[dtype];
         if (!slot) slot = prepare(test_case, dtype);
-        AttentionOutputs out;
-        try {
-          out = run_forward(*impl, slot->problem, slot->inputs);
-        } catch (const Error& error) {  // e.g. what the emulator found wrong inside a kernel: a failed case
-          const std::string what = error.what();
-          INFO(impl->name, " [", to_string(dtype), "] on '", test_case.name, "' (", slot->problem.describe(),
-               "): ", what);
-          // Reported before the check: a run stopped at its first failure (--abort-after) still prints it.
-          report_case(false, impl->name, dtype, "", test_case, slot->problem, what);
-          ++tally[impl->name].failed;
-          CHECK_MESSAGE(false, "the run failed");
-          continue;
-        }
-        const Verdict verdict = judge(slot->problem, out, slot->reference, slot->tolerance(impl->rounds_p));
-        INFO(impl->name, " [", to_string(dtype), "] on '", test_case.name, "' (", slot->problem.describe(),
-             "): ", verdict.explain());
-        report_case(verdict.passed(), impl->name, dtype, "", test_case, slot->problem, verdict.explain());
-        ++(verdict.passed() ? tally[impl->name].passed : tally[impl->name].failed);
-        CHECK(verdict.passed());
+        check_case(*impl, dtype, test_case, *slot, tally[impl->name]);
       }
     }
   }
-  for (const auto& [name, counts] : tally) {
-    std::printf("  %-28s %3d passed, %d failed", name.c_str(), counts.passed, counts.failed);
-    int skipped = 0;
-    for (const auto& [reason, count] : counts.skipped) skipped += count;
-    if (skipped > 0) std::printf(", %d skipped", skipped);
-    std::printf("\n");
-    for (const auto& [reason, count] : counts.skipped)
-      std::printf("      skipped %d: %s\n", count, reason.c_str());
-  }
+  print_tally(tally);
 }
 
 }  // namespace flashlab::testing

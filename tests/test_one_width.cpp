@@ -1,0 +1,47 @@
+// The entries built for one tile width on the case matrix's kinds of case, at that width.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "tests/harness.hpp"
+
+namespace flashlab::testing {
+
+// The entries built for one tile width (split_q_4warps and ws_bc176: the 128 width) meet few of the matrix's
+// kinds of case, which are mostly at d 64: no explicit mask, window or poisoned padding. Each case such an
+// entry refuses for its head dim alone runs again here at a head dim it takes, in the entry's first dtype
+// (its dtypes are one kernel template). In order only (tests/CMakeLists.txt): the shuffled schedule runs the
+// same kernels' synchronization on the matrix itself.
+TEST_CASE("one-width entries meet the matrix's kinds of case at their width") {
+  const std::map<std::string, int64_t> widths = {{"cuda_v2/split_q_4warps", 128},
+                                                 {"cuda_v3_hopper/ws_bc176", 128}};
+  std::map<std::string, Tally> tally;
+  for (const Case& original : case_matrix()) {
+    for (const Implementation* impl : selected_implementations()) {
+      const auto width = widths.find(impl->name);
+      if (width == widths.end()) continue;
+      for (DType dtype : {selected_dtypes(*impl).front()}) {
+        Problem problem = original.problem;
+        problem.dtype = dtype;
+        const std::string as_it_is = why_cannot_run(*impl, problem);
+        if (as_it_is.empty() || !contains(as_it_is, "head_dim"))
+          continue;  // the matrix runs it as it is, or it is refused for something else
+        Case test_case = original;
+        test_case.name += ", at d " + std::to_string(width->second);
+        test_case.problem.head_dim = problem.head_dim = width->second;
+        const std::string reason = why_cannot_run(*impl, problem);
+        if (!reason.empty()) {
+          ++tally[impl->name].skipped[reason];
+          continue;
+        }
+        PreparedCase prepared = prepare(test_case, dtype);
+        check_case(*impl, dtype, test_case, prepared, tally[impl->name]);
+      }
+    }
+  }
+  print_tally(tally);
+}
+
+}  // namespace flashlab::testing
