@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <map>
 #include <memory>
@@ -17,10 +16,6 @@
 namespace flashlab::testing {
 
 TEST_CASE("every backward matches the fp64 reference backward on the case matrix") {
-  struct Tally {
-    int passed = 0, failed = 0;
-    std::map<std::string, int> skipped;  // reason -> count
-  };
   std::vector<const Implementation*> impls;
   for (const Implementation* impl : selected_implementations())
     if (impl->backward) impls.push_back(impl);
@@ -64,15 +59,7 @@ TEST_CASE("every backward matches the fp64 reference backward on the case matrix
       }
     }
   }
-  for (const auto& [name, counts] : tally) {
-    std::printf("  %-28s backward: %3d passed, %d failed", name.c_str(), counts.passed, counts.failed);
-    int skipped = 0;
-    for (const auto& [reason, count] : counts.skipped) skipped += count;
-    if (skipped > 0) std::printf(", %d skipped", skipped);
-    std::printf("\n");
-    for (const auto& [reason, count] : counts.skipped)
-      std::printf("      skipped %d: %s\n", count, reason.c_str());
-  }
+  print_tally(tally, "backward: ");
 }
 
 TEST_CASE("NaN and Inf in valid inputs reach exactly the gradients they reach in the reference backward") {
