@@ -27,7 +27,11 @@ std::vector<const Implementation*> selected_implementations(bool any_device) {
 
 std::vector<DType> selected_dtypes(const Implementation& impl) {
   const char* which = std::getenv("FLASHLAB_DTYPES");
-  if (which != nullptr && std::string(which) == "first" && !impl.dtypes.empty()) return {impl.dtypes.front()};
+  if (which == nullptr || impl.dtypes.empty()) return impl.dtypes;
+  const std::string setting = which;
+  const bool first = setting == "first" || (setting.rfind("first:", 0) == 0 &&
+                                            std::regex_search(impl.name, std::regex(setting.substr(6))));
+  if (first) return {impl.dtypes.front()};
   return impl.dtypes;
 }
 

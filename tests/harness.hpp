@@ -29,7 +29,8 @@ std::vector<const Implementation*> selected_implementations(bool any_device = fa
 // The dtypes the registry tests run an implementation in: all it offers, or with FLASHLAB_DTYPES=first only
 // the first (the exercise self-test's solutions, tools/exercise.py: the stage's own code, which the full
 // runs check in every dtype; and the shuffled schedule, tests/CMakeLists.txt: a stage's dtypes share one
-// kernel template, whose thread order the schedule varies).
+// kernel template, whose thread order the schedule varies). FLASHLAB_DTYPES=first:REGEX takes the first only
+// for the implementations whose name REGEX finds (the in-order run's rungs beside a full kernel).
 std::vector<DType> selected_dtypes(const Implementation& impl);
 
 // A case's inputs (rounded to `dtype`), its fp64 reference and its baseline tolerances, computed once.
