@@ -96,7 +96,7 @@ struct Ring {
     //   phase i / kStages of its barriers, and a wait names the parity of the phase it waits for; the
     //   producer's first pass finds every stage free
     // difficulty: 3
-    // grades: cuda_v3_hopper/(ws|fp8$)
+    // grades: cuda_v3_hopper/(ws|fp8)$
     // docs: docs/05-cuda-v3-hopper.md#The schedule, in words
     // hint: an mbarrier counts phases, and a wait names the parity of the phase it waits for; each use of a
     //   stage completes one phase of its barriers
