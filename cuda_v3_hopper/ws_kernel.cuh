@@ -16,6 +16,9 @@
 // and runs the softmax of S_next while P V_{j-1} is still in flight.
 // Without warp specialization (the ablation's first rung) there is no producer warpgroup: one consumer thread
 // issues the same loads a few blocks ahead, between its own matrix products.
+// Persistent (WsConfig::kPersistent, FA3's tile scheduler): one CTA per SM computes tile after tile in
+// WsTileOrder's order (ws.hpp), its pipeline running on from one to the next (for_each_tile, PipelineStart);
+// its producer keeps 32 registers and its consumers take 232.
 #pragma once
 
 #include <cuda.h>
