@@ -172,6 +172,12 @@ __device__ inline void for_each_tile(const WsArgs& args, Body&& body) {
 // from tile to tile, so that the ring's stages and the barriers' phases go on where the last tile left them.
 struct PipelineStart {
   int iteration = 0, tile = 0, tails = 0;
+  // Past a tile of `blocks` key blocks (with a V tail or not): the producer and the consumers count alike.
+  __device__ void pass(int blocks, bool tail = false) {
+    iteration += blocks;
+    tile += 1;
+    tails += tail ? 1 : 0;
+  }
 };
 
 template <class Config>
@@ -320,9 +326,7 @@ struct Producer {
       } else if (tail.iteration >= 0) {
         zero_tail(tiles, tail, lane, 1);
       }
-      start.iteration += blocks;
-      start.tile += 1;
-      start.tails += tail.iteration >= 0 ? 1 : 0;
+      start.pass(blocks, tail.iteration >= 0);
     });
   }
 };
@@ -722,8 +726,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       Consumer<Config> consumer(tiles, args, work, consumer_index);
       consumer_mainloop(consumer, tiles, args, work, start, [](int) {});
       consumer_epilogue(consumer, tiles, &o_map, args, work);
-      start.iteration += work.n_end - work.n_begin;
-      start.tile += 1;
+      start.pass(work.n_end - work.n_begin);
     });
     PingPong<Config>::finish(consumer_index);
   } else {

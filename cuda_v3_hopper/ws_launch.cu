@@ -63,7 +63,7 @@ void launch(const HopperParams& params, cudaStream_t stream) {
   args.num_m_blocks = num_m_blocks;
   args.scale_log2 = params.softmax_scale * 1.4426950408889634f;  // log2(e)
   args.special_rows = params.special_rows;
-  args.order = ws_tile_order(params);
+  if constexpr (Config::kPersistent) args.order = ws_tile_order(params);
 
   // More than 48 KB of dynamic shared memory must be asked for, once per kernel.
   static const bool configured = [] {
@@ -73,8 +73,9 @@ void launch(const HopperParams& params, cudaStream_t stream) {
   }();
   (void)configured;
   // A grid of tiles, or of CTAs that each compute many (the persistent kernel: one per SM, or params.ctas).
-  const int ctas = std::min(args.order.tiles(), params.ctas > 0 ? params.ctas : cuda::sm_count());
-  const dim3 grid = Config::kPersistent ? dim3(ctas) : dim3(num_m_blocks, params.heads_q, params.batch);
+  dim3 grid(num_m_blocks, params.heads_q, params.batch);
+  if constexpr (Config::kPersistent)
+    grid = dim3(std::min(args.order.tiles(), params.ctas > 0 ? params.ctas : cuda::sm_count()));
   cuda::launch_kernel<ws_attention_kernel<Config>>(grid, Config::kThreads, Config::kSharedBytes, stream,
                                                    q_map, k_map, v_map, o_map, args);
 }
