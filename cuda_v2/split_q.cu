@@ -453,16 +453,14 @@ void dispatch_head_dim(const SplitQParams& p, cudaStream_t stream) {
 template <class Rung>
 void forward_rung(SplitQParams params, unsigned* special_rows, cudaStream_t stream) {
   params.special_rows = special_rows;
-  constexpr bool kHalf = !std::is_same_v<Rung, FourWarpsRung>;  // split_q_4warps is built for bf16 only
-  if (kHalf && params.dtype == DType::f16) {
-    if constexpr (kHalf) {
+  if constexpr (!std::is_same_v<Rung, FourWarpsRung>)  // split_q_4warps is built for bf16 only
+    if (params.dtype == DType::f16) {
       dispatch_head_dim<Rung, __half>(params, stream);
       cuda::exact_rows<__half>(cuda::exact_rows_params(params), stream);
+      return;
     }
-  } else {
-    dispatch_head_dim<Rung, __nv_bfloat16>(params, stream);
-    cuda::exact_rows<__nv_bfloat16>(cuda::exact_rows_params(params), stream);
-  }
+  dispatch_head_dim<Rung, __nv_bfloat16>(params, stream);
+  cuda::exact_rows<__nv_bfloat16>(cuda::exact_rows_params(params), stream);
 }
 
 }  // namespace
