@@ -55,9 +55,9 @@ PHASE_BUDGETS = {"check": 330, "speed": 240, "extra": 240}
 ALL_BUDGET = 540
 # Our implementations in the order they are timed on each shape: the Hopper rungs and the decode first (the
 # stages a short visit must not leave untimed), then FA2, then the CUDA-core baselines.
-PRIORITY = ["cuda_v3_hopper/ws", "cuda_v3_hopper/ws_bc176", "cuda_v3_hopper/ws_persistent",
-            "cuda_v3_hopper/ws_no_overlap", "cuda_v3_hopper/ws_no_pingpong", "cuda_v3_hopper/ws_no_producer",
-            "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "cuda_v2/split_q", "cuda_v2/split_q_4warps",
+PRIORITY = ["cuda_v3_hopper/ws", "cuda_v3_hopper/ws_bc176", "cuda_v3_hopper/ws_m192",
+            "cuda_v3_hopper/ws_persistent", "cuda_v3_hopper/ws_no_overlap", "cuda_v3_hopper/ws_no_pingpong",
+            "cuda_v3_hopper/ws_no_producer", "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "cuda_v2/split_q", "cuda_v2/split_q_4warps",
             "cuda_v2/split_q_simt", "cuda_v1/split_k"]
 PEERS = ["torch/sdpa_flash", "torch/sdpa_cudnn", "torch/sdpa_efficient", "torch/sdpa_math"]
 # The harness's test cases each sanitizer runs, in one process: every GPU implementation's small cases (forward

@@ -5,7 +5,8 @@ The kernels hand registers from the producer warpgroup to the consumers with set
 24 a thread, each of the two consumers rises to 240. setmaxnreg.inc waits until the block's register pool can
 supply the increase, and the pool holds what the launch gave: ptxas's register count for the kernel, for each of
 its 384 threads. 24 x 128 + 2 x 240 x 128 = 64,512 registers fits only if ptxas gives every thread 168 (the
-65,536 of an SM over 384 threads, rounded down to 8): with fewer the consumers wait forever on a GPU. The kernels
+65,536 of an SM over 384 threads, rounded down to 8): with fewer the consumers wait forever on a GPU. The kernel
+with three consumers (FA3's 192 x 128 tile, 512 threads) needs 128 a thread for its 32 + 3 x 160. The kernels
 state that count (launch_registers() in ws_kernel.cuh, kLaunchRegisters), the emulator starts its pool from it,
 and this script compiles the launchers with ptxas's report and fails when any kernel that uses setmaxnreg
 (ws_attention_kernel with warp specialization, ws_core_kernel, fp8_attention_kernel) gets another count, or when ptxas ignores
@@ -20,8 +21,17 @@ import subprocess
 import sys
 import tempfile
 
-THREADS = 384  # a producer and two consumer warpgroups
-EXPECTED = 65536 // THREADS // 8 * 8
+
+
+def threads(kernel):
+    """A producer and two consumer warpgroups, or the consumers WsConfig's last argument names."""
+    match = re.search(r"WsConfig<[^<>]*, (\d+)>", kernel)
+    consumers = int(match.group(1)) if match else 2
+    return 128 * (consumers + 1)
+
+
+def expected(kernel):
+    return 65536 // threads(kernel) // 8 * 8
 
 
 def demangle(names):
@@ -75,17 +85,19 @@ def main():
             if not uses_setmaxnreg(kernel):
                 continue
             report.append(f"{count} registers  {kernel}")
-            if count != EXPECTED:
-                failures.append(f"{kernel}: {count} registers a thread, not {EXPECTED}")
+            if count != expected(kernel):
+                failures.append(f"{kernel}: {threads(kernel)} threads with {count} registers each, not "
+                                f"{expected(kernel)}")
     if not report:
         sys.exit("check_registers: no kernel that uses setmaxnreg was found")
     if failures:
-        sys.exit("check_registers: the warp-specialized kernels need ptxas to give each of their "
-                 f"{THREADS} threads {EXPECTED} registers (the pool setmaxnreg shares out: 24 + 2 x 240 per "
-                 "thread of a warpgroup); otherwise setmaxnreg.inc waits forever on a GPU:\n  "
+        sys.exit("check_registers: the warp-specialized kernels need ptxas to give each of their threads "
+                 "65,536 / threads registers (the pool setmaxnreg shares out, e.g. 24 + 2 x 240 per thread "
+                 "of a warpgroup); otherwise setmaxnreg.inc waits forever on a GPU:\n  "
                  + "\n  ".join(failures))
     with open(args.output, "w") as out:
-        out.write(f"ptxas register counts of the kernels that use setmaxnreg (expected {EXPECTED}):\n")
+        out.write("ptxas register counts of the kernels that use setmaxnreg (expected: 65,536 / threads, "
+                  "168 for 384, 128 for 512):\n")
         out.write("\n".join(report) + "\n")
     if args.depfile:  # one Makefile-style depfile for the output, from nvcc's per-source ones
         deps = []

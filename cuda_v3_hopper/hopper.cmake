@@ -30,7 +30,7 @@ target_compile_options(hopper_ws_ptx PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-gencode
 set_target_properties(hopper_ws_ptx PROPERTIES CUDA_PTX_COMPILATION ON)
 
 # A fact of the build, checked: ptxas gives the warp-specialized kernels the register count their setmaxnreg
-# split relies on (168 a thread; check_registers.py says why). The build fails otherwise.
+# split relies on (168 a thread of 384, 128 of 512; check_registers.py says why). The build fails otherwise.
 set(FLASHLAB_HOPPER_REGISTERS ${CMAKE_CURRENT_BINARY_DIR}/hopper_registers.txt)
 add_custom_command(
   OUTPUT ${FLASHLAB_HOPPER_REGISTERS}

@@ -36,15 +36,15 @@ std::string supports(const Problem& p) {
 }
 
 // Global traffic: FA2's Q-block-outer order (common/flops.hpp), 16-bit, with TMA boxes that read a visited
-// key block to the tensor's end (padding keys included), for key blocks of `block_n` (0: the head dim's own).
-// `flashlab profile` counts it in the emulator.
-double traffic(const Problem& p, int block_n) {
+// key block to the tensor's end (padding keys included), for tiles of `block_m` query rows and key blocks of
+// `block_n` (0: the head dim's own). `flashlab profile` counts it in the emulator.
+double traffic(const Problem& p, int block_m, int block_n) {
   const int n = block_n != 0 ? block_n : ws_block_n(static_cast<int>(p.head_dim));
-  return q_block_outer_bytes(p, kWsBlockM, n, 2.0, TileLoads::tma) +
+  return q_block_outer_bytes(p, block_m, n, 2.0, TileLoads::tma) +
          cuda::exact_rows_flag_bytes();  // the special-value pass reads its flag (docs/08)
 }
 double bytes_moved(const Problem& p) {
-  return traffic(p, 0);
+  return traffic(p, kWsBlockM, 0);
 }
 
 // One entry per rung of the ablation ladder (ws.hpp, HopperAblation), and one for FA3's wider tile: the
@@ -75,7 +75,18 @@ std::string wide_supports(const Problem& p) {
   return supports(p);
 }
 double wide_bytes_moved(const Problem& p) {
-  return traffic(p, kWsWideBlockN);
+  return traffic(p, kWsBlockM, kWsWideBlockN);
+}
+
+// FA3's 192 x 128 tile: bf16, the head dims that run in the 64 tile width.
+std::string tall_supports(const Problem& p) {
+  if (ws_tile_width(p.head_dim) != 64)
+    return "head_dim (" + std::to_string(p.head_dim) +
+           ") must be a multiple of 8 up to 64 for cuda_v3_hopper/ws_m192 (its tiles are 64 wide)";
+  return supports(p);
+}
+double tall_bytes_moved(const Problem& p) {
+  return traffic(p, kWsTallBlockM, 0);
 }
 
 // The persistent kernel: the full kernel's tiles, in bf16 for the head dims of the 64 and 128 tile widths.
@@ -134,6 +145,19 @@ const Registration ws_bc176{rung(
     "bf16, f16; sm_90a; head_dim a multiple of 8 from 72 to 128; causal, window, "
     "padding, GQA; no explicit mask",
     wide_supports, wide_bytes_moved)};
+// Beside the ladder: the full kernel with the query block FA3 takes for d 64, three consumers (ws.hpp).
+const Registration ws_m192{gpu_implementation(
+    {.name = "cuda_v3_hopper/ws_m192",
+     .summary = "the full FA3 kernel with FA3's 192 x 128 tiles for d 64: three consumer warpgroups",
+     .dtypes = {DType::bf16},
+     .constraints = "bf16; sm_90a; head_dim a multiple of 8 up to 64; causal, window, padding, GQA; "
+                    "no explicit mask",
+     .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V wgmma
+     .explicit_mask = false,
+     .availability = needs_sm90a,
+     .supports = tall_supports,
+     .bytes_moved = tall_bytes_moved},
+    FLASHLAB_DEVICE_BUILDS(launch_ws_m192, ws_workspace_bytes))};
 // Beside the ladder: the full kernel with FA3's persistent tile scheduler (ws.hpp, WsTileOrder).
 const Registration ws_persistent{gpu_implementation(
     {.name = "cuda_v3_hopper/ws_persistent",

@@ -41,8 +41,12 @@ constexpr int ws_block_n(int head_dim) {
 // tile width only. S (88 floats a thread), P and O stay within the consumers' 240 registers, and Q with two
 // K/V stages take 208 KiB of shared memory. A rung of its own (ws_bc176, ws.cpp), timed beside ws.
 constexpr int kWsWideBlockN = 176;
+// FA3's taller query block for d 64 (its hopper/tile_size.h, under a causal mask or a window): 192 x 128,
+// three consumer warpgroups of 64 rows, each with 160 registers, beside the producer's 32. More rows share
+// each K and V block that the CTA loads. The full kernel in the 64 tile width only (ws_m192, ws.cpp).
+constexpr int kWsTallBlockM = 192;
 
-// A tile of the grid: kWsBlockM query rows of one (batch, head).
+// A tile of the grid: kWsBlockM (or kWsTallBlockM) query rows of one (batch, head).
 struct WsTile {
   int m_block, head, batch;
 };
@@ -122,6 +126,9 @@ struct HopperParams {
   // Keys per block (Bc): 0 takes ws_block_n(head_dim); kWsWideBlockN takes FA3's 128 x 176 (the full kernel,
   // tile width 128).
   int block_n = 0;
+  // Query rows per CTA (Br): 0 takes kWsBlockM; kWsTallBlockM takes FA3's 192 x 128 (the full kernel, tile
+  // width 64, its own block_n, not persistent).
+  int block_m = 0;
   // FA3's persistent kernel: a grid of `ctas` CTAs (0: one per SM), each computing tiles in WsTileOrder's
   // order, its pipeline running on from one tile to the next. The full kernel, bf16, head dims up to 128.
   bool persistent = false;
@@ -130,6 +137,11 @@ struct HopperParams {
   // (common/cuda/exact_rows.hpp, flagged mode); null: the pass scans every row.
   unsigned* special_rows = nullptr;
 };
+
+// The query rows of a CTA's tile for these parameters (HopperParams::block_m).
+inline int ws_block_m(const HopperParams& params) {
+  return params.block_m != 0 ? params.block_m : kWsBlockM;
+}
 
 // The persistent kernel's order for these parameters (sections sized by kWsL2SectionBytes).
 WsTileOrder ws_tile_order(const HopperParams& params);

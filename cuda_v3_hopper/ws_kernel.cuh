@@ -1,17 +1,18 @@
 // The FlashAttention-3 forward kernel (sm_90a): roles, pipeline and schedule.
 //
-// One CTA computes a tile of kBlockM = 128 query rows of one (batch, head). Its warpgroups:
+// One CTA computes a tile of kBlockM = 64 x kConsumers query rows of one (batch, head): 128, or FA3's 192 for
+// d 64 (WsConfig::kConsumers). Its warpgroups:
 //   producer   (warpgroup 0, registers lowered to 24): one thread loads Q once and K_j, V_j for every visible
 //              key block into a circular buffer of kStages shared-memory stages with TMA, in the order the
 //              consumers use them (K_j ahead of V_{j-1} under the overlap below, as FA3 does); each load
 //              completes on the stage's "full" mbarrier, and the producer reuses a stage once its "empty"
-//              barrier says both consumers are done with it.
-//   consumers  (warpgroups 1 and 2, registers raised to 240): each owns 64 of the 128 query rows and runs
+//              barrier says every consumer is done with it.
+//   consumers  (warpgroups 1 and 2 at 240 registers; or 1 to 3 at 160): each owns 64 of the rows and runs
 //              FA2's loop on them with wgmma: S = Q K_j^T (both operands in shared memory), the online
 //              softmax in registers, O += P V_j (P from registers), normalization at the end; O goes back
 //              through shared memory with a TMA store.
-// Ping-pong (FA3 section 3.1): named barriers make the two consumers take turns issuing their matrix
-// products, so one warpgroup's softmax runs while the other's wgmma keep the tensor cores busy.
+// Ping-pong (FA3 section 3.1): named barriers make the consumers take turns issuing their matrix products,
+// round the ring, so one warpgroup's softmax runs while another's wgmma keep the tensor cores busy.
 // Intra-warpgroup overlap (FA3 Algorithm 2): a consumer issues S_next = Q K_j^T and O += P V_{j-1} together
 // and runs the softmax of S_next while P V_{j-1} is still in flight.
 // Without warp specialization (the ablation's first rung) there is no producer warpgroup: one consumer thread
@@ -50,7 +51,7 @@ constexpr uint32_t launch_registers(int threads) {
 }
 
 template <typename Element_, int kHeadDim_, int kBlockN_, bool kWarpSpecialized_, bool kPingPong_,
-          bool kIntraWarpgroupOverlap_, bool kPersistent_ = false>
+          bool kIntraWarpgroupOverlap_, bool kPersistent_ = false, int kConsumers_ = 2>
 struct WsConfig {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -68,9 +69,13 @@ struct WsConfig {
   // The producer warpgroup carries the pipeline from tile to tile (Producer::run).
   static_assert(!kPersistent || kWarpSpecialized, "the persistent kernel needs a producer warpgroup");
 
-  static constexpr int kConsumers = 2;             // consumer warpgroups
+  // Consumer warpgroups: two, or FA3's three for d 64 (its 192 x 128 tile: the full kernel, one tile a CTA).
+  static constexpr int kConsumers = kConsumers_;
   static constexpr int kBlockM = 64 * kConsumers;  // Br: query rows per CTA, 64 per consumer
-  static_assert(kBlockM == kWsBlockM, "kWsBlockM (ws.hpp) states the query tile");
+  static_assert(kBlockM == kWsBlockM || kBlockM == kWsTallBlockM, "ws.hpp states the query tiles");
+  static_assert(kConsumers == 2 ||
+                    (kHeadDim == 64 && kBlockN == 128 && kPingPong && kIntraWarpgroupOverlap && !kPersistent),
+                "three consumers: FA3's 192 x 128 tile of the full kernel at d 64");
   static constexpr int kStages = 2;              // shared-memory stages of K and V
   static constexpr int kPanels = kHeadDim / 64;  // 128-byte-wide column panels of a tile
   static constexpr int kConsumerThreads = 128 * kConsumers;
@@ -78,10 +83,11 @@ struct WsConfig {
   // FA3's split for two consumer warpgroups: 24 + 2 * 240 registers per thread, out of the 168 a thread that
   // the launch gives every warpgroup. The persistent producer carries its counts and the tile's from tile to
   // tile: at 24 registers ptxas spills 8 (d 128) to 40 (d 64) bytes there, at 32 none, and the consumers'
-  // 232 still hold d 128 without a spill (nvcc 13, sm_90a; check_ptx.sh).
+  // 232 still hold d 128 without a spill (nvcc 13, sm_90a; check_ptx.sh). Three consumers share 512 threads'
+  // 128 registers as FA3 does: 32 + 3 * 160, enough for S (64 floats), P (32) and O (32) at d 64.
   static constexpr uint32_t kLaunchRegisters = launch_registers(kThreads);
-  static constexpr uint32_t kProducerRegisters = kPersistent ? 32 : 24;
-  static constexpr uint32_t kConsumerRegisters = kPersistent ? 232 : 240;
+  static constexpr uint32_t kProducerRegisters = kPersistent || kConsumers == 3 ? 32 : 24;
+  static constexpr uint32_t kConsumerRegisters = kConsumers == 3 ? 160 : kPersistent ? 232 : 240;
   static_assert(!kWarpSpecialized || 128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <=
                                          kLaunchRegisters * kThreads,
                 "setmaxnreg.inc would wait forever: the producer does not free what the consumers take");
@@ -136,7 +142,7 @@ struct SharedTiles {
   // Where the V block holding a batch's last keys lands before its padding rows are zeroed
   // (Producer::load_v).
   __device__ uint64_t* v_tail() const { return barriers() + 1 + 4 * Config::kStages; }
-  // Completed when both consumers have stored their O from the Q tile, so the producer may load the next
+  // Completed when every consumer has stored its O from the Q tile, so the producer may load the next
   // tile's Q there (the persistent kernel).
   __device__ uint64_t* q_empty() const { return barriers() + 2 + 4 * Config::kStages; }
 };
@@ -250,7 +256,7 @@ struct Producer {
   }
 
   // K_j of the tile's key block `iteration` into the ring's stage for the CTA's pipeline iteration
-  // start.iteration + iteration, once both consumers have released it. One thread issues. GQA/MQA: the kv
+  // start.iteration + iteration, once every consumer has released it. One thread issues. GQA/MQA: the kv
   // head is a tensor-map coordinate, so query heads of one group read the same K and V.
   __device__ static void load_k(const SharedTiles<Config>& tiles, const CUtensorMap* k_map,
                                 const BlockWork& work, const PipelineStart& start, int iteration) {
@@ -331,23 +337,27 @@ struct Producer {
   }
 };
 
-// --- Ping-pong scheduling between the two consumer warpgroups (FA3 section 3.1) ---
+// --- Ping-pong scheduling between the consumer warpgroups (FA3 section 3.1) ---
 // Named barrier 1 + c is "consumer c may issue its matrix products" (consumer c is warpgroup c + 1 in the
-// warp-specialized kernel). A consumer waits for its own barrier, issues, then arrives on the other's.
-// Consumer 1 arrives once at the start (consumer 0 goes first) and consumer 0 waits once at the end, so every
+// warp-specialized kernel). A consumer waits for its own barrier, issues, then arrives on the next one's,
+// round the ring (0, 1, 0, 1, ... with two; 0, 1, 2, 0, ... with three, as FA3's scheduler barrier). The last
+// consumer arrives once at the start (consumer 0 goes first) and consumer 0 waits once at the end, so every
 // barrier sees as many arrivals as waits.
 template <class Config>
 struct PingPong {
-  static constexpr uint32_t kThreads = 256;  // both consumer warpgroups take part in each barrier
+  // Two warpgroups take part in each barrier: the one waiting for its turn and the one passing it.
+  static constexpr uint32_t kThreads = 256;
+  static constexpr int kLast = Config::kConsumers - 1;
   __device__ static void start(int consumer) {
     if constexpr (Config::kPingPong)
-      if (consumer == 1) ptx::barrier_arrive(1, kThreads);
+      if (consumer == kLast) ptx::barrier_arrive(1, kThreads);
   }
   __device__ static void wait_turn(int consumer) {
     if constexpr (Config::kPingPong) ptx::barrier_sync(1 + consumer, kThreads);
   }
   __device__ static void pass_turn(int consumer) {
-    if constexpr (Config::kPingPong) ptx::barrier_arrive(1 + (1 - consumer), kThreads);
+    if constexpr (Config::kPingPong)
+      ptx::barrier_arrive(1 + (consumer == kLast ? 0 : consumer + 1), kThreads);
   }
   __device__ static void finish(int consumer) {
     if constexpr (Config::kPingPong)
@@ -628,7 +638,8 @@ __device__ inline void consumer_epilogue(Consumer<Config>& c, const SharedTiles<
                                          const BlockWork& work) {
   using Element = typename Config::Element;
   constexpr int kD = Config::kHeadDim;
-  const uint32_t barrier_id = 3 + c.consumer;  // per-warpgroup named barrier (1 and 2 are ping-pong's)
+  // Per-warpgroup named barrier (1 to kConsumers are ping-pong's).
+  const uint32_t barrier_id = 1 + Config::kConsumers + c.consumer;
   const int first_row = work.m_block * Config::kBlockM + c.consumer * 64;
   float inverse_sum[2];
   bool seen_row[2];
@@ -716,8 +727,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       return;
     }
     setmaxnreg_inc<Config::kConsumerRegisters, Config::kLaunchRegisters>();
-    // The consumers take turns across tiles as within one: both compute the same tiles, and each takes as
-    // many turns in a tile as the other.
+    // The consumers take turns across tiles as within one: all compute the same tiles, and each takes as
+    // many turns in a tile as the others.
     const int consumer_index = warpgroup - 1;
     PingPong<Config>::start(consumer_index);
     PipelineStart start;

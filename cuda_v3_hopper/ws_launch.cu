@@ -99,6 +99,10 @@ void launch_rung(const HopperParams& params, cudaStream_t stream) {
   if constexpr (kHeadDim == 128)  // FA3's 128 x 176 (ws_params.cpp has refused it with any other rung)
     if (params.block_n == kWsWideBlockN)
       return launch<WsConfig<Element, kHeadDim, kWsWideBlockN, true, true, true>>(params, stream);
+  // FA3's 192 x 128, three consumers (ws_params.cpp has refused it outside the full kernel, bf16, width 64).
+  if constexpr (std::is_same_v<Element, __nv_bfloat16> && kHeadDim == 64)
+    if (params.block_m == kWsTallBlockM)
+      return launch<WsConfig<Element, kHeadDim, kN, true, true, true, false, 3>>(params, stream);
   if (a.intra_warpgroup_overlap)
     return launch<WsConfig<Element, kHeadDim, kN, true, true, true>>(params, stream);
   if (a.ping_pong) return launch<WsConfig<Element, kHeadDim, kN, true, true, false>>(params, stream);
@@ -109,7 +113,7 @@ void launch_rung(const HopperParams& params, cudaStream_t stream) {
 
 // The registry's launchers: one rung each, on a problem's device tensors.
 void launch_ablation(const Problem& problem, const DeviceTensors& tensors, HopperAblation ablation,
-                     int block_n = 0, bool persistent = false, int ctas = 0) {
+                     int block_n = 0, bool persistent = false, int ctas = 0, int block_m = 0) {
   if (problem.dtype != DType::bf16 && problem.dtype != DType::f16)
     fail("cuda_v3_hopper/ws: dtype (", to_string(problem.dtype), ") must be bf16 or f16");
   if (tensors.mask != nullptr) fail("cuda_v3_hopper/ws: an explicit mask is not supported");
@@ -121,6 +125,7 @@ void launch_ablation(const Problem& problem, const DeviceTensors& tensors, Hoppe
   params.lse = tensors.lse;
   params.ablation = ablation;
   params.block_n = block_n;
+  params.block_m = block_m;
   params.persistent = persistent;
   params.ctas = ctas;
   const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);
@@ -174,6 +179,9 @@ void launch_ws_no_producer(const Problem& problem, const DeviceTensors& tensors)
 }
 void launch_ws_bc176(const Problem& problem, const DeviceTensors& tensors) {
   launch_ablation(problem, tensors, {true, true, true}, kWsWideBlockN);
+}
+void launch_ws_m192(const Problem& problem, const DeviceTensors& tensors) {
+  launch_ablation(problem, tensors, {true, true, true}, 0, false, 0, kWsTallBlockM);
 }
 void launch_ws_persistent(const Problem& problem, const DeviceTensors& tensors) {
   launch_ablation(problem, tensors, {true, true, true}, 0, true);

@@ -18,7 +18,7 @@ void set_packed_strides(HopperParams& p) {
 
 WsTileOrder ws_tile_order(const HopperParams& p) {
   WsTileOrder order;
-  order.num_m_blocks = (p.seqlen_q + kWsBlockM - 1) / kWsBlockM;
+  order.num_m_blocks = (p.seqlen_q + ws_block_m(p) - 1) / ws_block_m(p);
   order.heads = p.heads_q;
   order.batches = p.batch;
   // A pair's K and V: 2 x seqlen_k x head_dim 16-bit elements (a GQA group's heads share theirs, which only
@@ -76,13 +76,18 @@ const char* hopper_ws_unsupported(const HopperParams& p) {
       !(p.block_n == kWsWideBlockN && ws_tile_width(p.head_dim) == 128 && a.warp_specialization &&
         a.ping_pong && a.intra_warpgroup_overlap))
     return "block_n must be 0, the head dim's own, or 176 for the full kernel in the 128 tile width";
+  if (p.block_m != 0 && p.block_m != kWsBlockM &&
+      !(p.block_m == kWsTallBlockM && p.dtype == HopperDType::bf16 && ws_tile_width(p.head_dim) == 64 &&
+        p.block_n == 0 && !p.persistent && a.warp_specialization && a.ping_pong && a.intra_warpgroup_overlap))
+    return "block_m must be 0, 128, or 192 for the full kernel in bf16 and the 64 tile width (its own "
+           "block_n, not persistent)";
   if (p.persistent) {
     if (p.dtype != HopperDType::bf16 || ws_tile_width(p.head_dim) > 128 || p.block_n != 0 ||
         !(a.warp_specialization && a.ping_pong && a.intra_warpgroup_overlap))
       return "persistent: the full kernel, bf16, head dims up to 128, its own block_n";
     if (p.ctas < 0) return "ctas must be >= 0 (0: one CTA per SM)";
     // The tiles are numbered in an int (WsTileOrder).
-    if (int64_t{(p.seqlen_q + kWsBlockM - 1) / kWsBlockM} * p.heads_q * p.batch > INT32_MAX)
+    if (int64_t{(p.seqlen_q + ws_block_m(p) - 1) / ws_block_m(p)} * p.heads_q * p.batch > INT32_MAX)
       return "persistent: more than 2^31 - 1 tiles";
   }
   return "";

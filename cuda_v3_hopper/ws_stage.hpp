@@ -25,12 +25,14 @@ std::string needs_sm90a();
 
 // The rungs for a bf16 or f16 problem, enqueued on tensors.stream: the full kernel (warp specialization,
 // ping-pong, intra-warpgroup overlap), then each ingredient taken away in the ladder's order; the full kernel
-// with FA3's 128 x 176 tiles (head dims in the 128 tile width); and the full kernel persistent.
+// with FA3's 128 x 176 tiles (head dims in the 128 tile width), with its 192 x 128 tiles (bf16, head dims in
+// the 64 tile width); and the full kernel persistent.
 FLASHLAB_FOR_EACH_TARGET(void launch_ws(const Problem& problem, const DeviceTensors& tensors);
                          void launch_ws_no_overlap(const Problem& problem, const DeviceTensors& tensors);
                          void launch_ws_no_pingpong(const Problem& problem, const DeviceTensors& tensors);
                          void launch_ws_no_producer(const Problem& problem, const DeviceTensors& tensors);
                          void launch_ws_bc176(const Problem& problem, const DeviceTensors& tensors);
+                         void launch_ws_m192(const Problem& problem, const DeviceTensors& tensors);
                          // The full kernel, persistent (bf16, head dims up to 128), on one CTA per SM;
                          // or on `ctas` CTAs, so that each computes many tiles on any device.
                          void launch_ws_persistent(const Problem& problem, const DeviceTensors& tensors);

@@ -1,8 +1,8 @@
 // GPU stages below the registry, checked on any machine: cuda_v2's tile decisions against the mask rules,
 // its launchers' refusals, decoding/cuda_split_kv at split counts the heuristic would not pick,
-// cuda_v3_hopper/ws_persistent's tile order and its kernel on a few CTAs, and the
-// launchers on tensors that already live on the device (the Python module's CUDA tensors), run in the
-// emulator (and on the GPU where there is one).
+// cuda_v3_hopper/ws's refusal of tiles it is not built for, ws_persistent's tile order and its kernel on a
+// few CTAs, and the launchers on tensors that already live on the device (the Python module's CUDA tensors),
+// run in the emulator (and on the GPU where there is one).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -222,6 +222,36 @@ TEST_CASE("the persistent kernel's tile order hands out every tile once, longest
   CHECK(hopper::ws_tile_order(params).section == 21);
   params.seqlen_k = 1 << 20;
   CHECK(hopper::ws_tile_order(params).section == 1);
+}
+
+// The launcher's tile choices outside what it is built for are refused, naming the field, before anything
+// runs: FA3's 192 x 128 (block_m 192) is built for the full kernel, bf16, the 64 tile width alone.
+TEST_CASE("cuda_v3_hopper/ws refuses block_m outside FA3's 192 x 128 tile, naming the field") {
+  hopper::HopperParams params;
+  params.seqlen_q = params.seqlen_k = 100, params.head_dim = 64, params.softmax_scale = 0.125f;
+  hopper::set_packed_strides(params);
+  CHECK(std::string(hopper::hopper_ws_unsupported(params)).empty());
+  params.block_m = hopper::kWsTallBlockM;
+  CHECK(std::string(hopper::hopper_ws_unsupported(params)).empty());
+  CHECK(hopper::ws_block_m(params) == 192);
+  auto refused = [](hopper::HopperParams p) {
+    return contains(hopper::hopper_ws_unsupported(p), "block_m must be 0, 128, or 192");
+  };
+  for (int block_m : {64, 256}) {
+    hopper::HopperParams other = params;
+    other.block_m = block_m;
+    CHECK(refused(other));
+  }
+  hopper::HopperParams f16 = params, wide = params, persistent = params, no_overlap = params;
+  f16.dtype = hopper::HopperDType::f16;
+  wide.head_dim = 128;
+  hopper::set_packed_strides(wide);
+  persistent.persistent = true;
+  no_overlap.ablation.intra_warpgroup_overlap = false;
+  CHECK(refused(f16));
+  CHECK(refused(wide));
+  CHECK(refused(persistent));
+  CHECK(refused(no_overlap));
 }
 
 // The persistent kernel carries its pipeline (the ring's stages, the barriers' phases, the Q tile, the

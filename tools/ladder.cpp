@@ -34,6 +34,12 @@ const std::vector<LadderProblem>& ladder_problems() {
        {"--heads", "8", "--seqlen-q", "1024", "--head-dim", "128", "--dtype", "bf16"},
        {"--heads", "2", "--seqlen-q", "256", "--head-dim", "128", "--dtype", "bf16"},
        {}},
+      // The stages made for the 64 tile width alone (FA3's 192 x 128 tile), with ws beside them on a GPU.
+      {"prefill, bf16 at d 64: FlashAttention-3's tile for d 64",
+       "prefill bf16 d64",
+       {"--heads", "8", "--seqlen-q", "1024", "--head-dim", "64", "--dtype", "bf16"},
+       {"--heads", "2", "--seqlen-q", "256", "--head-dim", "64", "--dtype", "bf16"},
+       {"cuda_v3_hopper/ws"}},
       {"prefill, f16: the cores and rungs of FlashAttention-2 on tensor cores",
        "prefill f16",
        {"--heads", "8", "--seqlen-q", "1024", "--head-dim", "128", "--dtype", "f16"},
