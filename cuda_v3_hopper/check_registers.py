@@ -8,19 +8,18 @@ its 384 threads. 24 x 128 + 2 x 240 x 128 = 64,512 registers fits only if ptxas 
 65,536 of an SM over 384 threads, rounded down to 8): with fewer the consumers wait forever on a GPU. The kernel
 with three consumers (FA3's 192 x 128 tile, 512 threads) needs 128 a thread for its 32 + 3 x 160. The kernels
 state that count (launch_registers() in ws_kernel.cuh, kLaunchRegisters), the emulator starts its pool from it,
-and this script compiles the launchers with ptxas's report and fails when any kernel that uses setmaxnreg
-(ws_attention_kernel with warp specialization, ws_core_kernel, fp8_attention_kernel) gets another count, or when ptxas ignores
-setmaxnreg (warning C7508).
+and this script reads ptxas's report of the GPU build's own objects (OBJECT.ptxas, kept by ptxas_log.py) and
+fails when any kernel that uses setmaxnreg (ws_attention_kernel with warp specialization, ws_core_kernel,
+fp8_attention_kernel) gets another count, or when ptxas ignores setmaxnreg (warning C7508).
 
-usage: check_registers.py --nvcc NVCC --root SOURCE_DIR --output REPORT [--depfile FILE] SOURCE...
+usage: check_registers.py --output REPORT OBJECT...
 """
 
 import argparse
+import os
 import re
 import subprocess
 import sys
-import tempfile
-
 
 
 def threads(kernel):
@@ -48,33 +47,26 @@ def uses_setmaxnreg(kernel):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--nvcc", required=True)
-    parser.add_argument("--root", required=True)
     parser.add_argument("--output", required=True)
-    parser.add_argument("--depfile")
-    parser.add_argument("sources", nargs="+")
+    parser.add_argument("objects", nargs="+")
     args = parser.parse_args()
 
     report = []
     failures = []
-    for index, source in enumerate(args.sources):
-        with tempfile.TemporaryDirectory() as scratch:
-            # The flags of the kernels' own build (hopper.cmake): ptxas's allocation depends on them.
-            command = [args.nvcc, "-std=c++20", "-O3", "-DNDEBUG", "-DFLASHLAB_HAVE_CUDA=1", "-I", args.root,
-                       "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-cubin", "-o",
-                       f"{scratch}/out.cubin", source]
-            if args.depfile:
-                command += ["-MD", "-MF", f"{args.depfile}.{index}"]
-            result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            sys.exit(f"check_registers: {' '.join(command)} failed:\n{result.stderr}")
+    for obj in args.objects:
+        path = obj + ".ptxas"
+        if not os.path.exists(path):
+            sys.exit(f"check_registers: no ptxas report {path}: the object was not compiled through "
+                     "ptxas_log.py with -Xptxas -v (hopper.cmake)")
+        with open(path) as text:
+            lines = text.read().splitlines()
         # ptxas ignores setmaxnreg in a kernel without __launch_bounds__(threads, 1) (C7508): the split would
         # silently not happen.
-        ignored = [line for line in result.stderr.splitlines() if "C7508" in line]
+        ignored = [line for line in lines if "C7508" in line]
         if ignored:
             sys.exit("check_registers: ptxas ignored setmaxnreg:\n" + "\n".join(ignored))
         kernels, counts = [], []
-        for line in result.stderr.splitlines():
+        for line in lines:
             entry = re.search(r"Compiling entry function '([^']+)'", line)
             if entry:
                 kernels.append(entry.group(1))
@@ -89,7 +81,7 @@ def main():
                 failures.append(f"{kernel}: {threads(kernel)} threads with {count} registers each, not "
                                 f"{expected(kernel)}")
     if not report:
-        sys.exit("check_registers: no kernel that uses setmaxnreg was found")
+        sys.exit("check_registers: no kernel that uses setmaxnreg was found in ptxas's reports")
     if failures:
         sys.exit("check_registers: the warp-specialized kernels need ptxas to give each of their threads "
                  "65,536 / threads registers (the pool setmaxnreg shares out, e.g. 24 + 2 x 240 per thread "
@@ -99,14 +91,6 @@ def main():
         out.write("ptxas register counts of the kernels that use setmaxnreg (expected: 65,536 / threads, "
                   "168 for 384, 128 for 512):\n")
         out.write("\n".join(report) + "\n")
-    if args.depfile:  # one Makefile-style depfile for the output, from nvcc's per-source ones
-        deps = []
-        for index in range(len(args.sources)):
-            with open(f"{args.depfile}.{index}") as part:
-                text = part.read().replace("\\\n", " ")
-                deps += text.split(":", 1)[1].split()
-        with open(args.depfile, "w") as out:
-            out.write(f"{args.output}: " + " \\\n  ".join(sorted(set(deps))) + "\n")
 
 
 if __name__ == "__main__":
