@@ -20,8 +20,6 @@ namespace {
 // What the kernel does not take, the field named: the problem's own fields first, then the kernel's rules
 // on the shape it would be given (fp8_params.hpp, the same check the launch makes).
 std::string supports(const Problem& p) {
-  if (p.mask)
-    return "mask: an explicit mask is not supported by cuda_v3_hopper/fp8 (causal, window, padding are)";
   if (p.page_size > 0)
     return "page_size (" + std::to_string(p.page_size) +
            "): paged K/V is not supported by cuda_v3_hopper/fp8";
@@ -67,6 +65,7 @@ const Registration fp8{gpu_implementation(
      .constraints = "e4m3 (bf16 in, bf16 out); sm_90a; head_dim 128, 256; causal, window, padding, GQA; "
                     "no explicit mask, no paged K/V",
      .rounds_p = true,  // P * 2^8 is rounded to e4m3: it is the A operand of the P V wgmma
+     .explicit_mask = false,
      .availability = needs_sm90a,
      .supports = supports},
     FLASHLAB_DEVICE_BUILDS(launch_fp8, fp8_workspace_bytes))};

@@ -3,6 +3,8 @@
 #include <climits>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/cuda/device.hpp"
 #include "common/cuda/gpu_stage.hpp"
@@ -24,8 +26,6 @@ std::string supports(const Problem& p) {
   if (ws_tile_width(p.head_dim) == 0)
     return "head_dim (" + std::to_string(p.head_dim) +
            ") must be a multiple of 8 up to 256 for cuda_v3_hopper/ws";
-  if (p.mask)
-    return "mask: an explicit mask is not supported by cuda_v3_hopper/ws (causal, window, padding are)";
   // The grid is (q-blocks, heads_q, batch); HopperParams holds lengths and windows as int; the row max is
   // taken on unscaled scores and the scale folded into exp2.
   for (const std::string& reason :
@@ -47,20 +47,23 @@ double bytes_moved(const Problem& p) {
   return traffic(p, kWsBlockM, 0);
 }
 
-// One entry per rung of the ablation ladder (ws.hpp, HopperAblation), and one for FA3's wider tile: the
-// harness checks each, and the tools compare and time them side by side.
+// One entry per rung of the ablation ladder (ws.hpp, HopperAblation), and one for each of FA3's other tile
+// shapes and its persistent scheduler: the harness checks each, and the tools compare and time them side by
+// side. No explicit mask: the registry refuses one by name.
 Implementation rung(const char* name, const char* summary, DeviceBuilds builds,
                     const char* constraints =
                         "bf16, f16; sm_90a; head_dim a multiple of 8 up to 256; causal, "
                         "window, padding, GQA; no explicit mask",
                     std::string (*accepts)(const Problem&) = supports,
-                    double (*moved)(const Problem&) = bytes_moved) {
+                    double (*moved)(const Problem&) = bytes_moved,
+                    std::vector<DType> dtypes = {DType::bf16, DType::f16}) {
   return gpu_implementation(
       {.name = name,
        .summary = summary,
-       .dtypes = {DType::bf16, DType::f16},
+       .dtypes = std::move(dtypes),
        .constraints = constraints,
        .rounds_p = true,  // P is rounded to the input format: it is the A operand of the P V wgmma
+       .explicit_mask = false,
        .availability = needs_sm90a,
        .supports = accepts,
        .bytes_moved = moved},
@@ -146,31 +149,19 @@ const Registration ws_bc176{rung(
     "padding, GQA; no explicit mask",
     wide_supports, wide_bytes_moved)};
 // Beside the ladder: the full kernel with the query block FA3 takes for d 64, three consumers (ws.hpp).
-const Registration ws_m192{gpu_implementation(
-    {.name = "cuda_v3_hopper/ws_m192",
-     .summary = "the full FA3 kernel with FA3's 192 x 128 tiles for d 64: three consumer warpgroups",
-     .dtypes = {DType::bf16},
-     .constraints = "bf16; sm_90a; head_dim a multiple of 8 up to 64; causal, window, padding, GQA; "
-                    "no explicit mask",
-     .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V wgmma
-     .explicit_mask = false,
-     .availability = needs_sm90a,
-     .supports = tall_supports,
-     .bytes_moved = tall_bytes_moved},
-    FLASHLAB_DEVICE_BUILDS(launch_ws_m192, ws_workspace_bytes))};
+const Registration ws_m192{
+    rung("cuda_v3_hopper/ws_m192",
+         "the full FA3 kernel with FA3's 192 x 128 tiles for d 64: three consumer warpgroups",
+         FLASHLAB_DEVICE_BUILDS(launch_ws_m192, ws_workspace_bytes),
+         "bf16; sm_90a; head_dim a multiple of 8 up to 64; causal, window, padding, GQA; no explicit mask",
+         tall_supports, tall_bytes_moved, {DType::bf16})};
 // Beside the ladder: the full kernel with FA3's persistent tile scheduler (ws.hpp, WsTileOrder).
-const Registration ws_persistent{gpu_implementation(
-    {.name = "cuda_v3_hopper/ws_persistent",
-     .summary = "the full FA3 kernel, persistent: one CTA per SM, tiles in L2 sections, longest first",
-     .dtypes = {DType::bf16},
-     .constraints = "bf16; sm_90a; head_dim a multiple of 8 up to 128; causal, window, padding, GQA; "
-                    "no explicit mask",
-     .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V wgmma
-     .explicit_mask = false,
-     .availability = needs_sm90a,
-     .supports = persistent_supports,
-     .bytes_moved = bytes_moved},
-    FLASHLAB_DEVICE_BUILDS(launch_ws_persistent, ws_workspace_bytes))};
+const Registration ws_persistent{
+    rung("cuda_v3_hopper/ws_persistent",
+         "the full FA3 kernel, persistent: one CTA per SM, tiles in L2 sections, longest first",
+         FLASHLAB_DEVICE_BUILDS(launch_ws_persistent, ws_workspace_bytes),
+         "bf16; sm_90a; head_dim a multiple of 8 up to 128; causal, window, padding, GQA; no explicit mask",
+         persistent_supports, bytes_moved, {DType::bf16})};
 
 }  // namespace
 
