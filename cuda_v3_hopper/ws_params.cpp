@@ -78,11 +78,12 @@ const char* hopper_ws_unsupported(const HopperParams& p) {
     return "block_n must be 0, the head dim's own, or 176 for the full kernel in the 128 tile width";
   if (p.block_m != 0 && p.block_m != kWsBlockM &&
       !(p.block_m == kWsTallBlockM && p.dtype == HopperDType::bf16 && ws_tile_width(p.head_dim) == 64 &&
-        p.block_n == 0 && !p.persistent && a.warp_specialization && a.ping_pong && a.intra_warpgroup_overlap))
+        !p.persistent && a.warp_specialization && a.ping_pong && a.intra_warpgroup_overlap))
     return "block_m must be 0, 128, or 192 for the full kernel in bf16 and the 64 tile width (its own "
            "block_n, not persistent)";
   if (p.persistent) {
-    if (p.dtype != HopperDType::bf16 || ws_tile_width(p.head_dim) > 128 || p.block_n != 0 ||
+    if (p.dtype != HopperDType::bf16 || ws_tile_width(p.head_dim) > 128 ||
+        (p.block_n != 0 && p.block_n != ws_block_n(ws_tile_width(p.head_dim))) ||
         !(a.warp_specialization && a.ping_pong && a.intra_warpgroup_overlap))
       return "persistent: the full kernel, bf16, head dims up to 128, its own block_n";
     if (p.ctas < 0) return "ctas must be >= 0 (0: one CTA per SM)";

@@ -234,6 +234,9 @@ TEST_CASE("cuda_v3_hopper/ws refuses block_m outside FA3's 192 x 128 tile, namin
   params.block_m = hopper::kWsTallBlockM;
   CHECK(std::string(hopper::hopper_ws_unsupported(params)).empty());
   CHECK(hopper::ws_block_m(params) == 192);
+  params.block_n = 128;  // the head dim's own, named
+  CHECK(std::string(hopper::hopper_ws_unsupported(params)).empty());
+  params.block_n = 0;
   auto refused = [](hopper::HopperParams p) {
     return contains(hopper::hopper_ws_unsupported(p), "block_m must be 0, 128, or 192");
   };

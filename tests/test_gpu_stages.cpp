@@ -99,6 +99,11 @@ TEST_CASE("GPU stages refuse what their kernels cannot do, naming the field") {
   for (int64_t d : {40, 80, 160, 256})
     CHECK(entry("cuda_v2/split_q").supports_backward(shape(4, 2, 97, 203, d)).find("head_dim") !=
           std::string::npos);
+  // FA3's 192-row tile is built for bf16 and the 64 tile width alone (ws.hpp).
+  const Implementation& tall = entry("cuda_v3_hopper/ws_m192");
+  CHECK(tall.dtypes == std::vector<DType>{DType::bf16});
+  for (int64_t d : {8, 32, 64}) check_supports(tall, shape(2, 2, 200, 203, d), "");
+  for (int64_t d : {72, 128, 256}) check_supports(tall, shape(2, 2, 200, 203, d), "head_dim");
   // No Hopper kernel takes an explicit mask: each entry declares it, and the registry refuses one by name
   // (why_cannot_run, common/registry.cpp). The FP8 emulation on the CPU takes every mask.
   for (const Implementation& impl : implementations())
