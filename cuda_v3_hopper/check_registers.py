@@ -10,7 +10,8 @@ with three consumers (FA3's 192 x 128 tile, 512 threads) needs 128 a thread for 
 state that count (launch_registers() in ws_kernel.cuh, kLaunchRegisters), the emulator starts its pool from it,
 and this script reads ptxas's report of the GPU build's own objects (OBJECT.ptxas, kept by ptxas_log.py) and
 fails when any kernel that uses setmaxnreg (ws_attention_kernel with warp specialization, ws_core_kernel,
-fp8_attention_kernel) gets another count, or when ptxas ignores setmaxnreg (warning C7508).
+fp8_attention_kernel) gets another count, when ptxas spills in one (the split is sized so that none does), or
+when ptxas ignores setmaxnreg (warning C7508). Objects of other sources than .cu files have no report.
 
 usage: check_registers.py --output REPORT OBJECT...
 """
@@ -53,7 +54,7 @@ def main():
 
     report = []
     failures = []
-    for obj in args.objects:
+    for obj in (o for o in args.objects if o.endswith(".cu.o")):
         path = obj + ".ptxas"
         if not os.path.exists(path):
             sys.exit(f"check_registers: no ptxas report {path}: the object was not compiled through "
@@ -65,31 +66,38 @@ def main():
         ignored = [line for line in lines if "C7508" in line]
         if ignored:
             sys.exit("check_registers: ptxas ignored setmaxnreg:\n" + "\n".join(ignored))
-        kernels, counts = [], []
+        # Per kernel: "Compiling entry function 'NAME'", then its "N bytes spill stores, M bytes spill loads"
+        # and "Used R registers".
+        kernels, counts, spills = [], [], []
         for line in lines:
             entry = re.search(r"Compiling entry function '([^']+)'", line)
             if entry:
                 kernels.append(entry.group(1))
+            spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+            if spill and len(spills) < len(kernels):
+                spills.append(int(spill.group(1)) + int(spill.group(2)))
             used = re.search(r"Used (\d+) registers", line)
             if used and len(counts) < len(kernels):
                 counts.append(int(used.group(1)))
-        for kernel, count in zip(demangle(kernels), counts):
+        for kernel, count, spilled in zip(demangle(kernels), counts, spills):
             if not uses_setmaxnreg(kernel):
                 continue
-            report.append(f"{count} registers  {kernel}")
+            report.append(f"{count} registers, {spilled} bytes spilled  {kernel}")
             if count != expected(kernel):
                 failures.append(f"{kernel}: {threads(kernel)} threads with {count} registers each, not "
                                 f"{expected(kernel)}")
+            if spilled:
+                failures.append(f"{kernel}: ptxas spills {spilled} bytes (stores and loads)")
     if not report:
         sys.exit("check_registers: no kernel that uses setmaxnreg was found in ptxas's reports")
     if failures:
         sys.exit("check_registers: the warp-specialized kernels need ptxas to give each of their threads "
                  "65,536 / threads registers (the pool setmaxnreg shares out, e.g. 24 + 2 x 240 per thread "
-                 "of a warpgroup); otherwise setmaxnreg.inc waits forever on a GPU:\n  "
-                 + "\n  ".join(failures))
+                 "of a warpgroup), or setmaxnreg.inc waits forever on a GPU; and the split is sized so that "
+                 "none of them spills:\n  " + "\n  ".join(failures))
     with open(args.output, "w") as out:
         out.write("ptxas register counts of the kernels that use setmaxnreg (expected: 65,536 / threads, "
-                  "168 for 384, 128 for 512):\n")
+                  "168 for 384, 128 for 512) and their spills (expected: none):\n")
         out.write("\n".join(report) + "\n")
 
 

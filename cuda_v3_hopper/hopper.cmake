@@ -32,10 +32,14 @@ set_target_properties(hopper_ws_ptx PROPERTIES CUDA_PTX_COMPILATION ON)
 # A fact of the build, checked: ptxas gives the warp-specialized kernels the register count their setmaxnreg
 # split relies on (168 a thread of 384, 128 of 512; check_registers.py says why). The build fails otherwise.
 # The GPU build's compiles ask ptxas for its report (-Xptxas -v), which ptxas_log.py keeps beside each object;
-# the check reads those of the objects the libraries hold.
+# the check reads those of the objects the libraries hold. A launcher the build already has (ccache, say) runs
+# inside it, and a change to ptxas_log.py recompiles the objects, so that their reports are its own.
 foreach(target flashlab_hopper_ws flashlab_hopper_fp8)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
-  set_property(TARGET ${target} PROPERTY CUDA_COMPILER_LAUNCHER python3 ${CMAKE_CURRENT_LIST_DIR}/ptxas_log.py)
+  set_property(TARGET ${target} PROPERTY CUDA_COMPILER_LAUNCHER python3 ${CMAKE_CURRENT_LIST_DIR}/ptxas_log.py
+                                                                ${CMAKE_CUDA_COMPILER_LAUNCHER})
+  get_target_property(sources ${target} SOURCES)
+  set_property(SOURCE ${sources} APPEND PROPERTY OBJECT_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/ptxas_log.py)
 endforeach()
 set(FLASHLAB_HOPPER_REGISTERS ${CMAKE_CURRENT_BINARY_DIR}/hopper_registers.txt)
 add_custom_command(

@@ -22,7 +22,7 @@ def main():
     if "-o" not in command[:-1]:  # not a compile to an object: nothing to keep
         sys.exit(subprocess.call(command))
     output = command[command.index("-o") + 1]
-    result = subprocess.run(command, stderr=subprocess.PIPE, text=True)
+    result = subprocess.run(command, stderr=subprocess.PIPE, text=True, errors="replace")
     with open(output + ".ptxas", "w") as report:
         report.write(result.stderr)
     sys.stderr.write("".join(line for line in result.stderr.splitlines(keepends=True)
