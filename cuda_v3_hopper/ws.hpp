@@ -29,10 +29,10 @@ constexpr int ws_tile_width(int64_t head_dim) {
   return cuda::tile_width(head_dim, kWsTileWidths);
 }
 
-// The CTA's tiles: 128 query rows (two consumer warpgroups of 64), and keys per K/V block by tile width (d
-// 256 takes FA3's 128 x 80; d 192 takes 96, so that Q and two stages of K and V fit 227 KB of shared memory).
-// By head dim or by the tile width it runs in: the two agree. The kernel is built from these (ws_launch.cu,
-// ws_kernel.cuh) and the traffic model reads them (ws.cpp).
+// The CTA's tiles: 128 query rows (two consumer warpgroups of 64; ws_m192's 192 below), and keys per K/V
+// block by tile width (d 256 takes FA3's 128 x 80; d 192 takes 96, so that Q and two stages of K and V fit
+// 227 KB of shared memory). By head dim or by the tile width it runs in: the two agree. The kernel is built
+// from these (ws_launch.cu, ws_kernel.cuh) and the traffic model reads them (ws.cpp).
 constexpr int kWsBlockM = 128;
 constexpr int ws_block_n(int head_dim) {
   return head_dim > 192 ? 80 : head_dim > 128 ? 96 : 128;

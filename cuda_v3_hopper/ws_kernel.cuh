@@ -2,11 +2,11 @@
 //
 // One CTA computes a tile of kBlockM = 64 x kConsumers query rows of one (batch, head): 128, or FA3's 192 for
 // d 64 (WsConfig::kConsumers). Its warpgroups:
-//   producer   (warpgroup 0, registers lowered to 24): one thread loads Q once and K_j, V_j for every visible
-//              key block into a circular buffer of kStages shared-memory stages with TMA, in the order the
-//              consumers use them (K_j ahead of V_{j-1} under the overlap below, as FA3 does); each load
-//              completes on the stage's "full" mbarrier, and the producer reuses a stage once its "empty"
-//              barrier says every consumer is done with it.
+//   producer   (warpgroup 0, registers lowered to 24 or 32): one thread loads Q once and K_j, V_j for
+//              every visible key block into a circular buffer of kStages shared-memory stages with TMA, in
+//              the order the consumers use them (K_j ahead of V_{j-1} under the overlap below, as FA3 does);
+//              each load completes on the stage's "full" mbarrier, and the producer reuses a stage once its
+//              "empty" barrier says every consumer is done with it.
 //   consumers  (warpgroups 1 and 2 at 240 registers; or 1 to 3 at 160): each owns 64 of the rows and runs
 //              FA2's loop on them with wgmma: S = Q K_j^T (both operands in shared memory), the online
 //              softmax in registers, O += P V_j (P from registers), normalization at the end; O goes back
