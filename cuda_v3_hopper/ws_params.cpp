@@ -72,19 +72,20 @@ const char* hopper_ws_unsupported(const HopperParams& p) {
     return "ablation: intra_warpgroup_overlap needs warp_specialization";
   if (a.intra_warpgroup_overlap && !a.ping_pong)
     return "ablation: the ladder adds ping-pong before intra-warpgroup overlap";
+  // FA3's other tiles and its persistent scheduler are built for the full kernel alone.
+  const bool full_kernel = a.warp_specialization && a.ping_pong && a.intra_warpgroup_overlap;
   if (p.block_n != 0 && p.block_n != ws_block_n(ws_tile_width(p.head_dim)) &&
-      !(p.block_n == kWsWideBlockN && ws_tile_width(p.head_dim) == 128 && a.warp_specialization &&
-        a.ping_pong && a.intra_warpgroup_overlap))
+      !(p.block_n == kWsWideBlockN && ws_tile_width(p.head_dim) == 128 && full_kernel))
     return "block_n must be 0, the head dim's own, or 176 for the full kernel in the 128 tile width";
   if (p.block_m != 0 && p.block_m != kWsBlockM &&
       !(p.block_m == kWsTallBlockM && p.dtype == HopperDType::bf16 && ws_tile_width(p.head_dim) == 64 &&
-        !p.persistent && a.warp_specialization && a.ping_pong && a.intra_warpgroup_overlap))
+        !p.persistent && full_kernel))
     return "block_m must be 0, 128, or 192 for the full kernel in bf16 and the 64 tile width (its own "
            "block_n, not persistent)";
   if (p.persistent) {
-    if (p.dtype != HopperDType::bf16 || ws_tile_width(p.head_dim) > 128 ||
-        (p.block_n != 0 && p.block_n != ws_block_n(ws_tile_width(p.head_dim))) ||
-        !(a.warp_specialization && a.ping_pong && a.intra_warpgroup_overlap))
+    // block_n is 0, its own or 176 by now (above): the persistent kernel takes the first two.
+    if (p.dtype != HopperDType::bf16 || ws_tile_width(p.head_dim) > 128 || p.block_n == kWsWideBlockN ||
+        !full_kernel)
       return "persistent: the full kernel, bf16, head dims up to 128, its own block_n";
     if (p.ctas < 0) return "ctas must be >= 0 (0: one CTA per SM)";
     // The tiles are numbered in an int (WsTileOrder).
