@@ -244,6 +244,9 @@ class BlockRunner {
   // The error for an access to a byte that something is in flight on (a cp.async, a TMA load or store, an
   // mbarrier object), by kernel code (`actor` "") or an instruction of the async proxy ("wgmma.mma_async");
   // returns when the access is allowed (reading what a TMA store reads).
+  // Fails naming what is still in flight on [address, address + bytes), if anything is (report_in_flight).
+  void check_not_in_flight(const ThreadState& self, uint32_t address, size_t bytes, bool write,
+                           const char* actor);
   void report_in_flight(const ThreadState& self, uint32_t address, bool write, const char* actor);
   // cp.async: the destination is written at issue as far as ordering is concerned, and reads as poison
   // until the copy completes.
@@ -352,10 +355,10 @@ class BlockRunner {
     uint32_t generation = 0;  // barrier interval of the last write; below block_generation_: never written
     uint32_t write_clock = 0;
     uint16_t writer = 0;
-    // What is in flight on the byte: 0 nothing, 1 + t a cp.async of thread t, or one of the kPending* below.
-    uint16_t pending = 0;
     bool async_write = false;  // the last write was the async proxy's (a TMA load), not an ordinary store
   };
+  // What is in flight on each byte: 0 nothing, 1 + t a cp.async of thread t, or one of the kPending* below.
+  // Apart from the rest of the shadow, so that checking a TMA tile for it reads contiguous memory.
   static constexpr uint16_t kPendingBulkLoad = 0xfffe;  // a TMA load will write it
   static constexpr uint16_t kPendingBulkRead = 0xfffd;  // a TMA store is reading it (writes must wait)
   static constexpr uint16_t kMbarrierObject = 0xffff;   // part of an initialized mbarrier
@@ -365,9 +368,21 @@ class BlockRunner {
     uint16_t reader = 0;
     bool shared_reads = false;  // read by several threads not ordered with each other: a read set
   };
+  std::vector<uint16_t> pending_;
   std::vector<ByteShadow> byte_shadow_;
   std::vector<ReadShadow> read_shadow_;
-  std::vector<std::vector<uint32_t>> read_sets_;  // per set, each thread's last read step (0: none)
+  // The reads of one granule in one interval by threads not ordered with each other: each thread's last read
+  // step (0: none; a thread's own step starts at 1), and the threads with a step, so that checking a write
+  // against the set, and making a new set in a reused one, take the readers only and not the whole block.
+  struct ReadSet {
+    std::vector<uint32_t> step;
+    std::vector<uint16_t> readers;
+    void reset(int threads);
+    void add(int tid, uint32_t at);
+    // The lowest thread other than `self` whose read the clock `known` does not order, or -1.
+    int first_unordered(const uint32_t* known, int self) const;
+  };
+  std::vector<ReadSet> read_sets_;
   size_t read_sets_used_ = 0;
   uint32_t generation_counter_ = 0;  // barrier intervals, counted over every block this runner ran
   uint32_t block_generation_ = 0;    // the first interval of the current block

@@ -41,6 +41,7 @@ void BlockRunner::prepare_shared(size_t dynamic_bytes) {
   // Shared memory holds garbage when a block starts: poison, so that reading it before writing it gives NaN.
   std::memset(shared_base_ + kReservedShared, kPoison, dynamic_bytes);
   if (byte_shadow_.size() < shared_window_) byte_shadow_.resize(shared_window_);
+  if (pending_.size() < shared_window_) pending_.resize(shared_window_);
   if (read_shadow_.size() < shared_window_ / 4 + 1) read_shadow_.resize(shared_window_ / 4 + 1);
   block_generation_ = generation_ = ++generation_counter_;
   read_sets_used_ = 0;
@@ -74,11 +75,20 @@ uint32_t BlockRunner::shared_offset(const ThreadState& self, const void* pointer
   return offset;
 }
 
+void BlockRunner::check_not_in_flight(const ThreadState& self, uint32_t address, size_t bytes, bool write,
+                                      const char* actor) {
+  uint16_t any = 0;  // nearly always 0: one pass without branches says so (vectorized)
+  for (size_t i = 0; i < bytes; ++i) any |= pending_[address + i];
+  if (any == 0) return;
+  for (uint32_t a = address; a < address + bytes; ++a)
+    if (pending_[a] != 0) report_in_flight(self, a, write, actor);
+}
+
 void BlockRunner::report_in_flight(const ThreadState& self, uint32_t address, bool write, const char* actor) {
-  const ByteShadow& s = byte_shadow_[address];
+  const uint16_t pending = pending_[address];
   const char* space = actor[0] != '\0' ? " " : "";
   const char* access = write ? "writes" : "reads";
-  if (s.pending == kPendingBulkRead) {
+  if (pending == kPendingBulkRead) {
     if (!write) return;  // reading what a TMA store reads is fine
     for (const ThreadState& t : threads_) {
       auto covers = [&](const SharedRange& r) { return address - r.address < r.bytes; };
@@ -90,14 +100,14 @@ void BlockRunner::report_in_flight(const ThreadState& self, uint32_t address, bo
              " still reads it: its cp.async.bulk.wait_group.read has not been reached");
     }
   }
-  if (s.pending == kMbarrierObject) {
+  if (pending == kMbarrierObject) {
     for (const MBarrier& b : mbarriers_)
       if (address - b.address < 8)
         fail(self, actor, space, access, " shared address ", Hex{address}, ", part of the mbarrier at ",
              Hex{b.address}, " (initialized at ", b.init_where,
              "): an mbarrier object is only accessed by mbarrier instructions");
   }
-  if (s.pending == kPendingBulkLoad) {
+  if (pending == kPendingBulkLoad) {
     for (const BulkLoad& load : bulk_loads_)
       if (address - load.destination < load.data.size()) {
         const ThreadState& issuer = threads_[load.issuer];
@@ -107,7 +117,7 @@ void BlockRunner::report_in_flight(const ThreadState& self, uint32_t address, bo
              ") has seen it complete (this thread's last synchronization: ", self.sync_point(), ")");
       }
   }
-  const ThreadState& issuer = threads_[s.pending - 1];
+  const ThreadState& issuer = threads_[pending - 1];
   fail(self, actor, space, access, " shared address ", Hex{address}, " while a cp.async by warp ",
        issuer.warp(), " lane ", issuer.lane(),
        " is still copying into it: its cp.async.wait_group has not been reached (this thread's last "
@@ -115,13 +125,33 @@ void BlockRunner::report_in_flight(const ThreadState& self, uint32_t address, bo
        self.sync_point(), ")");
 }
 
+void BlockRunner::ReadSet::reset(int threads) {
+  if (step.size() != static_cast<size_t>(threads)) {
+    step.assign(static_cast<size_t>(threads), 0);
+  } else {
+    for (const uint16_t u : readers) step[u] = 0;
+  }
+  readers.clear();
+}
+
+void BlockRunner::ReadSet::add(int tid, uint32_t at) {
+  if (step[tid] == 0) readers.push_back(static_cast<uint16_t>(tid));
+  step[tid] = at;
+}
+
+int BlockRunner::ReadSet::first_unordered(const uint32_t* known, int self) const {
+  int first = -1;
+  for (const uint16_t u : readers)
+    if (u != self && step[u] > known[u] && (first < 0 || u < first)) first = u;
+  return first;
+}
+
 void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t bytes, bool write,
                                 bool async_proxy) {
   check_shared_range(self, address, bytes, write ? "store to shared memory" : "load from shared memory");
   const int tid = self.tid;
   const uint32_t* known = clock(tid);
-  for (uint32_t a = address; a < address + bytes; ++a)
-    if (byte_shadow_[a].pending != 0) report_in_flight(self, a, write, "");
+  check_not_in_flight(self, address, bytes, write, "");
   if (!tracking_) return;
   for (uint32_t a = address; a < address + bytes; ++a) {
     const ByteShadow& s = byte_shadow_[a];
@@ -145,9 +175,7 @@ void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t byte
       if (r.generation == generation_) {
         int racing = -1;
         if (r.shared_reads) {
-          const std::vector<uint32_t>& set = read_sets_[r.clock];
-          for (int u = 0; u < thread_count_ && racing < 0; ++u)
-            if (u != tid && set[u] > known[u]) racing = u;
+          racing = read_sets_[r.clock].first_unordered(known, tid);
         } else if (r.reader != tid && r.clock > known[r.reader]) {
           racing = r.reader;
         }
@@ -166,16 +194,16 @@ void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t byte
     if (r.generation != generation_) {
       r = {generation_, step, static_cast<uint16_t>(tid), false};
     } else if (r.shared_reads) {
-      read_sets_[r.clock][tid] = step;
+      read_sets_[r.clock].add(tid, step);
     } else if (r.reader == tid || r.clock <= known[r.reader]) {
       r.reader = static_cast<uint16_t>(tid);  // the earlier read is ordered before this one: keep the later
       r.clock = step;
     } else {
       if (read_sets_used_ == read_sets_.size()) read_sets_.emplace_back();
-      std::vector<uint32_t>& set = read_sets_[read_sets_used_];
-      set.assign(static_cast<size_t>(thread_count_), 0);
-      set[r.reader] = r.clock;
-      set[tid] = step;
+      ReadSet& set = read_sets_[read_sets_used_];
+      set.reset(thread_count_);
+      set.add(r.reader, r.clock);
+      set.add(tid, step);
       r.clock = static_cast<uint32_t>(read_sets_used_++);
       r.shared_reads = true;
     }
@@ -195,8 +223,7 @@ void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t byte
 void BlockRunner::check_async_read(const ThreadState& reader, const uint32_t* known, uint32_t address,
                                    size_t bytes, const char* operation, Where where) {
   check_shared_range(reader, address, bytes, operation);
-  for (uint32_t a = address; a < address + bytes; ++a)
-    if (byte_shadow_[a].pending != 0) report_in_flight(reader, a, false, operation);
+  check_not_in_flight(reader, address, bytes, false, operation);
   if (!tracking_) return;
   for (uint32_t a = address; a < address + bytes; ++a) {
     const ByteShadow& s = byte_shadow_[a];
@@ -223,12 +250,10 @@ void BlockRunner::check_async_read(const ThreadState& reader, const uint32_t* kn
 void BlockRunner::begin_async_write(ThreadState& self, uint32_t address, int bytes, Where where) {
   check_shared_range(self, address, static_cast<size_t>(bytes), "cp.async destination");
   (void)where;
-  for (uint32_t a = address; a < address + static_cast<uint32_t>(bytes); ++a)
-    if (byte_shadow_[a].pending != 0) report_in_flight(self, a, true, "cp.async");
+  check_not_in_flight(self, address, static_cast<size_t>(bytes), true, "cp.async");
   // Ordering-wise the copy writes now: it must not overtake reads or writes other threads still make.
   shared_access(self, address, static_cast<size_t>(bytes), true);
-  for (uint32_t a = address; a < address + static_cast<uint32_t>(bytes); ++a)
-    byte_shadow_[a].pending = static_cast<uint16_t>(self.tid + 1);
+  std::fill_n(&pending_[address], bytes, static_cast<uint16_t>(self.tid + 1));
   std::memset(shared_base_ + address, kPoison, static_cast<size_t>(bytes));
 }
 
@@ -236,7 +261,7 @@ void BlockRunner::complete_async_write(ThreadState& self, const AsyncCopy& copy)
   std::memcpy(shared_base_ + copy.destination, copy.data, static_cast<size_t>(copy.bytes));
   for (uint32_t a = copy.destination; a < copy.destination + static_cast<uint32_t>(copy.bytes); ++a) {
     ByteShadow& s = byte_shadow_[a];
-    s.pending = 0;
+    pending_[a] = 0;
     s.generation = generation_;
     s.writer = static_cast<uint16_t>(self.tid);
     s.write_clock = clock(self.tid)[self.tid];

@@ -177,10 +177,9 @@ void BlockRunner::mbarrier_init(ThreadState& self, const void* pointer, uint32_t
     if (b.address == address)
       fail(self, "mbarrier.init (", where, ") of the mbarrier at shared address ", Hex{address},
            ", which is initialized already (", b.init_where, "): mbarrier.inval must come first");
-  for (uint32_t a = address; a < address + 8; ++a)
-    if (byte_shadow_[a].pending != 0) report_in_flight(self, a, true, "mbarrier.init");
+  check_not_in_flight(self, address, 8, true, "mbarrier.init");
   shared_access(self, address, 8, true);  // races with the memory's earlier use
-  for (uint32_t a = address; a < address + 8; ++a) byte_shadow_[a].pending = kMbarrierObject;
+  std::fill_n(&pending_[address], 8, kMbarrierObject);
   MBarrier b;
   b.address = address;
   b.count = b.pending = count;
@@ -289,14 +288,11 @@ std::string BlockRunner::describe_mbarrier(const MBarrier& b) const {
 
 void BlockRunner::begin_bulk_load(ThreadState& self, uint32_t destination, uint32_t bytes,
                                   const char* operation) {
-  for (uint32_t a = destination; a < destination + bytes; ++a)
-    if (byte_shadow_[a].pending != 0) report_in_flight(self, a, true, operation);
+  check_not_in_flight(self, destination, bytes, true, operation);
   // Ordering-wise the copy writes now (its data lands later): it must not overtake other threads' accesses.
   shared_access(self, destination, bytes, true, true);
-  for (uint32_t a = destination; a < destination + bytes; ++a) {
-    byte_shadow_[a].pending = kPendingBulkLoad;
-    byte_shadow_[a].async_write = true;
-  }
+  std::fill_n(&pending_[destination], bytes, kPendingBulkLoad);
+  for (uint32_t a = destination; a < destination + bytes; ++a) byte_shadow_[a].async_write = true;
   std::memset(shared_base_ + destination, 0xff, bytes);  // poison until it lands
 }
 
@@ -309,7 +305,7 @@ void BlockRunner::add_bulk_load(ThreadState& self, BulkLoad load) {
 void BlockRunner::land(BulkLoad& load) {
   std::memcpy(shared_base_ + load.destination, load.data.data(), load.data.size());
   for (uint32_t a = load.destination; a < load.destination + load.data.size(); ++a)
-    if (byte_shadow_[a].pending == kPendingBulkLoad) byte_shadow_[a].pending = 0;
+    if (pending_[a] == kPendingBulkLoad) pending_[a] = 0;
   for (MBarrier& b : mbarriers_)
     if (b.address == load.barrier) complete_tx(b, static_cast<int64_t>(load.data.size()), load);
 }
@@ -330,7 +326,7 @@ void BlockRunner::land_bulk_loads(bool all) {
 
 void BlockRunner::lock_bulk_read(ThreadState& self, SharedRange range) {
   for (uint32_t a = range.address; a < range.address + range.bytes; ++a)
-    if (byte_shadow_[a].pending == 0) byte_shadow_[a].pending = kPendingBulkRead;
+    if (pending_[a] == 0) pending_[a] = kPendingBulkRead;
   self.bulk_uncommitted.push_back(range);
 }
 
@@ -338,7 +334,7 @@ void BlockRunner::release_bulk_reads(ThreadState& self, int pending) {
   while (self.bulk_committed.size() > static_cast<size_t>(pending)) {
     for (const SharedRange& range : self.bulk_committed.front())
       for (uint32_t a = range.address; a < range.address + range.bytes; ++a)
-        if (byte_shadow_[a].pending == kPendingBulkRead) byte_shadow_[a].pending = 0;
+        if (pending_[a] == kPendingBulkRead) pending_[a] = 0;
     self.bulk_committed.erase(self.bulk_committed.begin());
   }
 }
