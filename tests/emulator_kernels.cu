@@ -199,6 +199,12 @@ __global__ void neighbours_kernel(float* out, const float* in, Mistake mistake) 
         ptx::cp_async_wait<0>();
       }
       break;
+    case Mistake::write_after_reads:
+      shared[t] = static_cast<float>(t + 1);
+      __syncthreads();
+      out[t] = shared[0];            // every thread reads one word, none ordered with another
+      if (t == 0) shared[0] = 0.0f;  // a __syncthreads() belongs before this write
+      break;
   }
 }
 

@@ -28,6 +28,7 @@ enum class Mistake {
   global_out_of_bounds,     // reads one element past the end of an allocation
   uninitialized_shared,     // reads shared memory nobody wrote
   cp_async_without_wait,    // reads a cp.async destination before cp.async.wait_group
+  write_after_reads,        // one thread overwrites a word the others read, with no barrier after their reads
 };
 
 // Per lane, a byte offset (access_pattern).

@@ -246,6 +246,10 @@ TEST_CASE("the emulator names what a broken kernel does wrong, and where") {
        true},
       {k::Mistake::uninitialized_shared, 32, {"which no thread of this block has written"}, true},
       {k::Mistake::cp_async_without_wait, 32, {"cp.async", "wait_group"}, true},
+      {k::Mistake::write_after_reads,
+       96,
+       {"data race on shared memory: writes 4 bytes", "read with no synchronization"},
+       true},
   };
   for (const Expected& expected : cases) {
     INFO("mistake ", static_cast<int>(expected.mistake));
