@@ -67,11 +67,13 @@ inline uint16_t encode_fp16(float x) {
                                static_cast<uint16_t>(magnitude * 0x1p24f));  // subnormal: units of 2^-24
 }
 inline float decode_fp16(uint16_t bits) {
-  const float sign = (bits & 0x8000) != 0 ? -1.0f : 1.0f;
-  const int exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
-  if (exponent == 0x1f) return mantissa == 0 ? sign * INFINITY : NAN;
-  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -24);
-  return sign * std::ldexp(static_cast<float>(1024 + mantissa), exponent - 25);
+  // Built from bits, as the emulator decodes every f16 operand of every mma through here.
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
+  if (exponent == 0x1f) return mantissa == 0 ? std::bit_cast<float>(sign | 0x7f800000) : NAN;
+  if (exponent == 0)  // subnormal: units of 2^-24, exact in float32
+    return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(static_cast<float>(mantissa) * 0x1p-24f));
+  return std::bit_cast<float>(sign | (exponent - 15 + 127) << 23 | mantissa << 13);  // re-bias, widen
 }
 
 // An 8-bit float: 1 sign bit, `exponent_bits`, `mantissa_bits`, exponent bias 2^(exponent_bits-1) - 1.
