@@ -371,10 +371,15 @@ class BlockRunner {
   std::vector<uint16_t> pending_;
   std::vector<ByteShadow> byte_shadow_;
   std::vector<ReadShadow> read_shadow_;
-  // The reads of one granule in one interval by threads not ordered with each other: each thread's last read
-  // step (0: none; a thread's own step starts at 1), and the threads with a step, so that checking a write
-  // against the set, and making a new set in a reused one, take the readers only and not the whole block.
+  // The reads of one granule in one interval by threads not ordered with each other: each reader's last read
+  // step. A write is checked against the readers only, not the whole block. The first few readers (most sets:
+  // the warps that share a tile) are kept in place; past them the set moves to a per-thread array (0: no
+  // read; a thread's own step starts at 1) and the list of its readers.
   struct ReadSet {
+    static constexpr int kInPlace = 4;
+    int in_place = 0;  // readers kept in place; -1 once the set is per thread
+    uint16_t place_tid[kInPlace] = {};
+    uint32_t place_step[kInPlace] = {};
     std::vector<uint32_t> step;
     std::vector<uint16_t> readers;
     void reset(int threads);

@@ -126,23 +126,46 @@ void BlockRunner::report_in_flight(const ThreadState& self, uint32_t address, bo
 }
 
 void BlockRunner::ReadSet::reset(int threads) {
-  if (step.size() != static_cast<size_t>(threads)) {
-    step.assign(static_cast<size_t>(threads), 0);
-  } else {
+  if (in_place < 0) {  // leave the per-thread array all zero for the next set that needs it
     for (const uint16_t u : readers) step[u] = 0;
+    readers.clear();
   }
-  readers.clear();
+  if (step.size() != static_cast<size_t>(threads)) step.assign(static_cast<size_t>(threads), 0);
+  in_place = 0;
 }
 
 void BlockRunner::ReadSet::add(int tid, uint32_t at) {
+  if (in_place >= 0) {
+    for (int i = 0; i < in_place; ++i)
+      if (place_tid[i] == tid) {
+        place_step[i] = at;
+        return;
+      }
+    if (in_place < kInPlace) {
+      place_tid[in_place] = static_cast<uint16_t>(tid);
+      place_step[in_place++] = at;
+      return;
+    }
+    for (int i = 0; i < kInPlace; ++i) {  // a fifth reader: the set moves to the per-thread array
+      step[place_tid[i]] = place_step[i];
+      readers.push_back(place_tid[i]);
+    }
+    in_place = -1;
+  }
   if (step[tid] == 0) readers.push_back(static_cast<uint16_t>(tid));
   step[tid] = at;
 }
 
 int BlockRunner::ReadSet::first_unordered(const uint32_t* known, int self) const {
   int first = -1;
-  for (const uint16_t u : readers)
-    if (u != self && step[u] > known[u] && (first < 0 || u < first)) first = u;
+  auto consider = [&](int u, uint32_t at) {
+    if (u != self && at > known[u] && (first < 0 || u < first)) first = u;
+  };
+  if (in_place >= 0) {
+    for (int i = 0; i < in_place; ++i) consider(place_tid[i], place_step[i]);
+  } else {
+    for (const uint16_t u : readers) consider(u, step[u]);
+  }
   return first;
 }
 
