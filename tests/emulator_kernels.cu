@@ -199,11 +199,13 @@ __global__ void neighbours_kernel(float* out, const float* in, Mistake mistake) 
         ptx::cp_async_wait<0>();
       }
       break;
-    case Mistake::write_after_reads:
+    case Mistake::write_after_reads:       // in order, the barrier's last thread reads first: 2 readers
+    case Mistake::write_after_many_reads:  // then threads 0, 1, ...: 7 readers
       shared[t] = static_cast<float>(t + 1);
       __syncthreads();
-      out[t] = shared[0];            // every thread reads one word, none ordered with another
-      if (t == 0) shared[0] = 0.0f;  // a __syncthreads() belongs before this write
+      out[t] = shared[0];  // every thread reads one word, none ordered with another
+      if (t == (mistake == Mistake::write_after_reads ? 0 : 5))
+        shared[0] = 0.0f;  // a __syncthreads() belongs before this write
       break;
   }
 }

@@ -29,6 +29,7 @@ enum class Mistake {
   uninitialized_shared,     // reads shared memory nobody wrote
   cp_async_without_wait,    // reads a cp.async destination before cp.async.wait_group
   write_after_reads,        // one thread overwrites a word the others read, with no barrier after their reads
+  write_after_many_reads,   // the same, after more readers than a read set holds in place
 };
 
 // Per lane, a byte offset (access_pattern).

@@ -248,7 +248,11 @@ TEST_CASE("the emulator names what a broken kernel does wrong, and where") {
       {k::Mistake::cp_async_without_wait, 32, {"cp.async", "wait_group"}, true},
       {k::Mistake::write_after_reads,
        96,
-       {"data race on shared memory: writes 4 bytes", "read with no synchronization"},
+       {"data race on shared memory: writes 4 bytes", "warp 2 lane 31 read with no synchronization"},
+       true},
+      {k::Mistake::write_after_many_reads,  // the lowest of the racing readers is named
+       96,
+       {"data race on shared memory: writes 4 bytes", "warp 0 lane 0 read with no synchronization"},
        true},
   };
   for (const Expected& expected : cases) {
