@@ -277,23 +277,19 @@ void finish_wgmma(BlockRunner& block, int index, const WgmmaOp& op, bool superse
     if (!operand->in_shared) continue;
     const gmma::Descriptor d = gmma::decode(operand->descriptor);
     const gmma::Major major = operand->mn_major ? gmma::Major::mn : gmma::Major::k;
-    const uint32_t bytes = operand->element_bytes;
-    std::vector<uint32_t> addresses;  // element (row, k) at [row * k_count + k]
-    addresses.reserve(static_cast<size_t>(operand->rows) * operand->k);
     for (uint32_t row = 0; row < operand->rows; ++row)
-      for (uint32_t k = 0; k < operand->k; ++k)
-        addresses.push_back(gmma::element_address(d, major, bytes, row, k));
-    // In runs of elements at consecutive addresses (a swizzle moves 16-byte chunks, whole), each run recorded
-    // as one read that lasts until now: a write ordered before this wait and after the issue races.
-    for (size_t first = 0, end = 0; first < addresses.size(); first = end) {
-      for (end = first + 1; end < addresses.size() && addresses[end] == addresses[end - 1] + bytes;) ++end;
-      if (block.tracking()) block.shared_access(leader, addresses[first], (end - first) * bytes, false);
-      for (size_t e = first; e < end; ++e)
-        if (std::memcmp(block.shared_base() + addresses[e], &operand->values[e * bytes], bytes) != 0)
+      for (uint32_t k = 0; k < operand->k; ++k) {
+        const uint32_t address = gmma::element_address(d, major, operand->element_bytes, row, k);
+        // Recorded as a read that lasts until now: a write ordered before this wait and after the issue
+        // races. (Nothing here may own memory: an error abandons the fiber, report.hpp.)
+        if (block.tracking()) block.shared_access(leader, address, operand->element_bytes, false);
+        const uint8_t* expected =
+            &operand->values[(static_cast<size_t>(row) * operand->k + k) * operand->element_bytes];
+        if (std::memcmp(block.shared_base() + address, expected, operand->element_bytes) != 0)
           block.fail(leader, op.operation, " (", op.where, "), completed by ", operation, " (", where,
-                     "): its operand at shared address ", Hex{addresses[e]},
+                     "): its operand at shared address ", Hex{address},
                      " changed while it was in flight (a wgmma reads shared memory until its wait_group)");
-    }
+      }
   }
   if (superseded) return;
   for (int t = 0; t < 128; ++t) {
