@@ -241,12 +241,12 @@ class BlockRunner {
   // `async_proxy`: the write is a TMA load's (ordinary stores need a fence.proxy.async before the async proxy
   // reads them; the async proxy's own writes do not).
   void shared_access(ThreadState& self, uint32_t address, size_t bytes, bool write, bool async_proxy = false);
-  // The error for an access to a byte that something is in flight on (a cp.async, a TMA load or store, an
-  // mbarrier object), by kernel code (`actor` "") or an instruction of the async proxy ("wgmma.mma_async");
-  // returns when the access is allowed (reading what a TMA store reads).
   // Fails naming what is still in flight on [address, address + bytes), if anything is (report_in_flight).
   void check_not_in_flight(const ThreadState& self, uint32_t address, size_t bytes, bool write,
                            const char* actor);
+  // The error for an access to a byte that something is in flight on (a cp.async, a TMA load or store, an
+  // mbarrier object), by kernel code (`actor` "") or an instruction of the async proxy ("wgmma.mma_async");
+  // returns when the access is allowed (reading what a TMA store reads).
   void report_in_flight(const ThreadState& self, uint32_t address, bool write, const char* actor);
   // cp.async: the destination is written at issue as far as ordering is concerned, and reads as poison
   // until the copy completes.
@@ -362,13 +362,13 @@ class BlockRunner {
   static constexpr uint16_t kPendingBulkLoad = 0xfffe;  // a TMA load will write it
   static constexpr uint16_t kPendingBulkRead = 0xfffd;  // a TMA store is reading it (writes must wait)
   static constexpr uint16_t kMbarrierObject = 0xffff;   // part of an initialized mbarrier
+  std::vector<uint16_t> pending_;
   struct ReadShadow {
     uint32_t generation = 0;  // barrier interval of the reads recorded; older ones are ordered already
     uint32_t clock = 0;       // the one reader's step, or the index of a read set when shared_reads
     uint16_t reader = 0;
     bool shared_reads = false;  // read by several threads not ordered with each other: a read set
   };
-  std::vector<uint16_t> pending_;
   std::vector<ByteShadow> byte_shadow_;
   std::vector<ReadShadow> read_shadow_;
   // The reads of one granule in one interval by threads not ordered with each other: each reader's last read
