@@ -1,8 +1,10 @@
-// Measuring without timing: the roofline arithmetic, the traffic models, the SVG charts and reading bench
-// JSON back for `flashlab plot`.
+// Measuring: the roofline arithmetic, the traffic models, the SVG charts, reading bench JSON back for
+// `flashlab plot`, and how many timed runs a measurement makes (never how fast they are).
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.hpp"
@@ -10,6 +12,7 @@
 #include "common/machine.hpp"
 #include "common/registry.hpp"
 #include "common/roofline.hpp"
+#include "common/timing.hpp"
 #include "tools/bench_json.hpp"
 #include "tools/svg.hpp"
 
@@ -42,6 +45,25 @@ int count_balanced(const std::string& svg, const std::string& tag) {
 }
 
 }  // namespace
+
+TEST_CASE("timed runs: as many as asked, or fewer once the budget is spent, never none") {
+  int calls = 0;
+  auto millisecond = [&] {
+    ++calls;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  auto count = [&](int runs, double budget_seconds) {
+    calls = 0;
+    const Timing timing = time_after_warm_up(runs, budget_seconds, millisecond);
+    CHECK(timing.runs == calls);  // the runs reported are the runs made
+    CHECK(timing.median_seconds >= 1e-3);
+    return calls;
+  };
+  CHECK(count(4, 0) == 4);     // no budget: exactly the runs asked
+  CHECK(count(3, 3600) == 3);  // a budget never reached
+  CHECK(count(5, 1e-6) == 1);  // a budget the first run spends
+  CHECK(count(0, 0) == 1);     // at least one run
+}
 
 TEST_CASE("roofline arithmetic: intensity, ridge, attainable rate and the side of the ridge") {
   CHECK(arithmetic_intensity(1e9, 4e6) == doctest::Approx(250));

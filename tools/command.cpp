@@ -38,7 +38,8 @@ Problem in_own_dtype(const Implementation& impl, const Problem& p, bool dtype_gi
   return own;
 }
 
-Measurement measure(const Implementation& impl, const Problem& p, const AttentionInputs& in, int repeats) {
+Measurement measure(const Implementation& impl, const Problem& p, const AttentionInputs& in, int repeats,
+                    double budget_seconds) {
   Measurement m;
   m.outputs = AttentionOutputs::poisoned(p);
   memory_meter::reset_peak();
@@ -52,11 +53,12 @@ Measurement measure(const Implementation& impl, const Problem& p, const Attentio
     m.runs = 1;
     return m;
   }
-  m.median_ms = 1e3 * median_seconds(repeats - 1, [&] {
-                  AttentionOutputs scratch = AttentionOutputs::poisoned(p);
-                  impl.forward(p, in, scratch);
-                });
-  m.runs = std::max(1, repeats - 1);
+  const Timing timing = time_after_warm_up(repeats, budget_seconds, [&] {
+    AttentionOutputs scratch = AttentionOutputs::poisoned(p);
+    impl.forward(p, in, scratch);
+  });
+  m.median_ms = 1e3 * timing.median_seconds;
+  m.runs = timing.runs;
   return m;
 }
 

@@ -33,9 +33,11 @@ struct Measurement {
   int runs = 0;              // the timed runs median_ms is the median of
   int64_t extra_bytes = -1;  // peak heap above inputs and outputs; -1 when not measured
 };
-// Runs once checked (outputs kept, peak memory measured), then `repeats` - 1 timed runs; an implementation
+// Runs once checked (outputs kept, peak memory measured; also the warm-up), then `repeats` timed runs, or
+// fewer once they have taken `budget_seconds` in all (0: no budget; common/timing.hpp). An implementation
 // that runs in the CPU emulator is timed on its one checked run.
-Measurement measure(const Implementation& impl, const Problem& p, const AttentionInputs& in, int repeats);
+Measurement measure(const Implementation& impl, const Problem& p, const AttentionInputs& in, int repeats,
+                    double budget_seconds = 0);
 
 // The problem `impl` takes in a side-by-side view: `p`, or, where the user named no dtype and `impl` does not
 // offer p's, `p` in the implementation's own first dtype (the 16-bit GPU stages next to the f32 CPU stages on

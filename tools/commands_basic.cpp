@@ -150,10 +150,10 @@ constexpr double kLoneEmulatedFlopLimit = 2.5e9;
 
 // Runs `chosen` on one problem, each checked against the fp64 reference (computed once) under the
 // same-precision tolerance; without `dtype_given`, each in its own dtype where it does not offer the
-// problem's (in_own_dtype).
+// problem's (in_own_dtype). Each is timed `repeats` times, or fewer within `budget_seconds` (measure()).
 std::vector<CompareRow> compare_on(const std::vector<const Implementation*>& chosen,
                                    const ProblemSetup& setup, int64_t repeats, bool emulation_asked,
-                                   bool dtype_given) {
+                                   bool dtype_given, double budget_seconds = 0) {
   const Problem& p = setup.problem;
   std::optional<ReferenceResult> ref;  // computed once, when the first implementation has run
   auto reference = [&]() -> const ReferenceResult& {
@@ -195,7 +195,7 @@ std::vector<CompareRow> compare_on(const std::vector<const Implementation*>& cho
       progress("[" + std::to_string(n + 1) + "/" + std::to_string(chosen.size()) + "] " + row.impl->name +
                " ...");
       try {
-        row.m = measure(*row.impl, run, setup.inputs, static_cast<int>(repeats));
+        row.m = measure(*row.impl, run, setup.inputs, static_cast<int>(repeats), budget_seconds);
       } catch (const ExecutionError& error) {  // e.g. what the emulator found wrong in a kernel
         row.failure = error.what();
         rows.push_back(std::move(row));
@@ -264,11 +264,18 @@ bool print_rows(const std::vector<CompareRow>& rows, const MachineCeilings& mach
   return any_emulated;
 }
 
-void print_legend(int64_t repeats, bool any_emulated) {
+void print_legend(int64_t repeats, double budget_seconds, bool any_emulated) {
   std::printf(
       "\nerrors: max |out - ref64| / max(1, |ref64|); ok: within 2x the same-precision baseline's error + "
-      "floor.\ntime: median of %lld runs after a warm-up; extra: peak heap above inputs and outputs.\n",
-      static_cast<long long>(repeats));
+      "floor.\n");
+  if (budget_seconds > 0)
+    std::printf(
+        "time: median of up to %lld runs after a warm-up (fewer once a stage's runs take %.0f s in all; "
+        "--repeat N for N); extra: peak heap above inputs and outputs.\n",
+        static_cast<long long>(repeats), budget_seconds);
+  else
+    std::printf("time: median of %lld runs after a warm-up; extra: peak heap above inputs and outputs.\n",
+                static_cast<long long>(repeats));
   if (any_emulated)
     std::printf(
         "emu: a GPU stage run in the CPU emulator of the CUDA execution model (no GPU here, or --emulate): "
@@ -278,8 +285,10 @@ void print_legend(int64_t repeats, bool any_emulated) {
 }
 
 // compare with no implementation and no problem flag: every stage of the ladder, each on the problem it is
-// made for, a heading and a table per problem (tools/ladder.hpp).
+// made for, a heading and a table per problem (tools/ladder.hpp). Without --repeat, each stage's timed runs
+// stop after a second in all, so that the whole view takes seconds, not minutes, with the slow rungs in it.
 int compare_ladder(const Args& args, int64_t repeats) {
+  const double budget_seconds = args.has("--repeat") ? 0 : 1;
   const Ladder ladder = place_on_ladder(args.has("--emulate"));
   progress("measuring the machine's FMA peak ...");
   const MachineCeilings& machine = machine_ceilings();
@@ -292,12 +301,12 @@ int compare_ladder(const Args& args, int64_t repeats) {
     std::printf("\n== %s\n", section.title.c_str());
     print_problem(setup);
     print_header();
-    std::vector<CompareRow> rows = compare_on(section.stages, setup, repeats, true, true);
+    std::vector<CompareRow> rows = compare_on(section.stages, setup, repeats, true, true, budget_seconds);
     any_emulated |= print_rows(rows, machine);
     passed &= all_passed(rows);
     if (!section.contrast.empty()) {
       std::printf("  for contrast, placed on another problem:\n");
-      rows = compare_on(section.contrast, setup, repeats, true, true);
+      rows = compare_on(section.contrast, setup, repeats, true, true, budget_seconds);
       print_rows(rows, machine);
       passed &= all_passed(rows);
     }
@@ -307,7 +316,7 @@ int compare_ladder(const Args& args, int64_t repeats) {
     for (const auto& [impl, reason] : ladder.unplaced)
       std::printf("%-29s %s\n", impl->name.c_str(), reason.c_str());
   }
-  print_legend(repeats, any_emulated);
+  print_legend(repeats, budget_seconds, any_emulated);
   return passed ? 0 : 1;
 }
 
@@ -370,7 +379,7 @@ int compare_command(const std::vector<std::string>& argv) {
   print_machine(machine);
   std::printf("\n");
   print_header();
-  print_legend(repeats, print_rows(rows, machine));
+  print_legend(repeats, 0, print_rows(rows, machine));
   return all_passed(rows) ? 0 : 1;
 }
 
