@@ -44,24 +44,35 @@ std::vector<int64_t> shape_of(const Tensor& array) {
   return shape;
 }
 
-// Checks that the array is on the host in a dtype read here (float16, bfloat16, float32, float64, or bool for
-// a mask), refusing it by `name` otherwise.
+// Checks that the array is on the host in a dtype read here, refusing it by `name` otherwise: float16,
+// bfloat16, float32 or float64, and bool for the mask (`name` "mask"; cli::attach_mask() then takes bool
+// only).
 void check_array(const Array& array, const std::string& name) {
   if (array.device_type() != nb::device::cpu::value)
     fail(name, ": the array is not in host memory (this module runs on host arrays; move it with .cpu())");
   const nb::dlpack::dtype type = array.dtype();
   const auto code = static_cast<nb::dlpack::dtype_code>(type.code);
+  const bool is_mask = name == "mask";
   const bool known =
       type.lanes == 1 &&
       ((code == nb::dlpack::dtype_code::Float && (type.bits == 16 || type.bits == 32 || type.bits == 64)) ||
        (code == nb::dlpack::dtype_code::Bfloat && type.bits == 16) ||
-       (code == nb::dlpack::dtype_code::Bool && type.bits == 8));
+       (is_mask && code == nb::dlpack::dtype_code::Bool && type.bits == 8));
   if (!known) {
     static const char* const kinds[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
     const std::string kind = type.code < 7 ? kinds[type.code] : "code " + std::to_string(type.code);
     fail(name, ": dtype ", kind, int{type.bits}, type.lanes == 1 ? "" : " in vectors",
-         " is not supported (float16, bfloat16, float32, float64, or bool for a mask)");
+         " is not supported (float16, bfloat16, float32 or float64", is_mask ? "; bool for a mask)" : ")");
   }
+}
+
+// The array's dtype as .npy names it ("<f4", "|b1", ...; "bfloat16"), for the checks it shares with the
+// tool's files (cli::attach_mask, cli::attach_bias).
+std::string npy_dtype(const Array& array) {
+  const nb::dlpack::dtype type = array.dtype();
+  if (type.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bool)) return "|b1";
+  if (type.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat)) return "bfloat16";
+  return "<f" + std::to_string(type.bits / 8);
 }
 
 // Whether the array's elements lie in C order without gaps (extents of 1 take any stride).
@@ -124,7 +135,7 @@ void load(const Array& array, const std::string& name, HostTensor& tensor, const
 
 NpyArray as_npy(const Array& array, const std::string& name) {
   check_array(array, name);
-  NpyArray result{shape_of(array), std::vector<double>(array.size()), ""};
+  NpyArray result{shape_of(array), std::vector<double>(array.size()), npy_dtype(array)};
   read_array(array, result.values.data());
   return result;
 }
@@ -228,7 +239,8 @@ nb::tuple attention(const Array& q, const Array& k, const Array& v, const std::s
                     bool emulate) {
   const Implementation& impl = named(impl_name);
   Call call = prepare(q, k, v, flags, mask, bias);
-  if (const std::string reason = why_cannot_run(impl, call.problem); !reason.empty()) fail(reason);
+  if (const std::string reason = why_cannot_run(impl, call.problem); !reason.empty())
+    fail(impl.name, " cannot run this problem: ", reason);
   AttentionOutputs out;
   run(emulate, [&] { out = run_forward(impl, call.problem, call.inputs); });
   return nb::make_tuple(to_numpy(std::move(out.o)), to_numpy(std::move(out.lse)));
@@ -241,7 +253,8 @@ nb::tuple attention_backward(const Array& q, const Array& k, const Array& v, con
   const Implementation& impl = named(impl_name);
   Call call = prepare(q, k, v, flags, mask, bias);
   const Problem& p = call.problem;
-  if (const std::string reason = why_cannot_run_backward(impl, p); !reason.empty()) fail(reason);
+  if (const std::string reason = why_cannot_run_backward(impl, p); !reason.empty())
+    fail(impl.name, " cannot run this problem backward: ", reason);
   AttentionOutputs forward{HostTensor(p.q_shape()), HostTensor(p.lse_shape())};
   HostTensor d_o(p.q_shape());
   load(o, "o", forward.o, q_layout(p));
@@ -298,7 +311,7 @@ CudaCall plan(const Array& q, const Array& k, const std::string& impl_name,
   CudaCall call{problem_of(q, k, flags, mask, bias)};
   const Problem& p = call.problem;
   const std::string reason = backward ? why_cannot_run_backward(impl, p) : why_cannot_run(impl, p);
-  if (!reason.empty()) fail(reason);
+  if (!reason.empty()) fail(impl.name, " cannot run this problem", backward ? " backward: " : ": ", reason);
   if (const std::string why = emulation_reason(impl); !why.empty())
     fail("impl: ", impl.name, " cannot run on a GPU here (", why, "), and CUDA tensors need its GPU build");
   if (p.page_size > 0) fail("page_size: a paged KV cache is built from host arrays; pass host tensors");

@@ -230,6 +230,17 @@ raises(ValueError, ["dropout"], lambda: flashlab.attention(q, k, v, dropout=1.5)
 raises(ValueError, ["lse", "shape"],
        lambda: flashlab.attention_backward(q, k, v, o64.astype(np.float32), lse[:, :1], d_o), "a backward's lse")
 raises(ValueError, ["dtype"], lambda: flashlab.attention(q, k, v, dtype="f8"), "dtype='f8'")
+# A float mask is refused: PyTorch's float masks are additive (0 keeps a key, -inf hides it), the opposite of
+# reading nonzero as visible; such a mask is a bias.
+additive = np.where(mask, 0.0, -np.inf).astype(np.float32)
+raises(ValueError, ["mask", "must be bool"], lambda: flashlab.attention(q, k, v, mask=additive), "a float mask")
+raises(TypeError, ["mask", "list"], lambda: flashlab.attention(q, k, v, mask=mask.tolist()), "a list for mask")
+raises(TypeError, ["bias", "str"], lambda: flashlab.attention(q, k, v, bias="x"), "a string for bias")
+raises(ValueError, ["bias", "bool"], lambda: flashlab.attention(q, k, v, bias=mask), "a bool bias")
+raises(ValueError, ["q", "bool"], lambda: flashlab.attention(q > 0, k, v), "a bool q")
+raises(ValueError, ["cpu_tiled/forward", "no backward pass"],
+       lambda: flashlab.attention_backward(q, k, v, o64.astype(np.float32), lse, d_o, impl="cpu_tiled/forward"),
+       "a backward from a stage without one")
 expect(True, "the interpreter is still here after every mistake")
 
 print(f"{len(failures)} failed")

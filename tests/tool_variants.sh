@@ -31,4 +31,23 @@ out=$("$tool" compare cpu_tiled/forward cuda_v2/split_q --softcap 30 --dtype f32
   fail "compare --dtype f32 failed: $out"
 grep -qE "^cuda_v2/split_q +(emu|cuda) +skipped: dtype f32 is not offered" <<<"$out" ||
   fail "--dtype f32 did not keep f32: $out"
+# A mask is bool: a float one is refused by name (PyTorch's float masks are additive, 0 keeps and -inf hides, the
+# opposite of reading nonzero as visible), and a bool bias likewise.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python3 - "$tmp" <<'PY' || fail "could not write the mask files"
+import struct, sys
+def write(path, descr, data):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (4, 4), }" % descr
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data)
+write(f"{sys.argv[1]}/float_mask.npy", "<f4", struct.pack("<16f", *([0.0] * 8 + [float("-inf")] * 8)))
+write(f"{sys.argv[1]}/bool_bias.npy", "|b1", bytes([1] * 16))
+PY
+small=(--heads 1 --seqlen-q 4 --seqlen-k 4 --head-dim 16)
+out=$("$tool" run cpu_tiled/forward "${small[@]}" --mask "$tmp/float_mask.npy" 2>&1)
+[[ $? -eq 2 ]] && grep -q "^flashlab: --mask: .*must be bool" <<<"$out" || fail "a float --mask was not refused: $out"
+out=$("$tool" run cpu_tiled/forward "${small[@]}" --bias "$tmp/bool_bias.npy" 2>&1)
+[[ $? -eq 2 ]] && grep -q "^flashlab: --bias: .*must be float" <<<"$out" || fail "a bool --bias was not refused: $out"
 exit 0

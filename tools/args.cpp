@@ -110,6 +110,11 @@ void load_tensor(const NpyArray& array, const std::string& flag, const std::stri
 }
 
 void attach_mask(Problem& p, const NpyArray& mask, const std::string& what) {
+  // Only bool: a float mask could mean "nonzero is visible" or, as PyTorch's float masks do, an additive 0
+  // and -inf (the opposite reading). An additive mask is a bias.
+  if (mask.dtype != "|b1")
+    fail(what, ": must be bool (true where the key is visible), got ", mask.dtype,
+         "; an additive float mask of 0 and -inf is a bias");
   if (mask.shape != std::vector<int64_t>{p.seqlen_q, p.seqlen_k})
     fail(what, ": shape must be [seqlen_q, seqlen_k] = [", p.seqlen_q, ", ", p.seqlen_k, "]");
   auto entries = std::make_shared<std::vector<uint8_t>>(mask.values.size());
@@ -118,6 +123,8 @@ void attach_mask(Problem& p, const NpyArray& mask, const std::string& what) {
 }
 
 void attach_bias(Problem& p, const NpyArray& bias, const std::string& what) {
+  if (bias.dtype == "|b1")
+    fail(what, ": must be float (added to the scores), got bool; a bool array is a mask");
   const std::vector<int64_t>& shape = bias.shape;  // [sq, sk], [heads or 1, sq, sk], [batch or 1, ...]
   const size_t n = shape.size();
   if (n < 2 || n > 4 || shape[n - 2] != p.seqlen_q || shape[n - 1] != p.seqlen_k)

@@ -72,6 +72,7 @@ def _split(problem):
     mask, bias, emulate = problem.pop("mask", None), problem.pop("bias", None), problem.pop("emulate", False)
     if not isinstance(emulate, bool):
         raise ValueError(f"emulate ({emulate!r}) must be True or False")
+    _check_arrays(**{name: array for name, array in (("mask", mask), ("bias", bias)) if array is not None})
     return problem, mask, bias, emulate
 
 
