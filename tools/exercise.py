@@ -265,10 +265,11 @@ def touches_exercise(entry, path, seen=None):
     return False
 
 
-def write_workspace(entry, folder, keep_solution, fill=None, quick=False):
+def write_workspace(entry, folder, keep_solution, fill=None, quick=False, dir_flag=""):
     """Copies the stage's sources into the workspace; the exercise's regions become TODOs unless keep_solution,
     or hold `fill`'s lines ({path: [lines of each region]}, a submission's, for grading). `quick`: compiled at
-    -O1 (QUICK, cmake/exercises.cmake), for a copy that only has to fail."""
+    -O1 (QUICK, cmake/exercises.cmake), for a copy that only has to fail. `dir_flag`: the ` --dir DIR` that
+    TASK.md's check command needs for a workspace started outside exercises/."""
     exercise_id, stage = entry["id"], entry["stage"]
     if os.path.exists(folder):
         shutil.rmtree(folder)
@@ -314,7 +315,8 @@ def write_workspace(entry, folder, keep_solution, fill=None, quick=False):
         out.write("**Your task:** fill in the TODO in " + ", ".join(f"`{f}`" for f in todo_files) + ".\n\n")
         out.write(f"**Hint:** {entry['hint']}. More, one level at a time: `./flashlab exercise hint {exercise_id} 2`, "
                   "then 3.\n\n")
-        out.write(f"**Check:** `./flashlab exercise check {exercise_id}` builds your copy and runs the shared test\n")
+        out.write(f"**Check:** `./flashlab exercise check {exercise_id}{dir_flag}` builds your copy and runs the shared "
+                  "test\n")
         out.write(f"harness on it (`exercise/{exercise_id}/...`); it passes when every case matches the fp64 reference.\n")
         out.write("A failing check ends with a short summary and the likely cause; the whole log is in check.log here.\n")
         if os.path.exists(writeup_path(exercise_id)):
@@ -423,7 +425,8 @@ def command_start(args):
     if os.path.exists(folder) and not args.force:
         raise Failure(f"{os.path.relpath(folder, os.getcwd())} already exists and may hold your work: check it, or "
                       f"start again with --force (which overwrites it)")
-    write_workspace(entry, folder, keep_solution=False)
+    extra = f" --dir {args.dir}" if args.dir else ""
+    write_workspace(entry, folder, keep_solution=False, dir_flag=extra)
     print(f"wrote {os.path.relpath(folder, os.getcwd())}/: your copy of {entry['stage']}/ with the TODO, and TASK.md")
     if os.path.exists(HANDOUT):
         missing = graft_own_work(entry, folder)
@@ -433,7 +436,6 @@ def command_start(args):
                   "(docs/exercises.md gives the order)")
     for path in json.load(open(os.path.join(folder, "exercise.json")))["files"]:
         print(f"  edit {os.path.relpath(os.path.join(folder, path), os.getcwd())}")
-    extra = f" --dir {args.dir}" if args.dir else ""
     print(f"then: ./flashlab exercise check {args.id}{extra}")
 
 
@@ -665,7 +667,8 @@ def command_check(args):
     folder = workspace_dir(args.id, args.dir)
     meta_path = os.path.join(folder, "exercise.json")
     if not os.path.exists(meta_path):
-        raise Failure(f"no workspace for {args.id} in {folder} (run ./flashlab exercise start {args.id} first)")
+        extra = f" --dir {args.dir}" if args.dir else ""
+        raise Failure(f"no workspace for {args.id} in {folder} (run ./flashlab exercise start {args.id}{extra} first)")
     meta = json.load(open(meta_path))
     missing = graft_own_work(find(args.id), folder) if os.path.exists(HANDOUT) else []
     build_dir = os.path.join(ROOT, "build")
