@@ -45,24 +45,23 @@ std::vector<int64_t> shape_of(const Tensor& array) {
 }
 
 // Checks that the array is on the host in a dtype read here, refusing it by `name` otherwise: float16,
-// bfloat16, float32 or float64, and bool for the mask (`name` "mask"; cli::attach_mask() then takes bool
-// only).
-void check_array(const Array& array, const std::string& name) {
+// bfloat16, float32 or float64, and bool where `bool_too` (a mask or a bias, whose dtype rule is the tool's:
+// cli::attach_mask, cli::attach_bias).
+void check_array(const Array& array, const std::string& name, bool bool_too = false) {
   if (array.device_type() != nb::device::cpu::value)
     fail(name, ": the array is not in host memory (this module runs on host arrays; move it with .cpu())");
   const nb::dlpack::dtype type = array.dtype();
   const auto code = static_cast<nb::dlpack::dtype_code>(type.code);
-  const bool is_mask = name == "mask";
   const bool known =
       type.lanes == 1 &&
       ((code == nb::dlpack::dtype_code::Float && (type.bits == 16 || type.bits == 32 || type.bits == 64)) ||
        (code == nb::dlpack::dtype_code::Bfloat && type.bits == 16) ||
-       (is_mask && code == nb::dlpack::dtype_code::Bool && type.bits == 8));
+       (bool_too && code == nb::dlpack::dtype_code::Bool && type.bits == 8));
   if (!known) {
     static const char* const kinds[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
     const std::string kind = type.code < 7 ? kinds[type.code] : "code " + std::to_string(type.code);
     fail(name, ": dtype ", kind, int{type.bits}, type.lanes == 1 ? "" : " in vectors",
-         " is not supported (float16, bfloat16, float32 or float64", is_mask ? "; bool for a mask)" : ")");
+         " is not supported (float16, bfloat16, float32 or float64", bool_too ? "; bool for a mask)" : ")");
   }
 }
 
@@ -134,7 +133,7 @@ void load(const Array& array, const std::string& name, HostTensor& tensor, const
 }
 
 NpyArray as_npy(const Array& array, const std::string& name) {
-  check_array(array, name);
+  check_array(array, name, true);
   NpyArray result{shape_of(array), std::vector<double>(array.size()), npy_dtype(array)};
   read_array(array, result.values.data());
   return result;
