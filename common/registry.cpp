@@ -102,8 +102,7 @@ std::string why_cannot_run(const Implementation& impl, const Problem& problem) {
 AttentionOutputs run_forward(const Implementation& impl, const Problem& problem,
                              const AttentionInputs& inputs) {
   problem.validate();
-  const std::string reason = why_cannot_run(impl, problem);
-  if (!reason.empty()) fail(impl.name, " cannot run this problem: ", reason);
+  require_can_run(impl, problem);
   AttentionOutputs outputs = AttentionOutputs::poisoned(problem);
   impl.forward(problem, inputs, outputs);
   return outputs;
@@ -116,12 +115,17 @@ std::string why_cannot_run_backward(const Implementation& impl, const Problem& p
   return reason;
 }
 
+void require_can_run(const Implementation& impl, const Problem& problem, bool backward) {
+  const std::string reason =
+      backward ? why_cannot_run_backward(impl, problem) : why_cannot_run(impl, problem);
+  if (!reason.empty()) fail(impl.name, " cannot run this problem", backward ? " backward: " : ": ", reason);
+}
+
 AttentionGradients run_backward(const Implementation& impl, const Problem& problem,
                                 const AttentionInputs& inputs, const AttentionOutputs& forward,
                                 const HostTensor& d_out) {
   problem.validate();
-  const std::string reason = why_cannot_run_backward(impl, problem);
-  if (!reason.empty()) fail(impl.name, " cannot run this problem backward: ", reason);
+  require_can_run(impl, problem, true);
   if (d_out.size() != problem.q_elements())
     fail("dO must have the shape of O ",
          problem.packed() ? "[total_q, heads_q, head_dim]" : "[batch, seqlen_q, heads_q, head_dim]");

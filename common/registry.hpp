@@ -176,6 +176,10 @@ AttentionOutputs run_forward(const Implementation& impl, const Problem& problem,
 // supports_backward() accepts the problem.
 std::string why_cannot_run_backward(const Implementation& impl, const Problem& problem);
 
+// Throws Error("IMPL cannot run this problem[ backward]: why") when why_cannot_run (why_cannot_run_backward
+// with `backward`) gives a reason: the one wording of that refusal for the tool, the module and run_*().
+void require_can_run(const Implementation& impl, const Problem& problem, bool backward = false);
+
 // Validates, poisons the gradients, runs the backward from the implementation's own forward outputs (O, LSE)
 // and dO [batch, seqlen_q, heads_q, head_dim]. Throws Error when it cannot run the problem or dO has the
 // wrong shape.

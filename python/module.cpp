@@ -238,8 +238,7 @@ nb::tuple attention(const Array& q, const Array& k, const Array& v, const std::s
                     bool emulate) {
   const Implementation& impl = named(impl_name);
   Call call = prepare(q, k, v, flags, mask, bias);
-  if (const std::string reason = why_cannot_run(impl, call.problem); !reason.empty())
-    fail(impl.name, " cannot run this problem: ", reason);
+  require_can_run(impl, call.problem);
   AttentionOutputs out;
   run(emulate, [&] { out = run_forward(impl, call.problem, call.inputs); });
   return nb::make_tuple(to_numpy(std::move(out.o)), to_numpy(std::move(out.lse)));
@@ -252,8 +251,7 @@ nb::tuple attention_backward(const Array& q, const Array& k, const Array& v, con
   const Implementation& impl = named(impl_name);
   Call call = prepare(q, k, v, flags, mask, bias);
   const Problem& p = call.problem;
-  if (const std::string reason = why_cannot_run_backward(impl, p); !reason.empty())
-    fail(impl.name, " cannot run this problem backward: ", reason);
+  require_can_run(impl, p, true);
   AttentionOutputs forward{HostTensor(p.q_shape()), HostTensor(p.lse_shape())};
   HostTensor d_o(p.q_shape());
   load(o, "o", forward.o, q_layout(p));
@@ -309,8 +307,7 @@ CudaCall plan(const Array& q, const Array& k, const std::string& impl_name,
     fail("impl: ", impl.name, " runs on the host; pass host tensors (.cpu()) or choose a GPU stage");
   CudaCall call{problem_of(q, k, flags, mask, bias)};
   const Problem& p = call.problem;
-  const std::string reason = backward ? why_cannot_run_backward(impl, p) : why_cannot_run(impl, p);
-  if (!reason.empty()) fail(impl.name, " cannot run this problem", backward ? " backward: " : ": ", reason);
+  require_can_run(impl, p, backward);
   if (const std::string why = emulation_reason(impl); !why.empty())
     fail("impl: ", impl.name, " cannot run on a GPU here (", why, "), and CUDA tensors need its GPU build");
   if (p.page_size > 0) fail("page_size: a paged KV cache is built from host arrays; pass host tensors");

@@ -86,8 +86,7 @@ int grad_command(const std::vector<std::string>& argv) {
   const int64_t repeats = repeats_from_args(args, 5);
   const ProblemSetup setup = problem_from_args(args);
   const Problem& p = setup.problem;
-  if (const std::string reason = why_cannot_run_backward(*impl, p); !reason.empty())
-    fail(name, " cannot run this problem backward: ", reason);
+  require_can_run(*impl, p, true);
   std::string d_out_source;
   const HostTensor d_out = d_out_from_args(args, p, d_out_source);
 

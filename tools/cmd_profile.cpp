@@ -38,8 +38,7 @@ int profile_command(const std::vector<std::string>& argv) {
   cuda::force_emulation(true);
   const ProblemSetup setup = problem_from_args(args);
   const Problem& p = setup.problem;
-  if (const std::string reason = why_cannot_run(impl, p); !reason.empty())
-    fail(impl.name, " cannot run this problem: ", reason);
+  require_can_run(impl, p);
 
   progress("running " + impl.name + " in the CPU emulator, counting ...");
   emulator::start_counting();

@@ -78,8 +78,7 @@ int run_command(const std::vector<std::string>& argv) {
   const int64_t repeats = repeats_from_args(args, 5);
   const ProblemSetup setup = problem_from_args(args);
   const Problem& p = setup.problem;
-  if (const std::string reason = why_cannot_run(*impl, p); !reason.empty())
-    fail(name, " cannot run this problem: ", reason);
+  require_can_run(*impl, p);
 
   const std::string emulation = emulation_reason(*impl);
   progress("running " + name + (emulation.empty() ? "" : " in the CPU emulator") + " ...");
