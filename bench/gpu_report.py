@@ -13,8 +13,9 @@ Phases and their budgets (bench/README.md "On an offline GPU machine"):
   speed (240 s): the GPU's copy bandwidth and bf16 GEMM rate; then shape by shape (the goals' shapes first),
                  our implementations (the Hopper rungs and the decode first) and right after them PyTorch SDPA's
                  flash, cuDNN, efficient and math backends on the same shape; the backward likewise.
-  extra (240 s): what is not a speed: FP8 accuracy on the GPU's kernel; Nsight Compute's profile of one launch
-                 of each top kernel (split_q, ws, fp8, the decode), its clocks left alone.
+  extra (240 s): what is not a speed: Nsight Compute's profile of one launch of each top kernel (split_q, ws,
+                 fp8, the decode, then the candidate rungs), its clocks left alone; FP8 accuracy on the GPU's
+                 kernel; the Hopper kernels' SASS.
   all   (540 s): check, speed, then extra while time is left.
 A phase run alone builds first when it finds no build.
 
@@ -225,6 +226,8 @@ class Visit:
         self.sanitizer = None
         self.impls = None
         self.built = None
+        self.build_stopped = False
+        self.timed_out = False  # whether the last step run was stopped at its limit
         self.env = dict(os.environ)
 
     # ---- running a step
@@ -259,6 +262,7 @@ class Visit:
                 timed_out = True
             f.write(output or "")
             seconds = now() - start
+            self.timed_out = timed_out
             if timed_out:
                 f.write(f"\n(timed out after {limit:.0f} s; budget {budget} s)\n")
                 status = "failed"
@@ -377,9 +381,12 @@ class Visit:
 
     # ---- the build
     def ensure_build(self, budget=200):
-        if self.built is not None:  # once per call
+        # Once per call; but a build stopped at its budget goes on in the next phase (ninja resumes), so that a
+        # slow compile costs the check phase and not the whole visit.
+        if self.built is not None and not self.build_stopped:
             return self.built
         self.built = self.build_once(budget)
+        self.build_stopped = not self.built and self.timed_out
         return self.built
 
     def build_once(self, budget):
@@ -686,6 +693,13 @@ PROFILED = [
     ("decoding/cuda_split_kv", "split_kv_kernel",
      ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "65536", "--head-dim",
       "128"]),
+    # Then the candidate rungs beside them, while time is left.
+    ("cuda_v2/split_q_4warps", "split_q_kernel",
+     ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
+    ("cuda_v3_hopper/ws_persistent", "ws_attention_kernel",
+     ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
+    ("cuda_v3_hopper/ws_m192", "ws_attention_kernel",
+     ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
 ]
 # What each profile reads: achieved occupancy, the pipes' utilization (the tensor pipe among them), shared-memory
 # bank conflicts and DRAM throughput.
@@ -693,9 +707,12 @@ NCU_SECTIONS = ["SpeedOfLight", "Occupancy", "ComputeWorkloadAnalysis", "MemoryW
 
 
 def extra_phase(visit):
+    """Nsight Compute first (only the GPU can give it, and a second call may have little time), then FP8
+    accuracy on the GPU's kernel, then the Hopper kernels' SASS."""
     if not visit.ensure_build(200):
         return
     names = [e["name"] for e in visit.gpu_implementations()]
+    profile_kernels(visit, names)
     if "cuda_v3_hopper/fp8" not in names:
         visit.note("fp8-accuracy on the GPU", "unavailable", "fp8_accuracy.log",
                    "cuda_v3_hopper/fp8 does not run on this GPU (Hopper, sm_90a)")
@@ -710,7 +727,6 @@ def extra_phase(visit):
         visit.run("SASS of the Hopper kernels (cuda_v3_hopper/check_ptx.sh)", 60,
                   ["bash", os.path.join(ROOT, "cuda_v3_hopper", "check_ptx.sh"),
                    os.path.join(visit.report.work, "hopper_evidence")], "sass.log")
-    profile_kernels(visit, names)
 
 
 def profile_kernels(visit, names):
