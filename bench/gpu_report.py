@@ -489,11 +489,15 @@ class Visit:
             return
 
         def verdict(returncode, output):
-            # No error summary: the tool never attached (e.g. "Device not supported" in some runtimes).
-            summary = re.search(r"ERROR SUMMARY: (\d+) error", output)
+            # memcheck ends with "ERROR SUMMARY: N errors", racecheck with "RACECHECK SUMMARY: N hazards
+            # displayed (E errors, W warnings)". No summary: the tool never attached (e.g. "Device not
+            # supported" in some runtimes).
+            summary = re.search(r"ERROR SUMMARY: (\d+) error|RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error",
+                                output)
             if summary is None:
                 return "unavailable"
-            return "ok" if returncode == 0 and summary.group(1) == "0" else "failed"
+            errors = summary.group(1) or summary.group(2)
+            return "ok" if returncode == 0 and errors == "0" else "failed"
         env["FLASHLAB_REQUIRE_GPU"] = "1"
         self.run(step, budget, [self.sanitizer, "--tool", tool, "--error-exitcode", "3", self.tests,
                                 "--test-case=" + ",".join(patterns)], log, env=env, classify=verdict)
@@ -698,8 +702,8 @@ PROFILED = [
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
     ("cuda_v3_hopper/ws_persistent", "ws_attention_kernel",
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
-    ("cuda_v3_hopper/ws_m192", "ws_attention_kernel",
-     ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
+    ("cuda_v3_hopper/ws_m192", "ws_attention_kernel",  # its tiles are 64 wide
+     ["--batch", "2", "--heads", "32", "--seqlen-q", "8192", "--head-dim", "64"]),
 ]
 # What each profile reads: achieved occupancy, the pipes' utilization (the tensor pipe among them), shared-memory
 # bank conflicts and DRAM throughput.
@@ -724,7 +728,7 @@ def extra_phase(visit):
         visit.run("SASS of the Hopper kernels, dry: the script parses", 10,
                   ["bash", "-n", os.path.join(ROOT, "cuda_v3_hopper", "check_ptx.sh")], "sass.log")
     else:  # wgmma as HGMMA/QGMMA, no local memory (cuobjdump reads the cubin)
-        visit.run("SASS of the Hopper kernels (cuda_v3_hopper/check_ptx.sh)", 60,
+        visit.run("SASS of the Hopper kernels (cuda_v3_hopper/check_ptx.sh)", 90,
                   ["bash", os.path.join(ROOT, "cuda_v3_hopper", "check_ptx.sh"),
                    os.path.join(visit.report.work, "hopper_evidence")], "sass.log")
 
@@ -746,7 +750,8 @@ def profile_kernels(visit, names):
         if not ncu:
             visit.note(step, "unavailable", log, "ncu: not found")
             continue
-        argv = [ncu, "--clock-control", "none", "-k", f"regex:{kernel}", "--launch-count", "1"]
+        # --print-details all: the memory tables' shared-memory rows (bank conflicts) print only with it.
+        argv = [ncu, "--clock-control", "none", "-k", f"regex:{kernel}", "--launch-count", "1", "--print-details", "all"]
         for section in NCU_SECTIONS:
             argv += ["--section", section]
         argv += [visit.flashlab, "gpu-bench", impl] + flags + ["--seconds", "0.01", "--repeat", "3"]
