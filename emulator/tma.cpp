@@ -441,6 +441,20 @@ void tma_store(const void* tensor_map, const void* source, const int32_t* coordi
   ThreadState& t = entered;
   BlockRunner& block = *t.block;
   const TmaCopy copy = resolve(block, t, tensor_map, source, rank, "source", where);
+  // Unlike a load's, a store's box cannot start before the tensor: "When writing from shared to global
+  // memory, parts of the tile may be out of bounds, but the top left corner cannot have any negative indices"
+  // (CUDA C++ Programming Guide, "Using TMA to transfer multi-dimensional arrays"). A GPU stops the kernel
+  // with cudaErrorIllegalInstruction.
+  for (int d = 0; d < rank; ++d)
+    if (coordinates[d] < 0) {
+      std::string corner = "(";
+      for (int e = 0; e < rank; ++e) corner += std::to_string(coordinates[e]) + (e + 1 < rank ? ", " : ")");
+      block.fail(t, copy.operation, " (", where, "): a store to the box at ", corner,
+                 ", whose top-left corner has negative indices: a store's box may run past the tensor's "
+                 "end, where its elements are dropped, but cannot start before it (CUDA C++ Programming "
+                 "Guide, \"Using TMA to transfer multi-dimensional arrays\"); a GPU stops the kernel with an "
+                 "illegal instruction");
+    }
   block.check_async_read(t, block.clock(t.tid), copy.shared, copy.bytes, copy.operation, where);
   check_tensor_memory(block, t, copy, coordinates, true, where);
   // Elements out of the tensor's bounds are dropped.

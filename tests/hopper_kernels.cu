@@ -194,7 +194,12 @@ __global__ void tma_box_kernel(const __grid_constant__ CUtensorMap load_map,
     reinterpret_cast<uint16_t*>(tile)[3] = 0;  // an ordinary store the TMA store then reads
   __syncthreads();
   if (tid == 0) {
-    hopper::tma_store_4d(&store_map, tile, column, row, 0, 0);
+    // A store's box may run past the tensor's end (those elements are dropped), but its top-left corner
+    // cannot have negative indices (CUDA C++ Programming Guide, "Using TMA to transfer multi-dimensional
+    // arrays"); a GPU stops the kernel with an illegal instruction. It goes to the nearest corner without.
+    const bool clamp = mistake != HopperMistake::tma_store_negative_corner;
+    hopper::tma_store_4d(&store_map, tile, clamp && column < 0 ? 0 : column, clamp && row < 0 ? 0 : row, 0,
+                         0);
     hopper::tma_store_commit();
     if (mistake == HopperMistake::tma_store_exit_before_read) return;
     hopper::tma_store_wait_read();
@@ -319,7 +324,9 @@ int setmaxnreg_handover() {
 void hopper_mistake(HopperMistake mistake) {
   switch (mistake) {
     case HopperMistake::tma_store_without_proxy_fence:
-    case HopperMistake::tma_store_exit_before_read: {
+    case HopperMistake::tma_store_exit_before_read:
+    case HopperMistake::tma_store_negative_corner: {
+      const int at = mistake == HopperMistake::tma_store_negative_corner ? -8 : 0;
       const std::vector<uint16_t> tensor(32 * 64, 0x3f80);
       const cuda::DeviceBuffer<uint16_t> source = upload(tensor);
       cuda::DeviceBuffer<uint16_t> destination(tensor.size()), landed(32 * 64);
@@ -328,7 +335,7 @@ void hopper_mistake(HopperMistake mistake) {
       const CUtensorMap store_map =
           tensor_map(destination.get(), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, 32, 64, 32, 64);
       cuda::launch_kernel<tma_box_kernel>(dim3(1), dim3(64), 32 * 128 + 1024 + 64, nullptr, load_map,
-                                          store_map, landed.get(), 0, 0, mistake);
+                                          store_map, landed.get(), at, at, mistake);
       FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
       return;
     }

@@ -30,6 +30,7 @@ enum class HopperMistake {
   tma_misaligned_destination,     // a TMA load into shared memory not aligned to 128 bytes
   tma_store_without_proxy_fence,  // ordinary stores, then a TMA store of them without fence.proxy.async
   tma_store_exit_before_read,     // the storing thread returns before cp.async.bulk.wait_group.read
+  tma_store_negative_corner,      // a TMA store of a box whose top-left corner is at (-8, -8)
   setmaxnreg_pool_too_small,      // the consumer asks more registers than the producer freed: waits forever
   setmaxnreg_out_of_range,        // setmaxnreg to 20 registers (the range is 24 to 256, in steps of 8)
 };
@@ -48,7 +49,8 @@ FLASHLAB_FOR_EACH_TARGET(
     std::vector<float> wgmma_rs_e4m3(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);
     // A TMA load of the box of 64 x 32 16-bit elements at (column, row) of a rows x columns tensor (128-byte
     // swizzle), read back from shared memory byte for byte as it landed; then a TMA store of the same box,
-    // unchanged, to (column, row) of a zeroed tensor of the same shape, which comes back in `stored`.
+    // unchanged, to (max(column, 0), max(row, 0)) of a zeroed tensor of the same shape (a store's corner
+    // cannot be negative), which comes back in `stored`.
     std::vector<uint16_t> tma_box(const std::vector<uint16_t>& tensor, int rows, int columns, int column,
                                   int row, std::vector<uint16_t>& stored);
     // Warp 1 of a 64-thread block arrives on an mbarrier of count 32 in `rounds` rounds, writing the round

@@ -7,6 +7,7 @@
 // layouts themselves are checked against CuTe by tests/test_fragments.cpp.)
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -140,11 +141,18 @@ TEST_CASE("TMA: a box lands swizzled with zeros past the tensor, and a store dro
           wrong += landed[at] != (inside ? tensor[gr * columns + gc] : 0);
         }
       CHECK(wrong == 0);
+      // A store's box may run past the tensor's end, but its top-left corner cannot be negative (CUDA C++
+      // Programming Guide, "Using TMA to transfer multi-dimensional arrays"): the kernel stores the landed
+      // box at (max(column, 0), max(row, 0)), so there it holds the tensor shifted, zeros included.
+      const int store_row = std::max(row, 0), store_column = std::max(column, 0);
       int stored_wrong = 0;
       for (int gr = 0; gr < rows; ++gr)
         for (int gc = 0; gc < columns; ++gc) {
-          const bool in_box = gr >= row && gr < row + 32 && gc >= column && gc < column + 64;
-          stored_wrong += stored[gr * columns + gc] != (in_box ? tensor[gr * columns + gc] : 0);
+          const int sr = gr - store_row + row, sc = gc - store_column + column;  // where its value came from
+          const bool in_box =
+              gr - store_row < 32 && gr >= store_row && gc - store_column < 64 && gc >= store_column;
+          const bool inside = sr >= 0 && sr < rows && sc >= 0 && sc < columns;
+          stored_wrong += stored[gr * columns + gc] != (in_box && inside ? tensor[sr * columns + sc] : 0);
         }
       CHECK(stored_wrong == 0);
     }
@@ -186,6 +194,7 @@ TEST_CASE("the emulator names what a broken Hopper kernel does wrong") {
       {Mistake::tma_misaligned_destination, {"cp.async.bulk.tensor.4d", "must be 128-byte aligned"}},
       {Mistake::tma_store_without_proxy_fence, {"ordinary store and no fence.proxy.async"}, true},
       {Mistake::tma_store_exit_before_read, {"cp.async.bulk.wait_group.read"}},
+      {Mistake::tma_store_negative_corner, {"cp.async.bulk.tensor.4d", "(-8, -8, 0, 0)", "negative indices"}},
       {Mistake::setmaxnreg_pool_too_small,
        {"deadlock", "setmaxnreg.inc 240", "(240 - 128) x 128 = 14336", "the pool has 13312 free",
         "128 registers a thread x 384 threads = 49152"}},
