@@ -66,6 +66,8 @@ __global__ void __launch_bounds__(32 * kWarps) exact_rows_kernel(const ExactRows
     const float lse = p.lse[lse_begin(p, b, head) + i];
     const int rows_q = cuda::rows_q(p, b), rows_k = cuda::rows_k(p, b);
     const KeyRange keys = band_key_range(i, rows_q, rows_k, p.causal, p.window_left, p.window_right);
+    // Loops over sum[] have a fixed trip count, unrolled, so that it stays in registers: a run-time bound
+    // would put it in local memory (a stack frame in ptxas's report, LDL/STL in the SASS).
     float sum[kMaxHeadDim / 32] = {};
     for (int64_t j0 = keys.begin; j0 < keys.end; j0 += 32) {
       const int64_t j = j0 + lane;
@@ -81,12 +83,16 @@ __global__ void __launch_bounds__(32 * kWarps) exact_rows_kernel(const ExactRows
       for (int e = 0; e < 32 && j0 + e < keys.end; ++e) {
         const float w = __shfl_sync(0xffffffffu, weight, e);
         if (!__shfl_sync(0xffffffffu, static_cast<int>(seen), e)) continue;  // the same for the whole warp
-        for (int m = 0; m * 32 + lane < p.head_dim; ++m)
-          sum[m] += w * to_float(v[(j0 + e) * p.v_row_stride + m * 32 + lane]);
+#pragma unroll
+        for (int m = 0; m < kMaxHeadDim / 32; ++m)
+          if (m * 32 + lane < p.head_dim)
+            sum[m] += w * to_float(v[(j0 + e) * p.v_row_stride + m * 32 + lane]);
       }
     }
-    for (int m = 0; m * 32 + lane < p.head_dim; ++m)
-      if (!isfinite(to_float(o[m * 32 + lane]))) o[m * 32 + lane] = from_float<Element>(sum[m]);
+#pragma unroll
+    for (int m = 0; m < kMaxHeadDim / 32; ++m)
+      if (m * 32 + lane < p.head_dim && !isfinite(to_float(o[m * 32 + lane])))
+        o[m * 32 + lane] = from_float<Element>(sum[m]);
     __syncwarp();  // q_rows[warp] is the next row's
   }
 }
