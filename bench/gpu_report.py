@@ -14,7 +14,8 @@ Phases and their budgets (bench/README.md "On an offline GPU machine"):
                  our implementations (the Hopper rungs and the decode first) and right after them PyTorch SDPA's
                  flash, cuDNN, efficient and math backends on the same shape; the backward likewise.
   extra (240 s): what is not a speed: Nsight Compute's profile of one launch of each top kernel (split_q, ws,
-                 fp8, the decode, then the candidate rungs), its clocks left alone; FP8 accuracy on the GPU's
+                 fp8, the decode, the backward, then the candidate rungs), its clocks left alone; the FP8 kernel's
+                 LSE against the emulation's on large inputs (bench/fp8_lse_seeds.py); FP8 accuracy on the GPU's
                  kernel; the Hopper kernels' SASS.
   all   (540 s): check, speed, then extra while time is left.
 A phase run alone builds first when it finds no build.
@@ -697,6 +698,9 @@ PROFILED = [
     ("decoding/cuda_split_kv", "split_kv_kernel",
      ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "65536", "--head-dim",
       "128"]),
+    # The backward (cuda_v2's, dQ, dK and dV in one kernel after the dot pass), at the backward goal's shape.
+    ("cuda_v2/split_q", "backward_kernel",
+     ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128", "--pass", "backward"]),
     # Then the candidate rungs beside them, while time is left.
     ("cuda_v2/split_q_4warps", "split_q_kernel",
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
@@ -717,6 +721,10 @@ def extra_phase(visit):
         return
     names = [e["name"] for e in visit.gpu_implementations()]
     profile_kernels(visit, names)
+    if "cuda_v3_hopper/fp8" in names:  # which rule Hopper's e4m3 accumulator follows (bench/fp8_lse_seeds.py)
+        visit.run("fp8 LSE on large inputs, four seeds, against the emulation", 60,
+                  [sys.executable, os.path.join(ROOT, "bench", "fp8_lse_seeds.py"), visit.flashlab]
+                  + (["--emulate", "--seeds", "46"] if visit.rehearse else []), "fp8_lse.log")
     if "cuda_v3_hopper/fp8" not in names:
         visit.note("fp8-accuracy on the GPU", "unavailable", "fp8_accuracy.log",
                    "cuda_v3_hopper/fp8 does not run on this GPU (Hopper, sm_90a)")
@@ -739,7 +747,7 @@ def profile_kernels(visit, names):
                                                   + glob.glob("/opt/nvidia/nsight-compute/*/ncu"))), None)
     for impl, kernel, flags in PROFILED:
         step = f"ncu {impl} ({kernel})"
-        log = f"ncu_{impl.replace('/', '_')}.log"
+        log = f"ncu_{impl.replace('/', '_')}_{kernel}.log"
         if impl not in names:
             visit.note(step, "unavailable", log, f"{impl} does not run here")
             continue
