@@ -70,10 +70,10 @@ void launch(const SplitKvParams& p, int num_splits, cudaStream_t stream) {
 // The split count for valid parameters (the pointers are not looked at).
 int resolve_splits(const SplitKvParams& p) {
   if (p.num_splits > 0) return p.num_splits;
-  // Fill one wave: as many blocks as the SMs hold at once (2 per SM at d = 128, from the shared memory).
+  // Fill one wave (5 blocks per SM at d = 128), rounded down: never a tail wave of a few blocks.
   const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_kv * split_kv_row_tiles(p);
   const int64_t wave = static_cast<int64_t>(cuda::sm_count()) * resident_blocks_per_sm(p);
-  int64_t splits = (wave + blocks - 1) / blocks;
+  int64_t splits = std::max<int64_t>(1, wave / blocks);
   // ... but give each split at least kMinKeysPerSplit keys of the longest sequence.
   splits = std::min<int64_t>(splits, (p.seqlen_k + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
   return static_cast<int>(std::clamp<int64_t>(splits, 1, kSplitKvMaxSplits));

@@ -32,7 +32,9 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBlockN = 32;                // keys per K/V tile: one key per lane in S = Q K^T
 constexpr int kMaxRows = kSplitKvMaxRows;  // query rows per block
-constexpr int kStages = 4;  // K/V tiles in the ring: kStages - 1 tiles in flight while one is computed
+// K/V tiles in the ring, kStages - 1 in flight: 2 (45 KB at d 128) fits 5 blocks (20 warps) an SM, still
+// 5 x 16 KB requested ahead per SM against the ~25 KB HBM's bandwidth x latency needs.
+constexpr int kStages = 2;
 // P's shared-memory row pitch: one float of padding, so the two rows a warp reads in O += P V sit in
 // different banks.
 constexpr int kPPitch = kBlockN + 1;
@@ -46,6 +48,7 @@ struct Geometry {
   static constexpr int kTileElems = kBlockN * kRowPitch;
   // 16-byte cp.async per thread per tile, for each of K and V.
   static constexpr int kLoadsPerThread = kBlockN * kChunks / kThreads;
+  static constexpr int kKeysPerPass = kThreads / kChunks;
   static constexpr int kRowsPerWarp = kMaxRows / kWarps;          // S and softmax: warp w has rows w + 4k
   static constexpr int kRowGroups = kThreads / kChunks;           // O += P V: rows side by side
   static constexpr int kRowsPerThread = kMaxRows / kRowGroups;    // O += P V: accumulator rows/thread
@@ -53,7 +56,8 @@ struct Geometry {
                                     + kMaxRows * D * 4            // Q, float, pre-scaled
                                     + kMaxRows * kPPitch * 4      // P of the current tile
                                     + 3 * kMaxRows * 4;           // rescale factor, final row_max, row_sum
-  static_assert(D % 64 == 0 && kBlockN * kChunks % kThreads == 0 && kMaxRows % kRowGroups == 0);
+  static_assert(D % 64 == 0 && kBlockN * kChunks % kThreads == 0 && kThreads % kChunks == 0 &&
+                kMaxRows % kRowGroups == 0);
 };
 
 // --- 16-bit element conversion, 8 at a time (one 16-byte vector) ---
@@ -139,8 +143,14 @@ __global__ void __launch_bounds__(kThreads)
 
   const T* k_base = static_cast<const T*>(p.k);
   const T* v_base = static_cast<const T*>(p.v);
-  const int64_t k_stride_outer = p.block_table != nullptr ? p.k_stride_page : p.k_stride_batch;
-  const int64_t v_stride_outer = p.block_table != nullptr ? p.v_stride_page : p.v_stride_batch;
+
+  // Contiguous K/V: the thread's offsets are formed once and step a tile per load_tile (tiles come in order).
+  const int load_chunk = threadIdx.x % G::kChunks, load_key0 = threadIdx.x / G::kChunks;
+  const bool chunk_real = load_chunk * 8 < p.head_dim;  // lanes past a narrower head dim: zeros
+  const int64_t k_pass = G::kKeysPerPass * p.k_stride_seq, v_pass = G::kKeysPerPass * p.v_stride_seq;
+  const int64_t row0 = int64_t{tile_begin} * kBlockN + load_key0;
+  int64_t k_next = b * p.k_stride_batch + row0 * p.k_stride_seq + kv_head * p.k_stride_head + load_chunk * 8;
+  int64_t v_next = b * p.v_stride_batch + row0 * p.v_stride_seq + kv_head * p.v_stride_head + load_chunk * 8;
 
   // Issues the cp.async of K and V tile `tile` into ring slot `slot` (keys past sk are zero-filled), then
   // commits a group, also when there is nothing to load, so that wait_group counts tiles uniformly.
@@ -148,22 +158,23 @@ __global__ void __launch_bounds__(kThreads)
     if (tile < tile_end) {
 #pragma unroll
       for (int l = 0; l < G::kLoadsPerThread; ++l) {
-        const int index = threadIdx.x + l * kThreads;
-        const int key = index / G::kChunks, chunk = index % G::kChunks;
-        const int j = tile * kBlockN + key;
-        const bool valid = j < sk;
-        int64_t k_offset = 0, v_offset = 0;
-        if (valid) {
+        const int key = load_key0 + l * G::kKeysPerPass, j = tile * kBlockN + key;
+        const bool real = j < sk && chunk_real;
+        const T* k_src = k_base + (k_next + l * k_pass);  // not read when !real (src-size 0)
+        const T* v_src = v_base + (v_next + l * v_pass);
+        if (real && p.block_table != nullptr) {
           const TokenPlace place = token_place(p, b, j, page_shift);
-          k_offset = place.outer * k_stride_outer + place.row * p.k_stride_seq + kv_head * p.k_stride_head;
-          v_offset = place.outer * v_stride_outer + place.row * p.v_stride_seq + kv_head * p.v_stride_head;
+          k_src = k_base + place.outer * p.k_stride_page + place.row * p.k_stride_seq +
+                  kv_head * p.k_stride_head + load_chunk * 8;
+          v_src = v_base + place.outer * p.v_stride_page + place.row * p.v_stride_seq +
+                  kv_head * p.v_stride_head + load_chunk * 8;
         }
-        const int smem_offset = slot * G::kTileElems + key * G::kRowPitch + chunk * 8;
-        // Lanes past a head dim narrower than D are zeros (common/cuda/tile_width.hpp), never read.
-        const bool real = valid && chunk * 8 < p.head_dim;
-        cp_async_16(k_ring + smem_offset, k_base + k_offset + chunk * 8, real);
-        cp_async_16(v_ring + smem_offset, v_base + v_offset + chunk * 8, real);
+        const int smem_offset = slot * G::kTileElems + key * G::kRowPitch + load_chunk * 8;
+        cp_async_16(k_ring + smem_offset, k_src, real);
+        cp_async_16(v_ring + smem_offset, v_src, real);
       }
+      k_next += kBlockN * p.k_stride_seq;
+      v_next += kBlockN * p.v_stride_seq;
     }
     cp_async_commit();
   };

@@ -30,7 +30,7 @@ enum class SplitKvDType { f16, bf16 };
 
 constexpr int kSplitKvMaxRows = 16;     // query rows of one block: decode and speculative decode
 constexpr int kSplitKvMaxSplits = 128;  // the most KV splits the launcher takes
-constexpr int kMinKeysPerSplit = 256;   // the heuristic's floor: 8 tiles, below which the ring never fills
+constexpr int kMinKeysPerSplit = 256;   // the heuristic's floor: 8 tiles a split, so start-up stays small
 
 struct SplitKvParams {
   SplitKvDType dtype = SplitKvDType::bf16;

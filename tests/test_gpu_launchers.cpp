@@ -137,9 +137,10 @@ TEST_CASE("cuda_v2's launchers refuse what their kernels cannot do, naming the f
         std::string::npos);
 }
 
-TEST_CASE("decoding/cuda_split_kv merges 1, 7 and 128 splits (most of them empty) exactly like one") {
-  // 2049 keys: 65 tiles of 32, so 128 splits leave 63 of them without a key, whose partials (LSE -inf) must
-  // weigh nothing in the combine.
+TEST_CASE("decoding/cuda_split_kv merges 1, 7, 82 and 128 splits (some empty) exactly like one") {
+  // 2049 keys: 65 tiles of 32. 82 splits of one tile leave splits 65-81 without a key, 128 leave 63; their
+  // partials (LSE -inf) must weigh nothing in the combine. Splits past the first start their contiguous K/V
+  // offsets at tile_begin > 0.
   Problem p = problem_shape(2, 8, 2, 3, 2049, 128);
   p.causal = true;
   p.dtype = DType::bf16;
@@ -148,7 +149,7 @@ TEST_CASE("decoding/cuda_split_kv merges 1, 7 and 128 splits (most of them empty
   const ReferenceResult reference = reference_attention(p, inputs);
   const Tolerance tolerance = tolerance_from_baseline(
       p.dtype, deviation(p, baseline_attention(p, inputs, p.dtype, false), reference));
-  for (int splits : {1, 7, 128}) {
+  for (int splits : {1, 7, 82, 128}) {
     INFO(splits, " splits");
     decoding::SplitKvParams params = decoding::split_kv_params(p);
     params.num_splits = splits;
@@ -190,6 +191,30 @@ TEST_CASE("decoding/cuda_split_kv merges 1, 7 and 128 splits (most of them empty
     }
 #endif
   }
+}
+
+TEST_CASE("decoding/cuda_split_kv's split count fills one wave, rounded down, never a tail wave") {
+  // The emulated device: 132 SMs, and at d 128 shared memory (45,312 B a block with a 2-tile ring) lets 5
+  // blocks share an SM: a wave of 660 blocks. A 32/8 GQA decode has one block per kv head and split.
+  // The count, from the partials' size: batch x 32 rows x splits x (128 channels + LSE), none unsplit.
+  const auto splits_for = [](int batch, int seqlen_k) {
+    const Problem p = problem_shape(batch, 32, 8, 1, seqlen_k, 128);
+    const int64_t elements = decoding::emulated::cuda_split_kv_partial_elements(p);
+    return elements == 0 ? 1 : static_cast<int>(elements / (int64_t{batch} * 32 * 129));
+  };
+  CHECK(splits_for(1, 65536) == 82);  // floor(660 / 8); 656 blocks, not 2 waves with a tail of 4
+  CHECK(splits_for(1, 8192) == 32);   // kMinKeysPerSplit: 8192 / 256
+  CHECK(splits_for(8, 65536) == 10);  // floor(660 / 64)
+  CHECK(splits_for(64, 65536) == 1);  // 512 blocks already fill most of the wave
+  CHECK(splits_for(1, 100) == 1);
+  for (const int batch : {1, 2, 3, 5, 8, 13, 64, 100})
+    for (const int seqlen_k : {1, 257, 4096, 65536, 1 << 20}) {
+      INFO("batch ", batch, ", seqlen_k ", seqlen_k);
+      const int splits = splits_for(batch, seqlen_k);
+      CHECK(splits >= 1);
+      CHECK(splits <= decoding::kSplitKvMaxSplits);
+      if (splits > 1) CHECK(int64_t{splits} * batch * 8 <= 660);  // one wave, no tail
+    }
 }
 
 TEST_CASE("the persistent kernel's tile order hands out every tile once, longest first in L2 sections") {
