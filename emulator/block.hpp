@@ -350,13 +350,20 @@ class BlockRunner {
   char* shared_base_ = nullptr;
   uint32_t shared_end_ = 0;
   size_t shared_window_ = 0;  // shared_end_ plus the red zone
-  // What is known of each shared byte and each 4-byte granule (shared_memory.cpp).
-  struct ByteShadow {
+  // What is known of the last write of each shared byte (shared_memory.cpp): kept per 4-byte granule while
+  // one write covered the whole granule (nearly every write does), per byte once a narrower write split it.
+  struct WriteShadow {
     uint32_t generation = 0;  // barrier interval of the last write; below block_generation_: never written
     uint32_t write_clock = 0;
     uint16_t writer = 0;
     bool async_write = false;  // the last write was the async proxy's (a TMA load), not an ordinary store
+    bool split = false;        // in a granule's entry: the bytes differ, byte_shadow_ holds each one
   };
+  // The last write's shadow, once for each granule of [address, address + bytes) that one write covers and
+  // once per byte of a split one: visit(first byte address, shadow).
+  template <typename Visit>
+  void for_each_write(uint32_t address, size_t bytes, Visit&& visit) const;
+  void record_write(uint32_t address, size_t bytes, const WriteShadow& write);
   // What is in flight on each byte: 0 nothing, 1 + t a cp.async of thread t, or one of the kPending* below.
   // Apart from the rest of the shadow, so that checking a TMA tile for it reads contiguous memory.
   static constexpr uint16_t kPendingBulkLoad = 0xfffe;  // a TMA load will write it
@@ -369,8 +376,14 @@ class BlockRunner {
     uint16_t reader = 0;
     bool shared_reads = false;  // read by several threads not ordered with each other: a read set
   };
-  std::vector<ByteShadow> byte_shadow_;
-  std::vector<ReadShadow> read_shadow_;
+  // A granule's last write and reads side by side: an access finds both in one cache line (the shadow of a
+  // 228 KB window does not fit in a host's L2, and these loads were the detector's main cost).
+  struct GranuleShadow {
+    WriteShadow write;
+    ReadShadow read;
+  };
+  std::vector<GranuleShadow> granules_;   // per 4-byte granule
+  std::vector<WriteShadow> byte_shadow_;  // per byte, read only where the granule is split
   // The reads of one granule in one interval by threads not ordered with each other: each reader's last read
   // step. A write is checked against the readers only, not the whole block. The first few readers (most sets:
   // the warps that share a tile) are kept in place; past them the set moves to a per-thread array (0: no

@@ -6,7 +6,8 @@
 // exchange registers, not memory: CUDA orders memory only through barriers, __syncwarp, fences and
 // mbarriers).
 //
-// For every byte the detector keeps the last write (thread and step), and for every 4-byte granule the reads
+// For every byte the detector keeps the last write (thread and step; stored once per 4-byte granule while one
+// write covered all of it, which costs nothing in precision), and for every 4-byte granule the reads
 // since that write (one thread and step, or, once threads that are not ordered with each other have read it,
 // every thread's last step: a read set). Then, as in FastTrack (Flanagan and Freund, PLDI 2009):
 //   a read races with the last write unless that write is ordered before it;
@@ -42,7 +43,7 @@ void BlockRunner::prepare_shared(size_t dynamic_bytes) {
   std::memset(shared_base_ + kReservedShared, kPoison, dynamic_bytes);
   if (byte_shadow_.size() < shared_window_) byte_shadow_.resize(shared_window_);
   if (pending_.size() < shared_window_) pending_.resize(shared_window_);
-  if (read_shadow_.size() < shared_window_ / 4 + 1) read_shadow_.resize(shared_window_ / 4 + 1);
+  if (granules_.size() < shared_window_ / 4 + 1) granules_.resize(shared_window_ / 4 + 1);
   block_generation_ = generation_ = ++generation_counter_;
   read_sets_used_ = 0;
 }
@@ -169,6 +170,36 @@ int BlockRunner::ReadSet::first_unordered(const uint32_t* known, int self) const
   return first;
 }
 
+template <typename Visit>
+void BlockRunner::for_each_write(uint32_t address, size_t bytes, Visit&& visit) const {
+  const uint32_t end = address + static_cast<uint32_t>(bytes);
+  for (uint32_t g = address / 4; g * 4 < end; ++g) {
+    const uint32_t first = std::max(address, g * 4), last = std::min(end, g * 4 + 4);
+    if (!granules_[g].write.split) {
+      visit(first, granules_[g].write);
+    } else {
+      for (uint32_t a = first; a < last; ++a) visit(a, byte_shadow_[a]);
+    }
+  }
+}
+
+void BlockRunner::record_write(uint32_t address, size_t bytes, const WriteShadow& write) {
+  const uint32_t end = address + static_cast<uint32_t>(bytes);
+  for (uint32_t g = address / 4; g * 4 < end; ++g) {
+    const uint32_t first = std::max(address, g * 4), last = std::min(end, g * 4 + 4);
+    WriteShadow& granule = granules_[g].write;
+    if (first == g * 4 && last == g * 4 + 4) {
+      granule = write;  // the whole granule: one entry again
+      continue;
+    }
+    if (!granule.split) {  // a narrower write: the granule's bytes go their own ways from here
+      std::fill_n(&byte_shadow_[g * 4], 4, granule);
+      granule.split = true;
+    }
+    std::fill(&byte_shadow_[first], &byte_shadow_[last], write);
+  }
+}
+
 void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t bytes, bool write,
                                 bool async_proxy) {
   check_shared_range(self, address, bytes, write ? "store to shared memory" : "load from shared memory");
@@ -176,8 +207,7 @@ void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t byte
   const uint32_t* known = clock(tid);
   check_not_in_flight(self, address, bytes, write, "");
   if (!tracking_) return;
-  for (uint32_t a = address; a < address + bytes; ++a) {
-    const ByteShadow& s = byte_shadow_[a];
+  for_each_write(address, bytes, [&](uint32_t a, const WriteShadow& s) {
     if (!write && s.generation < block_generation_)
       fail(
           self, "reads shared address ", Hex{a}, " (", bytes,
@@ -189,10 +219,10 @@ void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t byte
            " wrote with no synchronization between them (this thread's last synchronization: ",
            self.sync_point(), "; the writer's: ", writer.sync_point(), ")");
     }
-  }
+  });
   const uint32_t first_granule = address / 4, last_granule = (address + static_cast<uint32_t>(bytes) - 1) / 4;
   for (uint32_t g = first_granule; g <= last_granule; ++g) {
-    ReadShadow& r = read_shadow_[g];
+    ReadShadow& r = granules_[g].read;
     if (write) {
       // Every read of this interval must be ordered before the write.
       if (r.generation == generation_) {
@@ -231,15 +261,7 @@ void BlockRunner::shared_access(ThreadState& self, uint32_t address, size_t byte
       r.shared_reads = true;
     }
   }
-  if (write) {
-    for (uint32_t a = address; a < address + bytes; ++a) {
-      ByteShadow& s = byte_shadow_[a];
-      s.generation = generation_;
-      s.writer = static_cast<uint16_t>(tid);
-      s.write_clock = known[tid];
-      s.async_write = async_proxy;
-    }
-  }
+  if (write) record_write(address, bytes, {generation_, known[tid], static_cast<uint16_t>(tid), async_proxy});
   if (should_preempt()) yield(self);
 }
 
@@ -248,8 +270,7 @@ void BlockRunner::check_async_read(const ThreadState& reader, const uint32_t* kn
   check_shared_range(reader, address, bytes, operation);
   check_not_in_flight(reader, address, bytes, false, operation);
   if (!tracking_) return;
-  for (uint32_t a = address; a < address + bytes; ++a) {
-    const ByteShadow& s = byte_shadow_[a];
+  for_each_write(address, bytes, [&](uint32_t a, const WriteShadow& s) {
     if (s.generation < block_generation_)
       fail(reader, operation, " (", where, ") reads shared address ", Hex{a},
            ", which no thread of this block has written: shared memory is undefined until written");
@@ -267,7 +288,7 @@ void BlockRunner::check_async_read(const ThreadState& reader, const uint32_t* kn
            " lane ", writer.lane(),
            " wrote with an ordinary store and no fence.proxy.async after it: the async proxy may not see the "
            "write (PTX ISA, \"Async proxy\")");
-  }
+  });
 }
 
 void BlockRunner::begin_async_write(ThreadState& self, uint32_t address, int bytes, Where where) {
@@ -282,14 +303,10 @@ void BlockRunner::begin_async_write(ThreadState& self, uint32_t address, int byt
 
 void BlockRunner::complete_async_write(ThreadState& self, const AsyncCopy& copy) {
   std::memcpy(shared_base_ + copy.destination, copy.data, static_cast<size_t>(copy.bytes));
-  for (uint32_t a = copy.destination; a < copy.destination + static_cast<uint32_t>(copy.bytes); ++a) {
-    ByteShadow& s = byte_shadow_[a];
-    pending_[a] = 0;
-    s.generation = generation_;
-    s.writer = static_cast<uint16_t>(self.tid);
-    s.write_clock = clock(self.tid)[self.tid];
-    s.async_write = false;  // cp.async writes through the generic proxy
-  }
+  std::fill_n(&pending_[copy.destination], copy.bytes, uint16_t{0});
+  // cp.async writes through the generic proxy (async_write false).
+  record_write(copy.destination, static_cast<size_t>(copy.bytes),
+               {generation_, clock(self.tid)[self.tid], static_cast<uint16_t>(self.tid), false});
 }
 
 void BlockRunner::finish_async_copies() {

@@ -290,9 +290,9 @@ void BlockRunner::begin_bulk_load(ThreadState& self, uint32_t destination, uint3
                                   const char* operation) {
   check_not_in_flight(self, destination, bytes, true, operation);
   // Ordering-wise the copy writes now (its data lands later): it must not overtake other threads' accesses.
+  // It is recorded as the async proxy's write.
   shared_access(self, destination, bytes, true, true);
   std::fill_n(&pending_[destination], bytes, kPendingBulkLoad);
-  for (uint32_t a = destination; a < destination + bytes; ++a) byte_shadow_[a].async_write = true;
   std::memset(shared_base_ + destination, 0xff, bytes);  // poison until it lands
 }
 

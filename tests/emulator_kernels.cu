@@ -207,6 +207,12 @@ __global__ void neighbours_kernel(float* out, const float* in, Mistake mistake) 
       if (t == (mistake == Mistake::write_after_reads ? 0 : 5))
         shared[0] = 0.0f;  // a __syncthreads() belongs before this write
       break;
+    case Mistake::bytes_then_word:  // in order, threads 0-3 write their byte before thread 4 reads
+      shared[t] = 0.0f;
+      __syncthreads();
+      if (t < 4) reinterpret_cast<unsigned char*>(shared)[t] = static_cast<unsigned char>(t);
+      if (t == 4) out[t] = shared[0];  // a __syncthreads() belongs before this read
+      break;
   }
 }
 

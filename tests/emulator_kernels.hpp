@@ -30,6 +30,7 @@ enum class Mistake {
   cp_async_without_wait,    // reads a cp.async destination before cp.async.wait_group
   write_after_reads,        // one thread overwrites a word the others read, with no barrier after their reads
   write_after_many_reads,   // the same, after more readers than a read set holds in place
+  bytes_then_word,          // 4 threads write a word's bytes (no race); a fifth reads it with no barrier
 };
 
 // Per lane, a byte offset (access_pattern).

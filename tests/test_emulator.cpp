@@ -254,6 +254,12 @@ TEST_CASE("the emulator names what a broken kernel does wrong, and where") {
        96,
        {"data race on shared memory: writes 4 bytes", "warp 0 lane 0 read with no synchronization"},
        true},
+      // Bytes of one word written by different threads are apart (no race among the writers); a read of the
+      // word is ordered after none of them, and the first byte's writer is named.
+      {k::Mistake::bytes_then_word,
+       32,
+       {"data race on shared memory: reads 4 bytes", "warp 0 lane 0 wrote with no synchronization"},
+       true},
   };
   for (const Expected& expected : cases) {
     INFO("mistake ", static_cast<int>(expected.mistake));
