@@ -43,9 +43,11 @@ constexpr float kLog2e = 1.4426950408889634f;
 // different 16-byte bank groups (0, 80, 160, ... mod 128 are 8 different multiples of 16).
 constexpr int kDsPitch = kBlockM + 8;
 
+// K_j and V_j; Q_i and dO_i twice (the next Q tile's copy lands in one buffer while the other is computed
+// on); dS^T; LSE_i and D_i twice.
 template <int kHeadDim>
 constexpr int smem_bytes() {
-  return (2 * kBlockN * kHeadDim + 2 * kBlockM * kHeadDim + kBlockN * kDsPitch) * 2 + 2 * kBlockM * 4;
+  return (2 * kBlockN * kHeadDim + 2 * 2 * kBlockM * kHeadDim + kBlockN * kDsPitch) * 2 + 2 * 2 * kBlockM * 4;
 }
 
 // Row (b, head, row) of the backward's own buffers (D, dQ's accumulator): [batch, heads_q, seqlen_q] in
@@ -164,13 +166,14 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
   constexpr int kNTilesM = kBlockM / 8;   // 8-wide n-tiles of S^T and dP^T (queries)
   const SplitQParams& f = p.forward;
 
-  Element* const sK = cuda::dynamic_shared_memory<Element>();              // [kBlockN][kHeadDim], swizzled
-  Element* const sV = sK + kBlockN * kHeadDim;                             // [kBlockN][kHeadDim]
-  Element* const sQ = sV + kBlockN * kHeadDim;                             // [kBlockM][kHeadDim]
-  Element* const sdO = sQ + kBlockM * kHeadDim;                            // [kBlockM][kHeadDim]
-  Element* const sdS = sdO + kBlockM * kHeadDim;                           // [kBlockN][kDsPitch]: dS^T
-  float* const sLse = reinterpret_cast<float*>(sdS + kBlockN * kDsPitch);  // [kBlockM]
-  float* const sD = sLse + kBlockM;                                        // [kBlockM]
+  constexpr int kQTile = kBlockM * kHeadDim;
+  Element* const sK = cuda::dynamic_shared_memory<Element>();  // [kBlockN][kHeadDim], swizzled
+  Element* const sV = sK + kBlockN * kHeadDim;                 // [kBlockN][kHeadDim]
+  Element* const sQ_buffers = sV + kBlockN * kHeadDim;         // [2][kBlockM][kHeadDim]
+  Element* const sdO_buffers = sQ_buffers + 2 * kQTile;        // [2][kBlockM][kHeadDim]
+  Element* const sdS = sdO_buffers + 2 * kQTile;               // [kBlockN][kDsPitch]: dS^T
+  float* const sLse_buffers = reinterpret_cast<float*>(sdS + kBlockN * kDsPitch);  // [2][kBlockM]
+  float* const sD_buffers = sLse_buffers + 2 * kBlockM;                            // [2][kBlockM]
 
   const int kv_tile = blockIdx.x, head_kv = blockIdx.y, b = blockIdx.z;
   const int group_size = f.heads_q / f.heads_kv;
@@ -202,136 +205,164 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
   float dk[kNTilesD][4] = {}, dv[kNTilesD][4] = {};  // this warp's 16 keys x head_dim (line 7)
   const int q_tiles = (f.seqlen_q + kBlockM - 1) / kBlockM;
 
-  // GQA: the group's query heads all add into this kv head's dK and dV.
-  for (int head = head_kv * group_size; head < (head_kv + 1) * group_size; ++head) {
-    const int64_t q_offset = batch_begin[0] + head * f.q_head_stride;
-    const int64_t o_offset = batch_begin[1] + head * f.o_head_stride;
-    const Element* const q = static_cast<const Element*>(f.q) + q_offset;
-    const Element* const d_out = static_cast<const Element*>(p.d_out) + o_offset;
-    for (int q_tile = 0; q_tile < q_tiles; ++q_tile) {
-      const int row0 = q_tile * kBlockM;
-      // The forward's block skipping, seen from the key side: Q tile i visits key tile j when j is one of its
-      // tiles. (The same BlockMask as the forward, with the backward's tiles.)
-      const BlockMask block = BlockMask::make<kBlockN>(f, b, row0, row0 + kBlockM);
-      if (kv_tile < block.tile_begin || kv_tile >= block.tile_end) continue;  // the same for the whole block
-      // Q_i, dO_i, LSE_i, D_i (line 8). Padded rows are zero and take no part.
-      load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, f.q_row_stride, row0, rows_q, f.head_dim);
-      load_tile_async<kBlockM, kHeadDim, kThreads>(sdO, d_out, f.o_row_stride, row0, rows_q, f.head_dim);
-      cp_async_commit();
-      for (int r = threadIdx.x; r < kBlockM; r += kThreads) {
-        const int row = row0 + r;
-        const bool valid = row < rows_q;
-        sLse[r] = valid ? f.lse[batch_begin[2] + head * batch_begin[3] + row] : -INFINITY;
-        sD[r] = valid ? p.d_sum[row_index(f, b, head, row)] : 0.0f;
-      }
-      cp_async_wait<0>();
-      __syncthreads();
-
-      // S^T = K_j Q_i^T (line 9), the forward's products in the forward's order over head_dim.
-      float st[kNTilesM][4] = {};
-      keys_by_queries<Element, kHeadDim>(st, sK, sQ, warp_key, lane);
-
-      // P^T = exp(S^T scale - LSE) (line 10) where the element is visible to a valid row, else exactly 0.
-      // S scale rounded once (never fused with the subtraction) as the forward rounded its max for the LSE
-      // (split_q.cu), then the difference to the log2 domain: where one key dominates a row with scores ~1e4
-      // (LSE ~4e4, a float ulp of 0.004) its P is then exactly 1, where taking S or the LSE to the log2
-      // domain first cost P 0.5% (the case matrix's large-magnitude cases found it). Thread element
-      // (nt, e): key warp_key + group + 8 (e / 2), query nt * 8 + 2 quad_lane + e % 2 of the tile.
-      const bool full = block.tile_is_full<kBlockN>(key0);
-      bool visible[kNTilesM][4];
-      float derivative[kNTilesM][4];  // ds"/ds of the score modification (1 without soft-capping)
-#pragma unroll
-      for (int nt = 0; nt < kNTilesM; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = nt * 8 + 2 * quad_lane + e % 2, row = row0 + r;
-          const int key = key0 + warp_key + group + 8 * (e / 2);
-          visible[nt][e] =
-              row < rows_q && (full || element_visible(f, BlockMask::band(f, block, row), row, key));
-          derivative[nt][e] = 1.0f;
-          // The forward's score modification (score_mod.cuh), the same operations on the same S; a key a -inf
-          // bias hides takes no part, like a masked one.
-          if (kVariants && f.mod.active() && row < f.seqlen_q && key < f.seqlen_k) {
-            st[nt][e] = modified_score(f, st[nt][e], b, head, row, key, rows_q, rows_k);
-            derivative[nt][e] = score_derivative(f, st[nt][e], b, head, row, key, rows_q, rows_k);
-            if (f.mod.hides(b, head, row, key)) visible[nt][e] = false;
-          }
-          st[nt][e] =
-              visible[nt][e] ? ptx::ex2_approx((__fmul_rn(st[nt][e], scale) - sLse[r]) * kLog2e) : 0.0f;
-        }
-
-      // dV_j += P^T dO_i (line 11): P^T straight from the accumulators; dO_i is [query][dim] = B row-major.
-      // (With dropout, after dS below: dV takes P Z, dS needs P.)
-      if constexpr (!kVariants) accumulate_keys_by_dims<Element, kHeadDim>(dv, st, sdO, lane);
-
-      // dP^T = V_j dO_i^T (line 12): as S^T, with V for K and dO for Q.
-      float dpt[kNTilesM][4] = {};
-      keys_by_queries<Element, kHeadDim>(dpt, sV, sdO, warp_key, lane);
-
-      // dS^T = P^T (dP^T - D) scale (line 13), exactly 0 where hidden (so that a NaN in a hidden dP cannot
-      // come through as 0 * NaN), times the modification's derivative. It replaces P^T in st. Dropout
-      // (common/ dropout.hpp): the mask Z recomputed, dP is Z dO V^T, and dV takes P Z, which replaces dP^T
-      // in dpt.
-#pragma unroll
-      for (int nt = 0; nt < kNTilesM; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = nt * 8 + 2 * quad_lane + e % 2;
-          float keep = 1.0f;
-          if (kVariants && f.dropout.active())
-            keep = f.dropout.factor<float>(b, head, row0 + r, key0 + warp_key + group + 8 * (e / 2));
-          const float p_ij = st[nt][e];
-          st[nt][e] = visible[nt][e] ? p_ij * (dpt[nt][e] * keep - sD[r]) * scale * derivative[nt][e] : 0.0f;
-          if constexpr (kVariants) dpt[nt][e] = p_ij * keep;
-        }
-      if constexpr (kVariants) accumulate_keys_by_dims<Element, kHeadDim>(dv, dpt, sdO, lane);
-
-      // dK_j += dS^T Q_i (line 15): as dV, with dS for P and Q for dO.
-      accumulate_keys_by_dims<Element, kHeadDim>(dk, st, sQ, lane);
-
-      // dQ_i += dS K_j (line 14). dS^T goes to shared memory as [key][query]; ldmatrix.trans of it gives dS's
-      // A fragment (its four 8 x 8 matrices are addressed as B's of a [n][k] tile: b_operand_row_nk).
-#pragma unroll
-      for (int nt = 0; nt < kNTilesM; ++nt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-          *reinterpret_cast<uint32_t*>(sdS + (warp_key + group + 8 * half) * kDsPitch + nt * 8 +
-                                       2 * quad_lane) =
-              pack_pair<Element>(st[nt][2 * half], st[nt][2 * half + 1]);
-      __syncthreads();
-      // Warp w: rows 16 (w % 2) to 16 (w % 2) + 15 of dQ_i, columns of half w / 2; k = the tile's 64 keys.
-      const int m0 = 16 * (warp % 2), n_base = (warp / 2) * (kHeadDim / 2);
-      float dq[kNTilesD / 2][4] = {};
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        uint32_t a[4];
-        ldmatrix_x4_trans(a, sdS + (kk * 16 + nk_at.row) * kDsPitch + m0 + nk_at.col);
-#pragma unroll
-        for (int np = 0; np < kNTilesD / 4; ++np) {
-          uint32_t bk[4];  // K_j is [key][dim] = B row-major here
-          ldmatrix_x4_trans(bk, sK + Tile::offset(kk * 16 + kn_at.row, n_base + np * 16 + kn_at.col));
-          mma_m16n8k16<Element>(dq[2 * np], a, bk[0], bk[1]);
-          mma_m16n8k16<Element>(dq[2 * np + 1], a, bk[2], bk[3]);
-        }
-      }
-      const int64_t rows_total = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-#pragma unroll
-      for (int nt = 0; nt < kNTilesD / 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = row0 + m0 + group + 8 * (e / 2), col = n_base + nt * 8 + 2 * quad_lane + e % 2;
-          if (row >= rows_q) continue;
-          const int64_t at = row_index(f, b, head, row) * kHeadDim + col;
-          // dQ_i gathers a share from every key tile, each owned by another block: the race (docs/08).
-          if (p.deterministic)
-            p.dq_accum[kv_tile * rows_total * kHeadDim + at] = dq[nt][e];  // tile j's own partial
-          else
-            atomicAdd(p.dq_accum + at, dq[nt][e]);
-        }
-      __syncthreads();  // the next Q tile overwrites sQ, sdO, sdS, sLse and sD
+  // The steps of this key tile: step s takes query head head_kv * group_size + s / q_tiles (GQA: the group's
+  // query heads all add into this kv head's dK and dV) and Q tile s % q_tiles. The forward's block skipping,
+  // seen from the key side: a step's Q tile visits key tile j when j is one of its tiles (the same BlockMask
+  // as the forward, with the backward's tiles); the other steps are skipped.
+  const int steps = group_size * q_tiles;
+  const auto visits = [&](int step) {
+    const int row0 = step % q_tiles * kBlockM;
+    const BlockMask block = BlockMask::make<kBlockN>(f, b, row0, row0 + kBlockM);
+    return kv_tile >= block.tile_begin && kv_tile < block.tile_end;  // the same for the whole block
+  };
+  const auto next_visit = [&](int step) {
+    while (step < steps && !visits(step)) ++step;
+    return step;
+  };
+  // Q_i, dO_i, LSE_i, D_i (line 8) of a step into one of two buffers, as one cp.async group: the next step's
+  // copy is in flight while this one is computed, as in FlashAttention-2's backward. Padded rows are zero and
+  // take no part (their LSE and D are never read: every element of theirs is hidden).
+  const auto load_step = [&](int step, int buffer) {
+    const int head = head_kv * group_size + step / q_tiles, row0 = step % q_tiles * kBlockM;
+    const Element* const q = static_cast<const Element*>(f.q) + batch_begin[0] + head * f.q_head_stride;
+    const Element* const d_out =
+        static_cast<const Element*>(p.d_out) + batch_begin[1] + head * f.o_head_stride;
+    load_tile_async<kBlockM, kHeadDim, kThreads>(sQ_buffers + buffer * kQTile, q, f.q_row_stride, row0,
+                                                 rows_q, f.head_dim);
+    load_tile_async<kBlockM, kHeadDim, kThreads>(sdO_buffers + buffer * kQTile, d_out, f.o_row_stride, row0,
+                                                 rows_q, f.head_dim);
+    const float* const lse = f.lse + batch_begin[2] + head * batch_begin[3];
+    for (int r = threadIdx.x; r < kBlockM; r += kThreads) {
+      const int row = row0 + r;
+      const bool valid = row < rows_q;
+      ptx::cp_async_4(sLse_buffers + buffer * kBlockM + r, valid ? lse + row : lse, valid);
+      ptx::cp_async_4(sD_buffers + buffer * kBlockM + r,
+                      valid ? p.d_sum + row_index(f, b, head, row) : p.d_sum, valid);
     }
+    cp_async_commit();
+  };
+
+  int step = next_visit(0);
+  if (step < steps) load_step(step, 0);
+  for (int buffer = 0; step < steps; buffer ^= 1) {
+    const int next = next_visit(step + 1);
+    if (next < steps) {
+      load_step(next, buffer ^ 1);  // its last readers, a step ago, were all past that step's second barrier
+    } else {
+      cp_async_commit();  // an empty group, so that the wait below counts the same way
+    }
+    cp_async_wait<1>();  // this step's copies (and, the first time, K and V) have landed ...
+    __syncthreads();     // ... everyone's; and the step before is done with sdS
+    const int head = head_kv * group_size + step / q_tiles, row0 = step % q_tiles * kBlockM;
+    const BlockMask block = BlockMask::make<kBlockN>(f, b, row0, row0 + kBlockM);
+    const Element* const sQ = sQ_buffers + buffer * kQTile;
+    const Element* const sdO = sdO_buffers + buffer * kQTile;
+    const float* const sLse = sLse_buffers + buffer * kBlockM;
+    const float* const sD = sD_buffers + buffer * kBlockM;
+
+    // S^T = K_j Q_i^T (line 9), the forward's products in the forward's order over head_dim.
+    float st[kNTilesM][4] = {};
+    keys_by_queries<Element, kHeadDim>(st, sK, sQ, warp_key, lane);
+
+    // P^T = exp(S^T scale - LSE) (line 10) where the element is visible to a valid row, else exactly 0.
+    // S scale rounded once (never fused with the subtraction) as the forward rounded its max for the LSE
+    // (split_q.cu), then the difference to the log2 domain: where one key dominates a row with scores ~1e4
+    // (LSE ~4e4, a float ulp of 0.004) its P is then exactly 1, where taking S or the LSE to the log2
+    // domain first cost P 0.5% (the case matrix's large-magnitude cases found it). Thread element
+    // (nt, e): key warp_key + group + 8 (e / 2), query nt * 8 + 2 quad_lane + e % 2 of the tile.
+    const bool full = block.tile_is_full<kBlockN>(key0);
+    bool visible[kNTilesM][4];
+    float derivative[kNTilesM][4];  // ds"/ds of the score modification (1 without soft-capping)
+#pragma unroll
+    for (int nt = 0; nt < kNTilesM; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = nt * 8 + 2 * quad_lane + e % 2, row = row0 + r;
+        const int key = key0 + warp_key + group + 8 * (e / 2);
+        visible[nt][e] =
+            row < rows_q && (full || element_visible(f, BlockMask::band(f, block, row), row, key));
+        derivative[nt][e] = 1.0f;
+        // The forward's score modification (score_mod.cuh), the same operations on the same S; a key a -inf
+        // bias hides takes no part, like a masked one.
+        if (kVariants && f.mod.active() && row < f.seqlen_q && key < f.seqlen_k) {
+          st[nt][e] = modified_score(f, st[nt][e], b, head, row, key, rows_q, rows_k);
+          derivative[nt][e] = score_derivative(f, st[nt][e], b, head, row, key, rows_q, rows_k);
+          if (f.mod.hides(b, head, row, key)) visible[nt][e] = false;
+        }
+        st[nt][e] = visible[nt][e] ? ptx::ex2_approx((__fmul_rn(st[nt][e], scale) - sLse[r]) * kLog2e) : 0.0f;
+      }
+
+    // dV_j += P^T dO_i (line 11): P^T straight from the accumulators; dO_i is [query][dim] = B row-major.
+    // (With dropout, after dS below: dV takes P Z, dS needs P.)
+    if constexpr (!kVariants) accumulate_keys_by_dims<Element, kHeadDim>(dv, st, sdO, lane);
+
+    // dP^T = V_j dO_i^T (line 12): as S^T, with V for K and dO for Q.
+    float dpt[kNTilesM][4] = {};
+    keys_by_queries<Element, kHeadDim>(dpt, sV, sdO, warp_key, lane);
+
+    // dS^T = P^T (dP^T - D) scale (line 13), exactly 0 where hidden (so that a NaN in a hidden dP cannot
+    // come through as 0 * NaN), times the modification's derivative. It replaces P^T in st. Dropout
+    // (common/ dropout.hpp): the mask Z recomputed, dP is Z dO V^T, and dV takes P Z, which replaces dP^T
+    // in dpt.
+#pragma unroll
+    for (int nt = 0; nt < kNTilesM; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = nt * 8 + 2 * quad_lane + e % 2;
+        float keep = 1.0f;
+        if (kVariants && f.dropout.active())
+          keep = f.dropout.factor<float>(b, head, row0 + r, key0 + warp_key + group + 8 * (e / 2));
+        const float p_ij = st[nt][e];
+        st[nt][e] = visible[nt][e] ? p_ij * (dpt[nt][e] * keep - sD[r]) * scale * derivative[nt][e] : 0.0f;
+        if constexpr (kVariants) dpt[nt][e] = p_ij * keep;
+      }
+    if constexpr (kVariants) accumulate_keys_by_dims<Element, kHeadDim>(dv, dpt, sdO, lane);
+
+    // dK_j += dS^T Q_i (line 15): as dV, with dS for P and Q for dO.
+    accumulate_keys_by_dims<Element, kHeadDim>(dk, st, sQ, lane);
+
+    // dQ_i += dS K_j (line 14). dS^T goes to shared memory as [key][query]; ldmatrix.trans of it gives dS's
+    // A fragment (its four 8 x 8 matrices are addressed as B's of a [n][k] tile: b_operand_row_nk).
+#pragma unroll
+    for (int nt = 0; nt < kNTilesM; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        *reinterpret_cast<uint32_t*>(sdS + (warp_key + group + 8 * half) * kDsPitch + nt * 8 +
+                                     2 * quad_lane) =
+            pack_pair<Element>(st[nt][2 * half], st[nt][2 * half + 1]);
+    __syncthreads();
+    // Warp w: rows 16 (w % 2) to 16 (w % 2) + 15 of dQ_i, columns of half w / 2; k = the tile's 64 keys.
+    const int m0 = 16 * (warp % 2), n_base = (warp / 2) * (kHeadDim / 2);
+    float dq[kNTilesD / 2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[4];
+      ldmatrix_x4_trans(a, sdS + (kk * 16 + nk_at.row) * kDsPitch + m0 + nk_at.col);
+#pragma unroll
+      for (int np = 0; np < kNTilesD / 4; ++np) {
+        uint32_t bk[4];  // K_j is [key][dim] = B row-major here
+        ldmatrix_x4_trans(bk, sK + Tile::offset(kk * 16 + kn_at.row, n_base + np * 16 + kn_at.col));
+        mma_m16n8k16<Element>(dq[2 * np], a, bk[0], bk[1]);
+        mma_m16n8k16<Element>(dq[2 * np + 1], a, bk[2], bk[3]);
+      }
+    }
+    const int64_t rows_total = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
+#pragma unroll
+    for (int nt = 0; nt < kNTilesD / 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = row0 + m0 + group + 8 * (e / 2), col = n_base + nt * 8 + 2 * quad_lane + e % 2;
+        if (row >= rows_q) continue;
+        const int64_t at = row_index(f, b, head, row) * kHeadDim + col;
+        // dQ_i gathers a share from every key tile, each owned by another block: the race (docs/08).
+        if (p.deterministic)
+          p.dq_accum[kv_tile * rows_total * kHeadDim + at] = dq[nt][e];  // tile j's own partial
+        else
+          atomicAdd(p.dq_accum + at, dq[nt][e]);
+      }
+    step = next;
   }
-  cp_async_wait<0>();  // K and V, when no Q tile saw this key tile
+  cp_async_wait<0>();  // the last, empty group; or K and V, when no Q tile saw this key tile
 
   // dK_j, dV_j (line 17), once; padded keys past the batch's length hold 0 (packed, they do not exist).
   const int stored_keys = cuda::stored_rows_k(f, b);

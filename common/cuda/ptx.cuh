@@ -40,6 +40,17 @@ __device__ inline void cp_async_16(void* smem, const void* gmem, bool in_range) 
 #endif
 }
 
+// Copies 4 bytes global -> shared (cp.async.ca: the only form below 16 bytes), asynchronously; zero-filled
+// when `in_range` is false (src-size 0). For per-row scalars that ride along with a tile's copies.
+__device__ inline void cp_async_4(void* smem, const void* gmem, bool in_range) {
+#if defined(FLASHLAB_EMULATED)
+  emulator::cp_async(smem, gmem, 4, in_range ? 4 : 0);
+#else
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(in_range ? 4 : 0));
+#endif
+}
+
 // Closes this thread's copies issued since the last commit into one group.
 __device__ inline void cp_async_commit() {
 #if defined(FLASHLAB_EMULATED)
