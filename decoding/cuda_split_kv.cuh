@@ -160,9 +160,14 @@ __global__ void __launch_bounds__(kThreads)
       for (int l = 0; l < G::kLoadsPerThread; ++l) {
         const int key = load_key0 + l * G::kKeysPerPass, j = tile * kBlockN + key;
         const bool real = j < sk && chunk_real;
-        const T* k_src = k_base + (k_next + l * k_pass);  // not read when !real (src-size 0)
-        const T* v_src = v_base + (v_next + l * v_pass);
-        if (real && p.block_table != nullptr) {
+        // A key past the sequence, or a lane past the head dim, reads nothing (src-size 0); its address is
+        // the tensor's first element all the same, never one past the end.
+        const T* k_src = k_base;
+        const T* v_src = v_base;
+        if (real && p.block_table == nullptr) {
+          k_src += k_next + l * k_pass;
+          v_src += v_next + l * v_pass;
+        } else if (real) {
           const TokenPlace place = token_place(p, b, j, page_shift);
           k_src = k_base + place.outer * p.k_stride_page + place.row * p.k_stride_seq +
                   kv_head * p.k_stride_head + load_chunk * 8;
