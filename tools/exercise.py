@@ -1204,31 +1204,46 @@ def command_selftest(args):
             if writeup_problems(exercise_id):
                 failed += 1
                 print(f"  BAD  {exercise_id}: its write-up: {writeup_problems(exercise_id)}")
-        solution_runs = {}  # (target, grades, checks) -> (the exercise whose check ran it, (passed, output))
-        for exercise_id, variant, folder, target in plans:
+        # A solution is the stage's own code, which the harness checks in every dtype: here it shows that a
+        # workspace's copy builds and passes, in the first dtype. Skeletons and mistakes keep every dtype.
+        # Exercises of one stage whose checks grade the same implementations by the same cases share the stage's
+        # solution program, so their checks are one run, made once, by the first of them.
+        def run_key(plan):
+            exercise_id, variant, _, target = plan
+            entry = exercises[exercise_id]
+            return (target, entry.get("grades"), entry.get("checks")) if variant == "solution" else plan
+
+        first_of = {}  # run key -> the plan that runs it
+        for plan in plans:
+            first_of.setdefault(run_key(plan), plan)
+
+        def run(plan):  # -> ((passed, output), seconds)
+            exercise_id, variant, folder, target = plan
+            mistake = mistakes[int(variant[len("mistake"):])] if variant.startswith("mistake") else None
+            entry = exercises[exercise_id]
+            started = time.monotonic()
+            # One thread each: the runs share the machine's cores, as a class's grading does.
+            result = run_harness(build_dir, target, exercise_id, entry.get("grades"),
+                                 first_failure=variant != "solution", checks=entry.get("checks"),
+                                 tests=mistake.get("tests") if mistake else None,
+                                 first_dtype=variant == "solution", emulated=is_cuda(folder),
+                                 env=dict(os.environ, OMP_NUM_THREADS="1"),
+                                 registered_as=registered_as.get(exercise_id) if variant == "solution" else None)
+            return result, time.monotonic() - started
+
+        jobs = args.jobs or os.cpu_count() or 1
+        started = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            runs = dict(zip(first_of, pool.map(run, first_of.values())))
+        print(f"  ran {len(runs)} checks in {time.monotonic() - started:.0f} s, {jobs} at a time")
+        for plan in plans:
+            exercise_id, variant, folder, target = plan
             mistake = mistakes[int(variant[len("mistake"):])] if variant.startswith("mistake") else None
             # Warning-free, so that a skeleton also compiles where warnings are errors (the ci preset's stages).
             warnings = list(dict.fromkeys(line for line in build.stdout.split("\n")  # once each, in order
                                           if folder + os.sep in line and "warning:" in line))
-            started = time.monotonic()
-            # A solution is the stage's own code, which the harness checks in every dtype: here it shows that
-            # a workspace's copy builds and passes, in the first dtype. Skeletons and mistakes keep every dtype.
-            # Exercises of one stage whose checks grade the same implementations by the same cases share the
-            # stage's solution program, so their checks are one run, made once.
-            grades, checks = exercises[exercise_id].get("grades"), exercises[exercise_id].get("checks")
-            same = (target, grades, checks) if variant == "solution" else None
-            if same in solution_runs:
-                (ok, output), seconds = solution_runs[same][1], 0.0
-                shared = solution_runs[same][0]
-            else:
-                ok, output = run_harness(build_dir, target, exercise_id, grades,
-                                         first_failure=variant != "solution", checks=checks,
-                                         tests=mistake.get("tests") if mistake else None,
-                                         first_dtype=variant == "solution", emulated=is_cuda(folder),
-                                         registered_as=registered_as.get(exercise_id) if same else None)
-                seconds, shared = time.monotonic() - started, None
-                if same:
-                    solution_runs[same] = (exercise_id, (ok, output))
+            (ok, output), seconds = runs[run_key(plan)]
+            shared = first_of[run_key(plan)][0] if first_of[run_key(plan)] is not plan else None
             expected = variant == "solution"
             # A skeleton must fail some check of the harness: a case on its numbers or with a fault the emulator
             # names (a deadlock, a race), or a property; not by crashing the program. A mistake must fail with
@@ -1301,6 +1316,7 @@ def main():
     p = sub.add_parser("selftest", help="prove the mechanism on every exercise")
     p.add_argument("--build-dir", required=True)
     p.add_argument("--only", help="these exercises only (comma-separated ids)")
+    p.add_argument("--jobs", type=int, help="checks run at once (default: the machine's cores)")
     args = parser.parse_args()
     handlers = {"list": command_list, "start": command_start, "check": command_check, "hint": command_hint,
                 "solution": command_solution, "selftest": command_selftest, "grade": command_grade,
