@@ -78,22 +78,6 @@ def timed_shapes(quick):
     return rows
 
 
-def flops(s):
-    """Forward FLOPs as common/flops.cpp counts them: 4 * batch * heads * visible pairs * head_dim (the
-    backward: 2.5 times that)."""
-    sq, sk = s["seqlen_q"], s["seqlen_k"]
-    pairs = sum(max(0, min(sk, i + 1 + sk - sq)) for i in range(sq)) if s["causal"] else sq * sk
-    forward = 4.0 * s["batch"] * s["heads"] * pairs * s["head_dim"]
-    return forward * (2.5 if s["kind"] == "backward" else 1.0)
-
-
-def min_bytes(s):
-    """Q, K, V read and O written once, float32 (the decode's bound: K and V dominate)."""
-    q = s["batch"] * s["seqlen_q"] * s["heads"] * s["head_dim"]
-    kv = s["batch"] * s["seqlen_k"] * s["kv_heads"] * s["head_dim"]
-    return 4.0 * (2 * q + 2 * kv)
-
-
 # ---------------------------------------------------------------- flashlab
 
 
@@ -342,19 +326,24 @@ def main():
             else:
                 contenders.append((peer.name, peer.prepare(s, q, k, v)))
         times = {name: [] for name, _ in contenders}
+        record = None  # flashlab's own row: the shape's FLOP and byte counts (common/flops.cpp), for every row
         for round_ in range(args.rounds):
             order = contenders[round_ % len(contenders):] + contenders[:round_ % len(contenders)]
             for name, call in order:
                 if call is None:
-                    times[name].append(run_json(flashlab_command(s, args.repeat), env)["time_ms"])
+                    record = run_json(flashlab_command(s, args.repeat), env)
+                    times[name].append(record["time_ms"])
                 else:
                     times[name].append(time_peer(call, args.repeat))
         ours = statistics.median(times[contenders[0][0]])
+        # The backward counts 2.5x the forward's FLOPs; the bytes are the forward's inputs read and outputs
+        # written once (float32), the decode's bound.
+        flops = 1e9 * (record["backward_gflop"] if s["kind"] == "backward" else record["problem"]["gflop"])
         for name, _ in contenders:
             ms = statistics.median(times[name])
             row = dict(shape=s["name"], kind=s["kind"], contender=name, ms=ms, rounds=times[name],
-                       speedup_of_flashlab=ms / ours, gflops=flops(s) / (ms * 1e-3) / 1e9,
-                       gbps=min_bytes(s) / (ms * 1e-3) / 1e9)
+                       speedup_of_flashlab=ms / ours, gflops=flops / (ms * 1e-3) / 1e9,
+                       gbps=record["problem"]["min_bytes"] / (ms * 1e-3) / 1e9)
             rows.append(row)
             print(f"  {s['name']:40} {name:30} {ms:10.2f} ms  x{ms / ours:5.2f}", flush=True)
         rows.extend(skipped)

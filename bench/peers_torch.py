@@ -34,23 +34,13 @@ BACKEND_NAMES = ("torch/sdpa_flash", "torch/sdpa_cudnn", "torch/sdpa_efficient",
 SHAPE_KEYS = ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim", "causal")
 
 
-def visible_pairs(s):
-    sq, sk = s["seqlen_q"], s["seqlen_k"]
-    if not s["causal"]:
-        return sq * sk
-    return sum(max(0, min(sk, i + 1 + sk - sq)) for i in range(sq))
-
-
-def forward_flops(s):
-    """4 * batch * heads * visible (row, key) pairs * head_dim, as common/flops.cpp counts them."""
-    return 4.0 * s["batch"] * s["heads"] * visible_pairs(s) * s["head_dim"]
-
-
-def min_bytes(s, element_bytes):
-    """Q and O, K and V once each, plus the float32 LSE (common/flops.cpp forward_min_bytes)."""
-    q = s["batch"] * s["seqlen_q"] * s["heads"] * s["head_dim"]
-    kv = s["batch"] * s["seqlen_k"] * s["kv_heads"] * s["head_dim"]
-    return (2 * q + 2 * kv) * element_bytes + 4 * s["batch"] * s["heads"] * s["seqlen_q"]
+def counts(s):
+    """The shape's FLOP and byte counts, which flashlab gpu-bench --list-shapes writes from common/flops.cpp (the
+    one place they are made): {"forward_flops", "backward_flops", "forward_min_bytes": {dtype: bytes}}."""
+    if "counts" not in s:
+        raise ValueError(f"shape {json.dumps(s)} has no 'counts': take the shapes from flashlab gpu-bench "
+                         "--list-shapes, which writes them")
+    return s["counts"]
 
 
 def refusal(s):
@@ -155,7 +145,8 @@ class TorchPeers:
             time_ms = self.median_ms(call, repeats, 3)
         row = {"time_ms": time_ms, "repeat": repeats}
         if backward:
-            row.update({"tflops": 2.5 * forward_flops(s) / (time_ms * 1e-3) / 1e12, "gbps": None, "max_err_o": None})
+            row.update({"tflops": counts(s)["backward_flops"] / (time_ms * 1e-3) / 1e12, "gbps": None,
+                        "max_err_o": None})
         else:
             step = max(1, s["seqlen_q"] // 128)
             rows = torch.arange(0, s["seqlen_q"], step, device="cuda")
@@ -163,8 +154,8 @@ class TorchPeers:
             ref = self.reference_rows(s, q, k, v, rows)
             got = out[:, :, rows, :].detach().double()
             row.update({
-                "tflops": forward_flops(s) / (time_ms * 1e-3) / 1e12,
-                "gbps": min_bytes(s, torch.finfo(dtype).bits // 8) / (time_ms * 1e-3) / 1e9,
+                "tflops": counts(s)["forward_flops"] / (time_ms * 1e-3) / 1e12,
+                "gbps": counts(s)["forward_min_bytes"][dtype_name] / (time_ms * 1e-3) / 1e9,
                 "max_err_o": ((got - ref).abs() / ref.abs().clamp(min=1.0)).max().item(),
             })
         del copies, out
@@ -221,6 +212,7 @@ class DryPeers:
 
 
 def make_row(peers, s, dtype_name, name, backward, seconds, max_repeats):
+    counts(s)  # a shape without its counts is the caller's mistake, not a backend's refusal
     row = {"impl": name, "dtype": dtype_name, "pass": "backward" if backward else "forward",
            **{k: s[k] for k in SHAPE_KEYS}}
     reason = refusal(s)

@@ -4,7 +4,7 @@
 //
 //   flashlab gpu-bench [IMPL...] [--shapes SET | problem flags] [--pass forward|backward] [--seconds S]
 //                      [--repeat N] [--max-seconds S] [--emulate] [--json]
-//   flashlab gpu-bench --list-shapes [--shapes SET]      the shapes as JSON (the peers script reads them)
+//   flashlab gpu-bench --list-shapes [--shapes SET]      the shapes as JSON, with their FLOP and byte counts
 //   flashlab gpu-bench --ceilings [--json]               the GPU's copy bandwidth and bf16 GEMM rate
 //
 // Shapes are the outer loop: a shape's inputs and its sampled fp64 reference are made once, then every named
@@ -349,6 +349,17 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
     for (const Problem& p : shapes) {
       json.begin_object();
       shape_json(json, p);
+      // The counts a peer's rates divide by (bench/peers_torch.py), from the one place that makes them.
+      json.key("counts").begin_object();
+      // Whole numbers, written as such (tools/json.hpp writes a double to 9 significant digits).
+      json.field("forward_flops", static_cast<int64_t>(forward_flops(p)));
+      json.field("backward_flops", static_cast<int64_t>(backward_flops(p)));
+      json.key("forward_min_bytes").begin_object();
+      for (const DType stored : {DType::bf16, DType::f16, DType::f32}) {
+        const double bytes = forward_min_bytes(p, static_cast<double>(cuda::storage_bytes(stored)));
+        json.field(to_string(stored), static_cast<int64_t>(bytes));
+      }
+      json.end_object().end_object();
       json.end_object();
     }
     std::cout << json.end_array().str();

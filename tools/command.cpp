@@ -8,6 +8,7 @@
 
 #include "common/flops.hpp"
 #include "common/memory_meter.hpp"
+#include "common/roofline.hpp"
 #include "common/timing.hpp"
 #include "tools/json.hpp"
 
@@ -80,6 +81,8 @@ void problem_json(Json& json, const Problem& p, const std::string& source) {
   json.field("bias", p.bias != nullptr).field("packed", p.packed());
   if (p.packed()) json.field("total_q", p.tokens_q()).field("total_k", p.tokens_k());
   json.field("gflop", forward_flops(p) / 1e9);
+  // Inputs read once, outputs written once (a whole number, written as one).
+  json.field("min_bytes", static_cast<int64_t>(forward_min_bytes(p, element_bytes(p.dtype))));
   json.end_object();
 }
 
