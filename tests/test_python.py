@@ -220,6 +220,9 @@ raises(TypeError, ["q", "list"], lambda: flashlab.attention(q.tolist(), k, v), "
 raises(ValueError, ["softcap (30) is not supported by naive/three_pass"],
        lambda: flashlab.attention(q, k, v, impl="naive/three_pass", softcap=30), "an option the stage lacks")
 raises(ValueError, ["impl", "no_such"], lambda: flashlab.attention(q, k, v, impl="naive/no_such"), "an unknown impl")
+raises(TypeError, ["impl", "a str", "NoneType"], lambda: flashlab.attention(q, k, v, impl=None), "impl=None")
+raises(TypeError, ["impl", "a str", "int"],
+       lambda: flashlab.attention_backward(q, k, v, q, q, q, impl=3), "impl=3 for the backward")
 raises(ValueError, ["causl", "not an option"], lambda: flashlab.attention(q, k, v, causl=True), "a misspelled option")
 raises(ValueError, ["heads", "not an option"], lambda: flashlab.attention(q, k, v, heads=8), "a shape as an option")
 raises(ValueError, ["causal", "True or False"], lambda: flashlab.attention(q, k, v, causal="yes"), "causal='yes'")

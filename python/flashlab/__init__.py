@@ -118,6 +118,12 @@ def _check_arrays(**arrays):
             raise ValueError(f"{name}: a tensor on device '{device.type}' cannot be read (host or CUDA memory only)")
 
 
+def _check_impl(impl):
+    if not isinstance(impl, str):
+        raise TypeError(f"impl: expected a str naming an implementation (flashlab.implementations() lists them), "
+                        f"got {type(impl).__name__}")
+
+
 def _readable(array):
     """The array as the binding reads it. NumPy cannot hand ml_dtypes' bfloat16 through DLPack or the buffer
     protocol, so such an array goes as float32, which holds every bfloat16 value exactly (the stage still
@@ -141,6 +147,7 @@ def attention(q, k, v, impl="cpu_tiled/forward", **problem):
     cu_seqlens_q) by the implementation `impl` (flashlab.implementations() lists them). `emulate=True` runs a GPU
     stage in the CPU emulator even where a GPU could run it. Returns (o like q, lse float32 [B, H, SQ])."""
     _check_arrays(q=q, k=k, v=v)
+    _check_impl(impl)
     problem, mask, bias, emulate = _split(problem)
     if _on_gpu(q, k, v):
         import torch
@@ -156,6 +163,7 @@ def attention_backward(q, k, v, o, lse, do, impl="cpu_tiled/backward", **problem
     """dQ, dK and dV of attention (the same problem as attention()'s) from its inputs, its O and LSE and the
     gradient dO of the output, by the implementation `impl`. Returns (dq like q, dk like k, dv like v)."""
     _check_arrays(q=q, k=k, v=v, o=o, lse=lse, do=do)
+    _check_impl(impl)
     problem, mask, bias, emulate = _split(problem)
     if _on_gpu(q, k, v, o, lse, do):
         import torch
