@@ -15,6 +15,7 @@
 #include "common/number_format.hpp"
 #include "common/registry.hpp"
 #include "common/softmax_state.hpp"
+#include "cuda_v3_hopper/fp8_prepass.hpp"
 
 namespace flashlab::hopper {
 
@@ -235,10 +236,16 @@ Fp8Operands quantization_prepass(const Problem& p, const AttentionInputs& in, co
         if (keys == 0) continue;
         // Over finite entries only: a NaN key must reach the rows that see it (as in the reference), not
         // every row through the mean.
+        // The sums run in chunks of kFp8MeanChunk keys, each chunk's in key order, then the chunks' in chunk
+        // order: the GPU pre-pass sums many chunks at once, in this order (fp8_prepass.hpp).
         std::vector<double> sum(static_cast<size_t>(d), 0.0), count(static_cast<size_t>(d), 0.0);
-        for (int64_t j = 0; j < keys; ++j)
-          for (int64_t c = 0; c < d; ++c)
-            if (const float x = ops.k.row(b, j, hk)[c]; std::isfinite(x)) sum[c] += x, count[c] += 1.0;
+        for (int64_t j0 = 0; j0 < keys; j0 += kFp8MeanChunk) {
+          std::vector<double> chunk(static_cast<size_t>(d), 0.0);
+          for (int64_t j = j0; j < std::min(j0 + kFp8MeanChunk, keys); ++j)
+            for (int64_t c = 0; c < d; ++c)
+              if (const float x = ops.k.row(b, j, hk)[c]; std::isfinite(x)) chunk[c] += x, count[c] += 1.0;
+          for (int64_t c = 0; c < d; ++c) sum[c] += chunk[c];
+        }
         std::vector<float> mean(static_cast<size_t>(d), 0.0f);
         for (int64_t c = 0; c < d; ++c)
           if (count[c] > 0.0) mean[c] = static_cast<float>(sum[c] / count[c]);

@@ -67,17 +67,48 @@ __device__ int64_t valid_rows(const int32_t* rows, int64_t b, int64_t seqlen) {
   return rows == nullptr ? seqlen : rows[b];
 }
 
-// K smoothing, part 1: mean[b, hk, c] over the valid keys of the finite entries, summed in fp64 in key order
-// (fp8_emulated.cpp: sum over j = 0, 1, ... of double(x), then float(sum / count)). One thread per channel.
-__global__ void k_mean_kernel(Fp8PrepassParams p) {
+// K smoothing, part 1: mean[b, hk, c] over the valid keys of the finite entries, summed in fp64 in
+// fp8_emulated.cpp's order: each chunk of kFp8MeanChunk keys in key order, then the chunks' sums in chunk
+// order, then float(sum / count). A block per (batch x kv head, 32 channels), a lane per channel: its warps
+// sum kThreads / 32 chunks at once (kMeanLoads loads in flight each), and warp 0 adds their sums in order. A
+// thread per channel summing every key in turn (the first form of this kernel) had 16 blocks at b 2, h 8, d
+// 256 and waited a load latency every few keys.
+constexpr int kMeanWarps = kThreads / 32;
+constexpr int kMeanLoads = 16;
+static_assert(kFp8MeanChunk % kMeanLoads == 0, "a chunk is whole rounds of loads");
+constexpr size_t kMeanSharedBytes = 2 * kMeanWarps * 32 * sizeof(double);
+__global__ void __launch_bounds__(kThreads) k_mean_kernel(Fp8PrepassParams p) {
   const int64_t b = blockIdx.x / p.heads_kv, hk = blockIdx.x % p.heads_kv;
-  const int64_t keys = valid_rows(p.rows_k, b, p.seqlen_k);
-  for (int64_t c = threadIdx.x; c < p.head_dim; c += blockDim.x) {
-    double sum = 0.0, count = 0.0;
-    for (int64_t j = 0; j < keys; ++j) {
-      const float x = load_bf16(p.k + ((b * p.seqlen_k + j) * p.heads_kv + hk) * p.head_dim + c);
-      if (isfinite(x)) sum = __dadd_rn(sum, static_cast<double>(x)), count = __dadd_rn(count, 1.0);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * 32 + lane;  // head_dim is a multiple of 32
+  const int64_t keys = valid_rows(p.rows_k, b, p.seqlen_k),
+                chunks = (keys + kFp8MeanChunk - 1) / kFp8MeanChunk;
+  const int64_t key_stride = p.heads_kv * p.head_dim;
+  const uint16_t* column = p.k + (b * p.seqlen_k * p.heads_kv + hk) * p.head_dim + c;
+  double* chunk_sum = cuda::dynamic_shared_memory<double>();  // [kMeanWarps][32]: this round's chunks
+  double* finite = chunk_sum + kMeanWarps * 32;               // [kMeanWarps][32]: each warp's count
+  double sum = 0.0, count = 0.0;
+  for (int64_t first = 0; first < chunks; first += kMeanWarps) {
+    const int64_t j0 = (first + warp) * kFp8MeanChunk, j1 = min(j0 + kFp8MeanChunk, keys);
+    double partial = 0.0;
+    for (int64_t j = j0; j < j1; j += kMeanLoads) {
+      float x[kMeanLoads];
+      for (int u = 0; u < kMeanLoads; ++u) x[u] = j + u < j1 ? load_bf16(column + (j + u) * key_stride) : NAN;
+      for (int u = 0; u < kMeanLoads; ++u)
+        if (isfinite(x[u]))
+          partial = __dadd_rn(partial, static_cast<double>(x[u])), count = __dadd_rn(count, 1.0);
     }
+    chunk_sum[warp * 32 + lane] = partial;
+    __syncthreads();
+    if (warp == 0)
+      for (int w = 0; w < kMeanWarps && first + w < chunks; ++w)
+        sum = __dadd_rn(sum, chunk_sum[w * 32 + lane]);
+    __syncthreads();  // chunk_sum[] is written again by the next round
+  }
+  finite[warp * 32 + lane] = count;  // counts are whole numbers: their sum is exact in any order
+  __syncthreads();
+  if (warp == 0) {
+    for (int w = 1; w < kMeanWarps; ++w) count = __dadd_rn(count, finite[w * 32 + lane]);
     p.k_mean[(b * p.heads_kv + hk) * p.head_dim + c] =
         count > 0.0 ? __double2float_rn(__ddiv_rn(sum, count)) : 0.0f;
   }
@@ -173,29 +204,33 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // V: the amax of the tile's valid keys, then the tile written k-major, out[b][hk][tile][c][position] (the key
-// order of fp8_v_key), keys
-// past the valid length and past seqlen_k (the last tile's padding to block_k) as 0.
+// order of fp8_v_key), keys past the valid length and past seqlen_k (the last tile's padding to block_k) as
+// 0. Offsets within the tile are 32-bit and the head dim a constant (kDim): a 64-bit division per element,
+// which the GPU forms from tens of instructions, was this kernel's first form.
+template <int kDim>
 __global__ void __launch_bounds__(kThreads) v_quantize_kernel(Fp8PrepassParams p) {
-  const int64_t tile = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, d = p.head_dim, bc = p.block_k;
+  const int64_t tile = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int bc = static_cast<int>(p.block_k);
   const int64_t valid = valid_rows(p.rows_k, b, p.seqlen_k);
-  const int64_t j0 = tile * bc, valid_end = min(j0 + bc, valid);
-  auto value = [&](int64_t j, int64_t c) {
-    return load_bf16(p.v + ((b * p.seqlen_k + j) * p.heads_kv + hk) * d + c);
-  };
+  const int64_t j0 = tile * bc;
+  const int64_t left = valid - j0;  // keys of this tile that are valid, if fewer than bc
+  const int valid_keys = left <= 0 ? 0 : left < bc ? static_cast<int>(left) : bc;
+  const uint16_t* tile_in = p.v + ((b * p.seqlen_k + j0) * p.heads_kv + hk) * kDim;
+  const int64_t key_stride = p.heads_kv * kDim;
+  auto value = [&](int key, int c) { return load_bf16(tile_in + key * key_stride + c); };
 
   float amax = 0.0f;
-  for (int64_t index = threadIdx.x; index < (valid_end - j0) * d; index += kThreads) {
-    const float x = value(j0 + index / d, index % d);
+  for (int index = static_cast<int>(threadIdx.x); index < valid_keys * kDim; index += kThreads) {
+    const float x = value(index / kDim, index % kDim);
     if (isfinite(x)) amax = fmaxf(amax, fabsf(x));
   }
   const float descale = e4m3_descale(block_max(amax));
   if (threadIdx.x == 0) p.v_descale[(b * p.heads_kv + hk) * gridDim.x + tile] = descale;
 
-  uint8_t* out = p.v8 + ((b * p.heads_kv + hk) * gridDim.x + tile) * d * bc;
-  for (int64_t index = threadIdx.x; index < d * bc;
-       index += kThreads) {  // position fastest: coalesced stores
-    const int64_t c = index / bc, j = j0 + fp8_v_key(index % bc, bc);
-    out[index] = j < valid ? to_e4m3(__fdiv_rn(value(j, c), descale)) : uint8_t{0};
+  uint8_t* out = p.v8 + ((b * p.heads_kv + hk) * gridDim.x + tile) * kDim * bc;
+  for (int index = static_cast<int>(threadIdx.x); index < kDim * bc; index += kThreads) {  // coalesced stores
+    const int c = index / bc, key = static_cast<int>(fp8_v_key(index - c * bc, bc));
+    out[index] = key < valid_keys ? to_e4m3(__fdiv_rn(value(key, c), descale)) : uint8_t{0};
   }
 }
 
@@ -224,6 +259,8 @@ void launch_fp8_prepass(const Fp8PrepassParams& p, cudaStream_t stream) {
               std::to_string(p.heads_kv) + ")");
   require(p.heads_q <= 65535 && p.batch <= 65535, "heads_q and batch must be <= 65535 (grid dimensions)");
   require(p.block_q >= 1 && p.block_k >= 1, "block_q and block_k must be >= 1");
+  require(p.block_k <= 4096,
+          "block_k (" + std::to_string(p.block_k) + ") must be <= 4096 (a V tile's 32-bit offsets)");
   require(
       p.q && p.k && p.v && p.q8 && p.k8 && p.v8 && p.q_descale && p.k_descale && p.v_descale && p.lse_shift,
       "q, k, v and every output pointer must be set");
@@ -232,8 +269,8 @@ void launch_fp8_prepass(const Fp8PrepassParams& p, cudaStream_t stream) {
 
   const float* mean = nullptr;
   if (p.smooth_k && p.seqlen_k > 0) {
-    cuda::launch_kernel<k_mean_kernel>(static_cast<unsigned>(p.batch * p.heads_kv),
-                                       static_cast<unsigned>(p.head_dim), 0, stream, p);
+    const dim3 grid(static_cast<unsigned>(p.batch * p.heads_kv), static_cast<unsigned>(p.head_dim / 32));
+    cuda::launch_kernel<k_mean_kernel>(grid, kThreads, kMeanSharedBytes, stream, p);
     mean = p.k_mean;
   }
   if (const int64_t rows = p.batch * p.heads_q * p.seqlen_q; rows > 0) {
@@ -247,18 +284,17 @@ void launch_fp8_prepass(const Fp8PrepassParams& p, cudaStream_t stream) {
     if (p.seqlen_q > 0)
       launch_qk<kDim>(p.q, p.q8, p.q_descale, p.batch, p.seqlen_q, p.heads_q, p.block_q, p.rows_q, nullptr,
                       p.hadamard_factors, stream);
-    if (p.seqlen_k > 0)
+    if (p.seqlen_k > 0) {
       launch_qk<kDim>(p.k, p.k8, p.k_descale, p.batch, p.seqlen_k, p.heads_kv, p.block_k, p.rows_k, mean,
                       p.hadamard_factors, stream);
+      const dim3 grid(static_cast<unsigned>(fp8_tiles(p.seqlen_k, p.block_k)),
+                      static_cast<unsigned>(p.heads_kv), static_cast<unsigned>(p.batch));
+      cuda::launch_kernel<v_quantize_kernel<kDim>>(grid, kThreads, kPartialBytes, stream, p);
+    }
   };
   if (p.head_dim == 64) launch(std::integral_constant<int, 64>{});
   if (p.head_dim == 128) launch(std::integral_constant<int, 128>{});
   if (p.head_dim == 256) launch(std::integral_constant<int, 256>{});
-  if (p.seqlen_k > 0) {
-    const dim3 grid(static_cast<unsigned>(fp8_tiles(p.seqlen_k, p.block_k)),
-                    static_cast<unsigned>(p.heads_kv), static_cast<unsigned>(p.batch));
-    cuda::launch_kernel<v_quantize_kernel>(grid, kThreads, kPartialBytes, stream, p);
-  }
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

@@ -1,8 +1,8 @@
 // The FP8 pre-pass on the GPU (sm_90a): bf16 Q, K, V (BSHD, device) to the e4m3 operands of the Hopper FP8
 // kernel, byte for byte what the emulation's pre-pass (fp8_emulated.hpp, fp8_prepass()) computes:
 //   K smoothing   K <- K - mean over the valid keys, per (batch, kv head, channel), summed in fp64 over
-//                 the finite entries; the LSE shift scale * q_i . mean per query row (when
-//                 Fp8Config::smooth_k)
+//                 the finite entries, in chunks of kFp8MeanChunk keys; the LSE shift scale * q_i . mean per
+//                 query row (when Fp8Config::smooth_k)
 //   incoherence   x <- (x H) diag(s) / sqrt(d) on every row of Q and K: a fast Walsh-Hadamard transform in
 //                 registers (a warp per row, butterflies in-thread then by shuffles), the factors s_c /
 //                 sqrt(d) of common/hadamard.hpp's RandomHadamard for the same seed
@@ -45,6 +45,11 @@ struct Fp8PrepassParams {
   float* lse_shift = nullptr;  // [batch, heads_q, seqlen_q]
   float* k_mean = nullptr;     // workspace [batch, heads_kv, head_dim] (used when smooth_k)
 };
+
+// K smoothing's mean sums each channel over the keys in chunks of this many: a chunk's keys in key order,
+// then the chunks' sums in chunk order, in fp64. The emulation (fp8_emulated.cpp) and the GPU pre-pass both
+// sum in this order, the GPU many chunks at once, so that their means agree bit for bit.
+inline constexpr int64_t kFp8MeanChunk = 64;
 
 FLASHLAB_HOST_DEVICE inline int64_t fp8_tiles(int64_t seqlen, int64_t block) {
   return (seqlen + block - 1) / block;

@@ -76,6 +76,9 @@ struct Case {
   Distribution distribution = Distribution::normal;
   float k_offset = 0.0f;    // added to every key (what K smoothing removes)
   bool non_finite = false;  // NaN and infinities planted in Q, K and V
+  // Keys 10 and 100 of every channel at +2^60 and -2^60: an fp64 sum that holds 2^60 drops the normal keys
+  // added to it, so which keys survive in the mean depends on the order of its sums (kFp8MeanChunk).
+  bool cancelling_keys = false;
 };
 
 std::vector<Case> prepass_cases() {
@@ -100,6 +103,11 @@ std::vector<Case> prepass_cases() {
              registered_fp8_config(64), Distribution::normal, -2.0f};
   plain.config.hadamard = false, plain.config.block_q = 64, plain.config.block_k = 64;
   all.push_back(plain);
+  // 1100 keys: 18 chunks of the mean, more than one round of the GPU pre-pass's 8 warps.
+  Case cancelling{"d128 registered, 1100 keys, two of them +-2^60", problem_shape(1, 2, 1, 5, 1100, 128),
+                  registered_fp8_config(128)};
+  cancelling.cancelling_keys = true;
+  all.push_back(cancelling);
   Case tiny{"d256 1 x 1 tiles", problem_shape(1, 2, 2, 3, 3, 256), registered_fp8_config(256)};
   tiny.config.block_q = 1, tiny.config.block_k = 1;
   all.push_back(tiny);
@@ -233,6 +241,13 @@ TEST_CASE("the FP8 pre-pass matches the emulation's bit for bit (e4m3 codes, des
       p.validate();
       AttentionInputs inputs = random_inputs(p, c.distribution, seed);
       for (float& x : inputs.k.data) x = round_to_bf16(x + c.k_offset);
+      if (c.cancelling_keys)
+        for (int64_t b = 0; b < p.batch; ++b)
+          for (int64_t hk = 0; hk < p.heads_kv; ++hk)
+            for (int64_t ch = 0; ch < p.head_dim; ++ch) {
+              inputs.k.data[static_cast<size_t>(p.kv_offset(b, 10, hk) + ch)] = 0x1p60f;
+              inputs.k.data[static_cast<size_t>(p.kv_offset(b, 100, hk) + ch)] = -0x1p60f;
+            }
       if (c.non_finite) {
         for (HostTensor* t : {&inputs.q, &inputs.k, &inputs.v}) {
           t->data[3] = NAN;
