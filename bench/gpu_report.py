@@ -687,8 +687,8 @@ class Peers:
 
 
 # ---- extra phase
-# The kernels Nsight Compute profiles, one launch each, at one shape each: (implementation, the kernel's
-# name as a regular expression, the shape's gpu-bench flags).
+# The kernels Nsight Compute profiles, at one shape each: (implementation, the kernel's name as a regular
+# expression, the shape's gpu-bench flags[, launches]); one launch unless the entry gives more.
 PROFILED = [
     ("cuda_v2/split_q", "split_q_kernel", ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
     ("cuda_v3_hopper/ws", "ws_attention_kernel",
@@ -701,6 +701,10 @@ PROFILED = [
     # The backward (cuda_v2's, dQ, dK and dV in one kernel after the dot pass), at the backward goal's shape.
     ("cuda_v2/split_q", "backward_kernel",
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128", "--pass", "backward"]),
+    # The FP8 pre-pass's five launches (K's mean, the LSE shift, Q, K, V), at the FP8 kernel's shape: each one's
+    # time, where the H200 record had only their sum.
+    ("cuda_v3_hopper/fp8", "(k_mean|lse_shift|qk_quantize|v_quantize)_kernel",
+     ["--batch", "2", "--heads", "8", "--seqlen-q", "8192", "--head-dim", "256"], 5),
     # Then the candidate rungs beside them, while time is left.
     ("cuda_v2/split_q_4warps", "split_q_kernel",
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
@@ -745,21 +749,23 @@ def profile_kernels(visit, names):
     """Nsight Compute on one launch of each top kernel, the clocks left as they are (--clock-control none)."""
     ncu = shutil.which("ncu") or next(iter(sorted(glob.glob("/usr/local/cuda*/bin/ncu")
                                                   + glob.glob("/opt/nvidia/nsight-compute/*/ncu"))), None)
-    for impl, kernel, flags in PROFILED:
+    for impl, kernel, flags, *more in PROFILED:
+        launches = more[0] if more else 1
         step = f"ncu {impl} ({kernel})"
-        log = f"ncu_{impl.replace('/', '_')}_{kernel}.log"
+        log = f"ncu_{impl.replace('/', '_')}_{re.sub(r'[^A-Za-z0-9]+', '_', kernel).strip('_')}.log"
         if impl not in names:
             visit.note(step, "unavailable", log, f"{impl} does not run here")
             continue
         if visit.rehearse:  # the dry form: the kernel's name must be in the program, or -k would match nothing
             visit.run(step + ", dry: the kernel's name", 20,
-                      ["sh", "-c", f"nm -C {shlex.quote(visit.flashlab)} | grep -c {shlex.quote(kernel)}"], log)
+                      ["sh", "-c", f"nm -C {shlex.quote(visit.flashlab)} | grep -cE {shlex.quote(kernel)}"], log)
             continue
         if not ncu:
             visit.note(step, "unavailable", log, "ncu: not found")
             continue
         # --print-details all: the memory tables' shared-memory rows (bank conflicts) print only with it.
-        argv = [ncu, "--clock-control", "none", "-k", f"regex:{kernel}", "--launch-count", "1", "--print-details", "all"]
+        argv = [ncu, "--clock-control", "none", "-k", f"regex:{kernel}", "--launch-count", str(launches),
+                "--print-details", "all"]
         for section in NCU_SECTIONS:
             argv += ["--section", section]
         argv += [visit.flashlab, "gpu-bench", impl] + flags + ["--seconds", "0.01", "--repeat", "3"]
