@@ -30,3 +30,14 @@ if(NOT FLASHLAB_CUDA STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "flashlab: CUDA stages ${FLASHLAB_HAVE_CUDA} (FLASHLAB_CUDA=${FLASHLAB_CUDA})")
+
+# flashlab_gpu_kernels(target SOURCES...): a stage's kernels built by nvcc for FLASHLAB_CUDA_GENCODE, with -lineinfo
+# (compute-sanitizer reports source lines; it changes no generated code) and the host compiler's warnings (errors
+# under FLASHLAB_WERROR). The stage links it; its own objects stay the registrations alone.
+function(flashlab_gpu_kernels target)
+  add_library(${target} STATIC ${ARGN})
+  target_link_libraries(${target} PUBLIC flashlab_gpu_stage CUDA::cudart PRIVATE flashlab_warnings)
+  target_compile_options(${target} PRIVATE
+    "$<$<COMPILE_LANGUAGE:CUDA>:${FLASHLAB_CUDA_GENCODE};-lineinfo;-Xcompiler=-Wall,-Wextra>"
+    $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${FLASHLAB_WERROR}>>:-Werror=all-warnings>)
+endfunction()
