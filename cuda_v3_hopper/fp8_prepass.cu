@@ -70,9 +70,9 @@ __device__ int64_t valid_rows(const int32_t* rows, int64_t b, int64_t seqlen) {
 // K smoothing, part 1: mean[b, hk, c] over the valid keys of the finite entries, summed in fp64 in
 // fp8_emulated.cpp's order: each chunk of kFp8MeanChunk keys in key order, then the chunks' sums in chunk
 // order, then float(sum / count). A block per (batch x kv head, 32 channels), a lane per channel: its warps
-// sum kThreads / 32 chunks at once (kMeanLoads loads in flight each), and warp 0 adds their sums in order. A
-// thread per channel summing every key in turn (the first form of this kernel) had 16 blocks at b 2, h 8, d
-// 256 and waited a load latency every few keys.
+// sum kThreads / 32 chunks at once (kMeanLoads loads in flight each), and warp 0 adds their sums in order. (A
+// thread per channel summing every key in turn would give 16 blocks at b 2, h 8, d 256, each thread waiting a
+// load's latency every few keys.)
 constexpr int kMeanWarps = kThreads / 32;
 constexpr int kMeanLoads = 16;
 static_assert(kFp8MeanChunk % kMeanLoads == 0, "a chunk is whole rounds of loads");
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kThreads)
 // V: the amax of the tile's valid keys, then the tile written k-major, out[b][hk][tile][c][position] (the key
 // order of fp8_v_key), keys past the valid length and past seqlen_k (the last tile's padding to block_k) as
 // 0. Offsets within the tile are 32-bit and the head dim a constant (kDim): a 64-bit division per element,
-// which the GPU forms from tens of instructions, was this kernel's first form.
+// which the GPU forms from tens of instructions, would cost more than the element's bytes.
 template <int kDim>
 __global__ void __launch_bounds__(kThreads) v_quantize_kernel(Fp8PrepassParams p) {
   const int64_t tile = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
