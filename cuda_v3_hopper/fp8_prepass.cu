@@ -5,7 +5,8 @@
 //     (__fadd_rn, __fsub_rn, __fmul_rn, __fdiv_rn: nvcc may not fuse them into an FMA that the host would not
 //     do);
 //   - the sums whose order changes the result (K's mean, the LSE shift, both in fp64) run in the emulation's
-//     order, one thread per sum; the maxima (amax) are order-free and reduce in any order;
+//     order: the LSE shift one thread per sum, K's mean by chunks of keys (kFp8MeanChunk), many chunks at
+//     once and their sums added in order; the maxima (amax) are order-free and reduce in any order;
 //   - the butterflies of the Walsh-Hadamard transform are RandomHadamard::walsh_hadamard's: stage by stage
 //     (half = 1, 2, 4, ...), each producing a + b and a - b from the same a and b.
 #include "cuda_v3_hopper/fp8_prepass.hpp"
