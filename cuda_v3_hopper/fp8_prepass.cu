@@ -117,23 +117,41 @@ __global__ void __launch_bounds__(kThreads) k_mean_kernel(Fp8PrepassParams p) {
 
 // K smoothing, part 2: the LSE shift softmax_scale * q_i . mean of each valid query row (of a batch with at
 // least one key), summed in fp64 over the channels in order; 0 elsewhere. Each product double(q) * mean is
-// exact (8 + 24 significant bits), so the host's FMA contraction, if any, cannot change it either.
-__global__ void lse_shift_kernel(Fp8PrepassParams p) {
-  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index >= p.batch * p.heads_q * p.seqlen_q) return;
+// exact (8 + 24 significant bits), so the host's FMA contraction, if any, cannot change it either. A thread
+// per row (index = the LSE's [batch, heads_q, seqlen_q] offset), a block per kThreads rows. The block's rows
+// come through shared memory kShiftSlice channels at a time, a warp reading one row's slice (coalesced), each
+// thread then summing its own row's from there: a thread reading its row from global memory alone would make
+// every load of a warp touch 32 rows. A row's slice takes kShiftSlice + 1 words, so that the 32 threads of a
+// warp, each on its own row, read 32 different banks.
+constexpr int kShiftSlice = 32;
+constexpr size_t kShiftSharedBytes = kThreads * (kShiftSlice + 1) * sizeof(float);
+__global__ void __launch_bounds__(kThreads) lse_shift_kernel(Fp8PrepassParams p) {
+  const int64_t rows = p.batch * p.heads_q * p.seqlen_q, first = static_cast<int64_t>(blockIdx.x) * kThreads;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t index = first + threadIdx.x;
+  auto q_row = [&](int64_t row) {  // Q's row of LSE offset `row`
+    const int64_t i = row % p.seqlen_q, h = row / p.seqlen_q % p.heads_q, b = row / (p.seqlen_q * p.heads_q);
+    return p.q + ((b * p.seqlen_q + i) * p.heads_q + h) * p.head_dim;
+  };
   const int64_t i = index % p.seqlen_q, h = index / p.seqlen_q % p.heads_q,
                 b = index / (p.seqlen_q * p.heads_q);
-  const int64_t hk = h / (p.heads_q / p.heads_kv);
-  float shift = 0.0f;
-  if (p.smooth_k && i < valid_rows(p.rows_q, b, p.seqlen_q) && valid_rows(p.rows_k, b, p.seqlen_k) > 0) {
-    const uint16_t* q = p.q + ((b * p.seqlen_q + i) * p.heads_q + h) * p.head_dim;
-    const float* mean = p.k_mean + (b * p.heads_kv + hk) * p.head_dim;
-    double sum = 0.0;
-    for (int64_t c = 0; c < p.head_dim; ++c)
-      sum = __dadd_rn(sum, __dmul_rn(static_cast<double>(load_bf16(q + c)), static_cast<double>(mean[c])));
-    shift = __double2float_rn(__dmul_rn(sum, p.softmax_scale));
+  const bool shifted = p.smooth_k && index < rows && i < valid_rows(p.rows_q, b, p.seqlen_q) &&
+                       valid_rows(p.rows_k, b, p.seqlen_k) > 0;
+  const float* mean =
+      shifted ? p.k_mean + (b * p.heads_kv + h / (p.heads_q / p.heads_kv)) * p.head_dim : nullptr;
+  float* slice = cuda::dynamic_shared_memory<float>();  // [kThreads][kShiftSlice + 1]
+  double sum = 0.0;
+  for (int64_t c0 = 0; p.smooth_k && c0 < p.head_dim; c0 += kShiftSlice) {
+    for (int r = warp; r < kThreads && first + r < rows; r += kThreads / 32)
+      slice[r * (kShiftSlice + 1) + lane] = load_bf16(q_row(first + r) + c0 + lane);
+    __syncthreads();
+    if (shifted)
+      for (int c = 0; c < kShiftSlice; ++c)
+        sum = __dadd_rn(sum, __dmul_rn(static_cast<double>(slice[threadIdx.x * (kShiftSlice + 1) + c]),
+                                       static_cast<double>(mean[c0 + c])));
+    __syncthreads();  // the next slice overwrites this one
   }
-  p.lse_shift[index] = shift;  // [batch, heads_q, seqlen_q]: `index` is already that offset
+  if (index < rows) p.lse_shift[index] = shifted ? __double2float_rn(__dmul_rn(sum, p.softmax_scale)) : 0.0f;
 }
 
 // One row of Q or K as the main loop will see it, before the scale: bf16, minus K's mean (smoothing), through
@@ -278,7 +296,7 @@ void launch_fp8_prepass(const Fp8PrepassParams& p, cudaStream_t stream) {
     Fp8PrepassParams shift = p;
     shift.smooth_k = mean != nullptr;
     cuda::launch_kernel<lse_shift_kernel>(static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads,
-                                          0, stream, shift);
+                                          kShiftSharedBytes, stream, shift);
   }
   auto launch = [&](auto dim_tag) {
     constexpr int kDim = decltype(dim_tag)::value;
