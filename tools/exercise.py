@@ -1184,6 +1184,7 @@ def command_selftest(args):
             for exercise_id in wanted - set(exercises):
                 raise Failure(f"--only: unknown exercise '{exercise_id}'")
             exercises = {k: v for k, v in exercises.items() if k in wanted}
+        kernels_of = {exercise_id: copied_kernels(entry) for exercise_id, entry in exercises.items()}
         for exercise_id, entry in sorted(exercises.items()):
             folder = os.path.join(scratch, "skeleton", exercise_id)
             plans.append((exercise_id, "skeleton", folder, write_workspace(entry, folder, False, quick=True)))
@@ -1192,7 +1193,7 @@ def command_selftest(args):
         # as that exercise's check grades it.
         solutions = {}
         for exercise_id, entry in sorted(exercises.items()):
-            kernels = bool(copied_kernels(entry))
+            kernels = bool(kernels_of[exercise_id])
             group = solutions.setdefault((entry["stage"], kernels), dict(entry, files={}, members=[]))
             group["members"].append(exercise_id)
             for path, regions in entry["files"].items():
@@ -1215,9 +1216,9 @@ def command_selftest(args):
         # The path a student's right answer takes through cmake/exercises.cmake, for a CUDA exercise (its kernels
         # compiled from the copy, the registrations that call them too): one solution compiled from its copy,
         # that of the exercise with the fewest kernels to compile. A CPU exercise's takes exercise_grading's.
-        cuda = [entry for entry in exercises.values() if copied_kernels(entry)]
+        cuda = [exercise_id for exercise_id in exercises if kernels_of[exercise_id]]
         if cuda:
-            entry = min(cuda, key=lambda e: (len(copied_kernels(e)), e["id"]))
+            entry = exercises[min(cuda, key=lambda exercise_id: (len(kernels_of[exercise_id]), exercise_id))]
             folder = os.path.join(scratch, "copy", entry["id"])
             plans.append((entry["id"], "copy", folder, write_workspace(entry, folder, keep_solution=True, quick=True)))
         mistakes = json.load(open(MISTAKES))["mistakes"]
@@ -1267,7 +1268,7 @@ def command_selftest(args):
             # kernels run in the emulator, as its check runs them: a solution program links the stage's link
             # libraries, which hold the GPU build too where the build has CUDA, so it is told to (FLASHLAB_EMULATE).
             env = dict(os.environ, OMP_NUM_THREADS="1")
-            kernels = bool(copied_kernels(entry))
+            kernels = bool(kernels_of[exercise_id])
             if kernels:
                 env["FLASHLAB_EMULATE"] = "1"
             right = variant in ("solution", "copy")
