@@ -1,10 +1,10 @@
 // cuda_v2's backward: FlashAttention-2's Algorithm 2 on tensor cores, fp16/bf16 in and out, fp32
 // accumulation (backward.hpp; docs/08-backward.md, "On the GPU").
 //
-// One thread block per (K/V tile j of 64 keys, kv head, batch); each of its 4 warps owns 16 keys of the tile
-// for the whole kernel and keeps their dK_j and dV_j in registers. For every query head of the kv head's
-// group and every Q tile i of 32 rows that sees tile j (causal, window and padding skip the rest, as the
-// forward skips key tiles), with Q_i and dO_i in swizzled shared memory:
+// One thread block per (K/V tile j of 64 or 128 keys, kv head, batch); each of its 4 or 8 warps owns 16 keys
+// of the tile for the whole kernel and keeps their dK_j and dV_j in registers. For every query head of the kv
+// head's group and every Q tile i of 32 rows that sees tile j (causal, window and padding skip the rest, as
+// the forward skips key tiles), with Q_i and dO_i in swizzled shared memory:
 //   S^T  = K_j Q_i^T                        mma.sync, this warp's 16 keys x 32 queries, as the forward's S
 //   P^T  = exp(S^T scale - LSE_i)           recomputed from the forward's LSE; exactly 0 where hidden
 //   dV_j += P^T dO_i                        P^T straight from the accumulators into the A fragment
@@ -34,10 +34,13 @@
 namespace flashlab::cuda_v2 {
 namespace {
 
+// dot_kernel, dq_kernel and exact_kernel: 4 warps. backward_kernel: a warp per 16 keys of its tile.
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
-constexpr int kBlockN = kBackwardBlockN, kBlockM = kBackwardBlockM;
-static_assert(kBlockN == 16 * kWarps, "each warp owns 16 keys of the tile");
-static_assert(kBlockM == 32, "dQ's 32 x head_dim tile is split into 2 row tiles x 2 column halves");
+constexpr int kBlockM = kBackwardBlockM;
+static_assert(kBlockM == 32, "dQ's 32 x head_dim tile is split into 2 row tiles x (warps / 2) column parts");
+// backward_kernel's threads: a warp per 16 keys of its tile.
+template <int kBlockN>
+constexpr int kBlockThreadsOf = 32 * (kBlockN / 16);
 constexpr float kLog2e = 1.4426950408889634f;
 // dS^T's row pitch in shared memory, in elements: 80 bytes, so the 8 rows of one ldmatrix matrix fall in 8
 // different 16-byte bank groups (0, 80, 160, ... mod 128 are 8 different multiples of 16).
@@ -45,7 +48,7 @@ constexpr int kDsPitch = kBlockM + 8;
 
 // K_j and V_j; Q_i and dO_i twice (the next Q tile's copy lands in one buffer while the other is computed
 // on); dS^T; LSE_i and D_i twice.
-template <int kHeadDim>
+template <int kHeadDim, int kBlockN>
 constexpr int smem_bytes() {
   return (2 * kBlockN * kHeadDim + 2 * 2 * kBlockM * kHeadDim + kBlockN * kDsPitch) * 2 + 2 * 2 * kBlockM * 4;
 }
@@ -159,9 +162,10 @@ __device__ inline void accumulate_keys_by_dims(float (&acc)[kHeadDim / 8][4],
 // kVariants: the problem has a score modification (soft-capping, ALiBi, a bias) or dropout. A kernel of its
 // own, since their code costs the head-dim-128 kernel registers it does not have to spare (ptxas -v: spills
 // with it, 0 to 16 bytes without; docs/04 section 4.6).
-template <typename Element, int kHeadDim, bool kVariants>
-__global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackwardParams p) {
+template <typename Element, int kHeadDim, bool kVariants, int kBlockN>
+__global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>) backward_kernel(const SplitQBackwardParams p) {
   using Tile = SwizzledTile<kHeadDim>;
+  constexpr int kBlockThreads = kBlockThreadsOf<kBlockN>, kKeyWarps = kBlockThreads / 32;
   constexpr int kNTilesD = kHeadDim / 8;  // 8-wide n-tiles of a head_dim-wide product (dV, dK)
   constexpr int kNTilesM = kBlockM / 8;   // 8-wide n-tiles of S^T and dP^T (queries)
   const SplitQParams& f = p.forward;
@@ -196,8 +200,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
   // K_j and V_j once (Algorithm 2 line 6); keys past the batch's length are zero.
   const Element* const k = static_cast<const Element*>(f.k) + cuda::k_begin(f, b) + head_kv * f.k_head_stride;
   const Element* const v = static_cast<const Element*>(f.v) + cuda::v_begin(f, b) + head_kv * f.v_head_stride;
-  load_tile_async<kBlockN, kHeadDim, kThreads>(sK, k, f.k_row_stride, key0, rows_k, f.head_dim);
-  load_tile_async<kBlockN, kHeadDim, kThreads>(sV, v, f.v_row_stride, key0, rows_k, f.head_dim);
+  load_tile_async<kBlockN, kHeadDim, kBlockThreads>(sK, k, f.k_row_stride, key0, rows_k, f.head_dim);
+  load_tile_async<kBlockN, kHeadDim, kBlockThreads>(sV, v, f.v_row_stride, key0, rows_k, f.head_dim);
   cp_async_commit();
 
   const LdmatrixRow nk_at = b_operand_row_nk(lane), kn_at = b_operand_row_kn(lane);  // for dQ's product
@@ -227,12 +231,12 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
     const Element* const q = static_cast<const Element*>(f.q) + batch_begin[0] + head * f.q_head_stride;
     const Element* const d_out =
         static_cast<const Element*>(p.d_out) + batch_begin[1] + head * f.o_head_stride;
-    load_tile_async<kBlockM, kHeadDim, kThreads>(sQ_buffers + buffer * kQTile, q, f.q_row_stride, row0,
-                                                 rows_q, f.head_dim);
-    load_tile_async<kBlockM, kHeadDim, kThreads>(sdO_buffers + buffer * kQTile, d_out, f.o_row_stride, row0,
-                                                 rows_q, f.head_dim);
+    load_tile_async<kBlockM, kHeadDim, kBlockThreads>(sQ_buffers + buffer * kQTile, q, f.q_row_stride, row0,
+                                                      rows_q, f.head_dim);
+    load_tile_async<kBlockM, kHeadDim, kBlockThreads>(sdO_buffers + buffer * kQTile, d_out, f.o_row_stride,
+                                                      row0, rows_q, f.head_dim);
     const float* const lse = f.lse + batch_begin[2] + head * batch_begin[3];
-    for (int r = threadIdx.x; r < kBlockM; r += kThreads) {
+    for (int r = threadIdx.x; r < kBlockM; r += kBlockThreads) {
       const int row = row0 + r;
       const bool valid = row < rows_q;
       ptx::cp_async_4(sLse_buffers + buffer * kBlockM + r, valid ? lse + row : lse, valid);
@@ -331,15 +335,18 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
                                      2 * quad_lane) =
             pack_pair<Element>(st[nt][2 * half], st[nt][2 * half + 1]);
     __syncthreads();
-    // Warp w: rows 16 (w % 2) to 16 (w % 2) + 15 of dQ_i, columns of half w / 2; k = the tile's 64 keys.
-    const int m0 = 16 * (warp % 2), n_base = (warp / 2) * (kHeadDim / 2);
-    float dq[kNTilesD / 2][4] = {};
+    // Warp w: rows 16 (w % 2) to 16 (w % 2) + 15 of dQ_i, columns of part w / 2 (of kKeyWarps / 2 parts);
+    // k = the tile's keys.
+    constexpr int kPartColumns = kHeadDim / (kKeyWarps / 2);
+    static_assert(kPartColumns % 16 == 0, "a warp's part of dQ's columns is whole 16-wide ldmatrix steps");
+    const int m0 = 16 * (warp % 2), n_base = (warp / 2) * kPartColumns;
+    float dq[kPartColumns / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       uint32_t a[4];
       ldmatrix_x4_trans(a, sdS + (kk * 16 + nk_at.row) * kDsPitch + m0 + nk_at.col);
 #pragma unroll
-      for (int np = 0; np < kNTilesD / 4; ++np) {
+      for (int np = 0; np < kPartColumns / 16; ++np) {
         uint32_t bk[4];  // K_j is [key][dim] = B row-major here
         ldmatrix_x4_trans(bk, sK + Tile::offset(kk * 16 + kn_at.row, n_base + np * 16 + kn_at.col));
         mma_m16n8k16<Element>(dq[2 * np], a, bk[0], bk[1]);
@@ -348,7 +355,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
     }
     const int64_t rows_total = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
 #pragma unroll
-    for (int nt = 0; nt < kNTilesD / 2; ++nt)
+    for (int nt = 0; nt < kPartColumns / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = row0 + m0 + group + 8 * (e / 2), col = n_base + nt * 8 + 2 * quad_lane + e % 2;
@@ -385,7 +392,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const SplitQBackward
 
 // dQ in the input format: the accumulator, or the key tiles' partials summed in order of j (deterministic).
 // One warp per query row; padded rows are 0.
-template <typename Element>
+template <typename Element, int kBlockN>
 __global__ void __launch_bounds__(kThreads) dq_kernel(const SplitQBackwardParams p) {
   const SplitQParams& f = p.forward;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -544,16 +551,16 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
   }
 }
 
-template <typename Element, int kHeadDim, bool kVariants>
+template <typename Element, int kHeadDim, bool kVariants, int kBlockN>
 void launch_backward_kernel(dim3 grid, const SplitQBackwardParams& p, cudaStream_t stream) {
-  const auto kernel = backward_kernel<Element, kHeadDim, kVariants>;
-  FLASHLAB_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<kHeadDim>()));
-  cuda::launch_kernel<backward_kernel<Element, kHeadDim, kVariants>>(grid, dim3(kThreads),
-                                                                     smem_bytes<kHeadDim>(), stream, p);
+  constexpr auto kernel = backward_kernel<Element, kHeadDim, kVariants, kBlockN>;
+  constexpr int smem = smem_bytes<kHeadDim, kBlockN>();
+  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  cuda::launch_kernel<kernel>(grid, dim3(kBlockThreadsOf<kBlockN>), smem, stream, p);
 }
 
-template <typename Element, int kHeadDim>
+// The four kernels with kBlockN keys a block; with 128, the plain case only (check_split_q_backward).
+template <typename Element, int kHeadDim, int kBlockN>
 void launch(const SplitQBackwardParams& p, cudaStream_t stream) {
   const SplitQParams& f = p.forward;
   const dim3 rows_grid((f.seqlen_q + kWarps - 1) / kWarps, f.heads_q, f.batch);
@@ -562,12 +569,16 @@ void launch(const SplitQBackwardParams& p, cudaStream_t stream) {
   const int kv_tiles = (f.seqlen_k + kBlockN - 1) / kBlockN;
   if (kv_tiles > 0) {
     const dim3 grid(kv_tiles, f.heads_kv, f.batch);
-    if (f.has_variants())
-      launch_backward_kernel<Element, kHeadDim, true>(grid, p, stream);
-    else
-      launch_backward_kernel<Element, kHeadDim, false>(grid, p, stream);
+    if constexpr (kBlockN == kBackwardBlockN) {  // the variants' kernel: 64 keys a block only
+      if (f.has_variants())
+        launch_backward_kernel<Element, kHeadDim, true, kBlockN>(grid, p, stream);
+      else
+        launch_backward_kernel<Element, kHeadDim, false, kBlockN>(grid, p, stream);
+    } else {
+      launch_backward_kernel<Element, kHeadDim, false, kBlockN>(grid, p, stream);
+    }
   }
-  cuda::launch_kernel<dq_kernel<Element>>(rows_grid, dim3(kThreads), 0, stream, p);
+  cuda::launch_kernel<dq_kernel<Element, kBlockN>>(rows_grid, dim3(kThreads), 0, stream, p);
   cuda::launch_kernel<exact_kernel<Element, kHeadDim>>(dim3(kExactBlocks), dim3(kThreads), 0, stream, p);
 }
 
@@ -578,14 +589,20 @@ template <typename Element>
 void dispatch_head_dim(const SplitQBackwardParams& p, cudaStream_t stream) {
   switch (p.forward.head_dim) {
     case 32:
-      return launch<Element, 32>(p, stream);
+      return launch<Element, 32, kBackwardBlockN>(p, stream);
     case 64:
-      return launch<Element, 64>(p, stream);
+      return launch<Element, 64, kBackwardBlockN>(p, stream);
     case 96:
-      return launch<Element, 96>(p, stream);
+      return launch<Element, 96, kBackwardBlockN>(p, stream);
     case 128:
-      return launch<Element, 128>(p, stream);
+      return launch<Element, 128, kBackwardBlockN>(p, stream);
   }
+}
+
+// 128 keys a block: bf16, d 64 and 128 (a warp's part of dQ's columns is then 16 or 32 wide).
+void dispatch_wide(const SplitQBackwardParams& p, cudaStream_t stream) {
+  if (p.forward.head_dim == 64) return launch<__nv_bfloat16, 64, kBackwardWideBlockN>(p, stream);
+  launch<__nv_bfloat16, 128, kBackwardWideBlockN>(p, stream);
 }
 
 }  // namespace
@@ -594,14 +611,17 @@ namespace FLASHLAB_CUDA_TARGET {
 
 void split_q_backward(const SplitQBackwardParams& params, cudaStream_t stream) {
   check_split_q_backward(params);
-  if (params.forward.dtype == DType::f16)
+  if (params.block_n == kBackwardWideBlockN)
+    dispatch_wide(params, stream);
+  else if (params.forward.dtype == DType::f16)
     dispatch_head_dim<__half>(params, stream);
   else
     dispatch_head_dim<__nv_bfloat16>(params, stream);
 }
 
 namespace {
-void launch_backward(const Problem& problem, const BackwardTensors& tensors, bool deterministic) {
+void launch_backward(const Problem& problem, const BackwardTensors& tensors, bool deterministic,
+                     int block_n) {
   SplitQBackwardParams params;
   params.forward =
       split_q_params(problem, tensors.forward);  // narrows the lengths into the workspace's start
@@ -615,15 +635,19 @@ void launch_backward(const Problem& problem, const BackwardTensors& tensors, boo
   params.nonfinite = reinterpret_cast<int*>(scratch + (rows * 4 + 15) / 16 * 16);
   params.dq_accum = reinterpret_cast<float*>(scratch + (rows * 4 + 15) / 16 * 16 + 16);
   params.deterministic = deterministic;
+  params.block_n = block_n;
   split_q_backward(params, tensors.forward.stream);
 }
 }  // namespace
 
 void launch_split_q_backward(const Problem& problem, const BackwardTensors& tensors) {
-  launch_backward(problem, tensors, false);
+  launch_backward(problem, tensors, false, kBackwardBlockN);
 }
 void launch_split_q_backward_deterministic(const Problem& problem, const BackwardTensors& tensors) {
-  launch_backward(problem, tensors, true);
+  launch_backward(problem, tensors, true, kBackwardBlockN);
+}
+void launch_split_q_bwd128_backward(const Problem& problem, const BackwardTensors& tensors) {
+  launch_backward(problem, tensors, false, kBackwardWideBlockN);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

@@ -26,8 +26,11 @@
 
 namespace flashlab::cuda_v2 {
 
-// The backward's tiles: keys per thread block (16 per warp, 4 warps) and query rows per inner step.
+// The backward's tiles: keys per thread block (16 per warp) and query rows per inner step. cuda_v2/split_q's
+// backward takes 64 keys a block (4 warps); cuda_v2/split_q_bwd128's takes 128 (8 warps), FlashAttention-2's
+// key tile at d 128, so that each Q tile's copy, barriers and dQ atomics serve twice the keys.
 inline constexpr int kBackwardBlockN = 64;
+inline constexpr int kBackwardWideBlockN = 128;
 inline constexpr int kBackwardBlockM = 32;
 
 struct SplitQBackwardParams {
@@ -40,18 +43,20 @@ struct SplitQBackwardParams {
   float* dq_accum = nullptr;  // fp32 dQ [batch, heads_q, seqlen_q, head_dim]; with `deterministic`, one such
                               // partial per K/V tile, [kv_tiles][batch, heads_q, seqlen_q, head_dim]
   int* nonfinite = nullptr;   // raised when a gradient written is NaN or Inf (exact_kernel's cue)
+  int block_n = kBackwardBlockN;  // keys a thread block: kBackwardBlockN, or kBackwardWideBlockN (bf16, d 64
+                                  // or 128, no score modification or dropout)
   bool deterministic = false;
 };
 
 // Key tiles of the backward (its grid's x extent).
-inline int backward_kv_tiles(const Problem& p) {
-  return static_cast<int>((p.seqlen_k + kBackwardBlockN - 1) / kBackwardBlockN);
+inline int backward_kv_tiles(const Problem& p, int block_n = kBackwardBlockN) {
+  return static_cast<int>((p.seqlen_k + block_n - 1) / block_n);
 }
 
 // Scratch: the int lengths, D, the special-value flag, and dQ's accumulator (or partials).
-inline size_t backward_workspace_bytes(const Problem& p, bool deterministic) {
+inline size_t backward_workspace_bytes(const Problem& p, bool deterministic, int block_n = kBackwardBlockN) {
   const size_t rows = static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q);
-  const size_t accumulators = static_cast<size_t>(deterministic ? backward_kv_tiles(p) : 1);
+  const size_t accumulators = static_cast<size_t>(deterministic ? backward_kv_tiles(p, block_n) : 1);
   return cuda::int_lengths_bytes(p) + (rows * 4 + 15) / 16 * 16 + 16 +
          accumulators * rows * static_cast<size_t>(p.head_dim) * 4;
 }
@@ -69,13 +74,15 @@ struct BackwardTraffic {
   double bytes = 0;
   double atomic_bytes = 0;
 };
-BackwardTraffic backward_traffic(const Problem& problem);
+BackwardTraffic backward_traffic(const Problem& problem, int block_n = kBackwardBlockN);
 
 // Throws flashlab::Error naming the field when the backward cannot run these parameters.
 void check_split_q_backward(const SplitQBackwardParams& params);
 
-// What the backward supports beyond the forward's rules ("" or the reason, naming the field).
+// What the backward supports beyond the forward's rules ("" or the reason, naming the field): with 64 keys a
+// block, and with 128.
 std::string split_q_backward_supports(const Problem& problem);
+std::string split_q_bwd128_backward_supports(const Problem& problem);
 
 FLASHLAB_FOR_EACH_TARGET(
     // The three kernels, enqueued on `stream`.
@@ -84,6 +91,8 @@ FLASHLAB_FOR_EACH_TARGET(
     // (backward_workspace_bytes) in tensors.forward.workspace, on the default stream; dQ by atomics, or
     // deterministic (partials per key tile summed in a fixed order).
     void launch_split_q_backward(const Problem& problem, const BackwardTensors& tensors);
-    void launch_split_q_backward_deterministic(const Problem& problem, const BackwardTensors& tensors);)
+    void launch_split_q_backward_deterministic(const Problem& problem, const BackwardTensors& tensors);
+    // The same with 128 keys a block (cuda_v2/split_q_bwd128's), dQ by atomics.
+    void launch_split_q_bwd128_backward(const Problem& problem, const BackwardTensors& tensors);)
 
 }  // namespace flashlab::cuda_v2

@@ -134,6 +134,23 @@ const Registration split_q_4warps{gpu_implementation(
      .bytes_moved = tensor_core_bytes_moved},
     FLASHLAB_DEVICE_BUILDS(launch_split_q_4warps, workspace_bytes))};
 
+// Beside split_q's backward: the same kernel with 128 keys a block (8 warps of 16 keys), FlashAttention-2's
+// key tile at d 128, a candidate for the GPU to judge (backward.cu). Its forward is split_q's.
+const Registration split_q_bwd128{with_gpu_backward(
+    gpu_implementation(
+        {.name = "cuda_v2/split_q_bwd128",
+         .summary = "split_q with its backward on 128-key tiles, 8 warps (split_q's: 64 keys, 4 warps)",
+         .dtypes = {DType::bf16},
+         .constraints = "bf16; forward: split_q's; backward: head_dim 64, 128; every mask, GQA, any length, "
+                        "packed varlen; no score modification or dropout",
+         .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V mma
+         .packed = true,
+         .supports = split_q_supports,
+         .bytes_moved = tensor_core_bytes_moved},
+        FLASHLAB_DEVICE_BUILDS(launch_split_q, workspace_bytes)),
+    FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_bwd128_backward, backward_workspace),
+    split_q_bwd128_backward_supports)};
+
 }  // namespace
 
 }  // namespace flashlab::cuda_v2

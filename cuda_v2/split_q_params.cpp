@@ -183,13 +183,27 @@ void check_backward(const SplitQParams& p, Checks checks) {
   if (p.heads_kv > 65535) fail("heads_kv (", p.heads_kv, ") must be at most 65535 for the backward's grid");
 }
 
+// With 128 keys a block (backward.cu's dispatch_wide): one kernel per head dim, the plain case.
+void check_bwd128_backward(const SplitQParams& p, Checks checks) {
+  check_backward(p, checks);
+  if (checks == Checks::launch && p.dtype != DType::bf16)
+    fail("dtype (", to_string(p.dtype), ") must be bf16 for cuda_v2/split_q_bwd128's backward");
+  if (p.head_dim != 64 && p.head_dim != 128)
+    fail("head_dim (", p.head_dim, ") must be 64 or 128 for cuda_v2/split_q_bwd128's backward");
+  if (p.has_variants())
+    fail("cuda_v2/split_q_bwd128's backward takes no score modification or dropout (split_q's does)");
+}
+
 }  // namespace
 
 std::string split_q_backward_supports(const Problem& p) {
   return refusal(check_backward, p);
 }
+std::string split_q_bwd128_backward_supports(const Problem& p) {
+  return refusal(check_bwd128_backward, p);
+}
 
-BackwardTraffic backward_traffic(const Problem& problem) {
+BackwardTraffic backward_traffic(const Problem& problem, int block_n) {
   const SplitQParams f = split_q_params(problem);  // no lengths, no mask: every row and key valid
   const double d = static_cast<double>(f.head_dim), element = 2, heads_q = f.heads_q;
   const double rows = f.seqlen_q;
@@ -199,12 +213,14 @@ BackwardTraffic backward_traffic(const Problem& problem) {
   t.bytes += f.batch * heads_q * rows * (2 * d * element + 4 + d * 4 + d * 4 + d * element);
   const int q_tiles = (f.seqlen_q + kBackwardBlockM - 1) / kBackwardBlockM;
   for (int b = 0; b < f.batch; ++b)
-    for (int j = 0; j < backward_kv_tiles(problem); ++j) {
-      const double keys = std::min(kBackwardBlockN, f.seqlen_k - j * kBackwardBlockN);
+    for (int j = 0; j < backward_kv_tiles(problem, block_n); ++j) {
+      const double keys = std::min(block_n, f.seqlen_k - j * block_n);
       t.bytes += f.heads_kv * keys * d * element * 4;  // K_j and V_j read, dK_j and dV_j written
       for (int i = 0; i < q_tiles; ++i) {
-        const BlockMask block =
-            BlockMask::make<kBackwardBlockN>(f, b, i * kBackwardBlockM, (i + 1) * kBackwardBlockM);
+        const int row0 = i * kBackwardBlockM, row_end = row0 + kBackwardBlockM;
+        const BlockMask block = block_n == kBackwardBlockN
+                                    ? BlockMask::make<kBackwardBlockN>(f, b, row0, row_end)
+                                    : BlockMask::make<kBackwardWideBlockN>(f, b, row0, row_end);
         if (j < block.tile_begin || j >= block.tile_end) continue;
         const double tile_rows = std::min(kBackwardBlockM, f.seqlen_q - i * kBackwardBlockM);
         t.bytes += heads_q * tile_rows * (2 * d * element + 2 * 4);  // Q_i, dO_i, LSE_i, D_i
@@ -217,7 +233,12 @@ BackwardTraffic backward_traffic(const Problem& problem) {
 }
 
 void check_split_q_backward(const SplitQBackwardParams& p) {
-  check_backward(p.forward, Checks::launch);
+  if (p.block_n == kBackwardWideBlockN)
+    check_bwd128_backward(p.forward, Checks::launch);
+  else if (p.block_n == kBackwardBlockN)
+    check_backward(p.forward, Checks::launch);
+  else
+    fail("block_n (", p.block_n, ") must be ", kBackwardBlockN, " or ", kBackwardWideBlockN);
   for (const auto& [field, pointer] : {std::pair<const char*, const void*>{"d_sum", p.d_sum},
                                        {"dq_accum", p.dq_accum},
                                        {"nonfinite", p.nonfinite}})

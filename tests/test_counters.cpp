@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -288,32 +289,38 @@ TEST_CASE("the swizzled GPU stages meet no bank conflicts and touch no sector mo
 }
 
 // cuda_v2's backward moves the bytes of its traffic model (cuda_v2/backward.hpp), and its atomics add into dQ
-// once per (query head, Q tile, key tile that Q tile sees).
+// once per (query head, Q tile, key tile that Q tile sees): with 64 keys a block (split_q's) and with 128
+// (split_q_bwd128's, bf16 only), whose Q tiles and atomics are half as many where a row sees many keys.
 TEST_CASE("the GPU backward moves the global bytes its traffic model says") {
   if (!emulator::counting_complete()) {
     MESSAGE("skipped: this build (the sanitizer's) does not see every global access of emulated kernels");
     return;
   }
-  const Implementation* impl = find_implementation("cuda_v2/split_q");
-  REQUIRE(impl != nullptr);
   const bool forced = cuda::emulation_forced();
   cuda::force_emulation(true);
-  for (const Problem& p :
-       {shaped(4, 2, 300, 333, 64, DType::f16, true), shaped(2, 2, 256, 256, 128, DType::bf16, false),
-        windowed(shaped(2, 1, 400, 400, 64, DType::bf16, false, 2), 100, 30),
-        shaped(2, 2, 300, 100, 64, DType::f16, true)}) {
-    const AttentionInputs inputs = random_inputs(p, Distribution::normal, 7);
-    const AttentionOutputs forward = run_forward(*impl, p, inputs);
-    const HostTensor d_out = random_d_out(p, 8);
-    emulator::start_counting();
-    run_backward(*impl, p, inputs, forward, d_out);
-    const emulator::Counters c = emulator::stop_counting();
-    const cuda_v2::BackwardTraffic model = cuda_v2::backward_traffic(p);
-    INFO(p.describe(), ": counted ", c.global_read_bytes + c.global_write_bytes, " bytes and ",
-         c.global_atomic_bytes, " in atomics; the model ", model.bytes, " and ", model.atomic_bytes);
-    CHECK(static_cast<double>(c.global_read_bytes + c.global_write_bytes) == model.bytes);
-    CHECK(static_cast<double>(c.global_atomic_bytes) == model.atomic_bytes);
-    CHECK(c.launches == 4);
+  for (const auto& [name, block_n, dtype] :
+       {std::tuple{"cuda_v2/split_q", cuda_v2::kBackwardBlockN, DType::f16},
+        std::tuple{"cuda_v2/split_q_bwd128", cuda_v2::kBackwardWideBlockN, DType::bf16}}) {
+    const Implementation* impl = find_implementation(name);
+    REQUIRE(impl != nullptr);
+    for (const Problem& p :
+         {shaped(4, 2, 300, 333, 64, dtype, true), shaped(2, 2, 256, 256, 128, DType::bf16, false),
+          windowed(shaped(2, 1, 400, 400, 64, DType::bf16, false, 2), 100, 30),
+          shaped(2, 2, 300, 100, 64, dtype, true)}) {
+      const AttentionInputs inputs = random_inputs(p, Distribution::normal, 7);
+      const AttentionOutputs forward = run_forward(*impl, p, inputs);
+      const HostTensor d_out = random_d_out(p, 8);
+      emulator::start_counting();
+      run_backward(*impl, p, inputs, forward, d_out);
+      const emulator::Counters c = emulator::stop_counting();
+      const cuda_v2::BackwardTraffic model = cuda_v2::backward_traffic(p, block_n);
+      INFO(name, " on ", p.describe(), ": counted ", c.global_read_bytes + c.global_write_bytes,
+           " bytes and ", c.global_atomic_bytes, " in atomics; the model ", model.bytes, " and ",
+           model.atomic_bytes);
+      CHECK(static_cast<double>(c.global_read_bytes + c.global_write_bytes) == model.bytes);
+      CHECK(static_cast<double>(c.global_atomic_bytes) == model.atomic_bytes);
+      CHECK(c.launches == 4);
+    }
   }
   cuda::force_emulation(forced);
 }
