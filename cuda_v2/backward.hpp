@@ -44,7 +44,7 @@ struct SplitQBackwardParams {
                               // partial per K/V tile, [kv_tiles][batch, heads_q, seqlen_q, head_dim]
   int* nonfinite = nullptr;   // raised when a gradient written is NaN or Inf (exact_kernel's cue)
   int block_n = kBackwardBlockN;  // keys a thread block: kBackwardBlockN, or kBackwardWideBlockN (bf16, d 64
-                                  // or 128, no score modification or dropout)
+                                  // or 128, no score modification or dropout, dQ by atomics)
   bool deterministic = false;
 };
 

@@ -233,6 +233,8 @@ BackwardTraffic backward_traffic(const Problem& problem, int block_n) {
 }
 
 void check_split_q_backward(const SplitQBackwardParams& p) {
+  if (p.block_n == kBackwardWideBlockN && p.deterministic)
+    fail("deterministic (true) takes block_n ", kBackwardBlockN, ", not ", p.block_n);
   if (p.block_n == kBackwardWideBlockN)
     check_bwd128_backward(p.forward, Checks::launch);
   else if (p.block_n == kBackwardBlockN)

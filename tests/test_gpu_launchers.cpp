@@ -19,6 +19,7 @@
 #include "common/reference.hpp"
 #include "common/registry.hpp"
 #include "common/tolerance.hpp"
+#include "cuda_v2/backward.hpp"
 #include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/split_q.hpp"
 #include "cuda_v3_hopper/ws.hpp"
@@ -134,6 +135,23 @@ TEST_CASE("cuda_v2's launchers refuse what their kernels cannot do, naming the f
   params.heads_q = 6;
   params.heads_kv = 4;
   CHECK(refusal(cuda_v2::check_split_q, params).find("heads_q (6) must be a multiple of heads_kv (4)") !=
+        std::string::npos);
+
+  // The backward's key tile: 64 or 128 keys a block, and the deterministic mode with 64 only.
+  const auto backward_refusal = [](const cuda_v2::SplitQBackwardParams& backward) -> std::string {
+    try {
+      cuda_v2::check_split_q_backward(backward);
+    } catch (const Error& error) {
+      return error.what();
+    }
+    return "";
+  };
+  cuda_v2::SplitQBackwardParams backward;
+  backward.block_n = 96;
+  CHECK(backward_refusal(backward).find("block_n (96) must be 64 or 128") != std::string::npos);
+  backward.block_n = cuda_v2::kBackwardWideBlockN;
+  backward.deterministic = true;
+  CHECK(backward_refusal(backward).find("deterministic (true) takes block_n 64, not 128") !=
         std::string::npos);
 }
 
