@@ -557,8 +557,8 @@ class Visit:
         if not names:
             return
         argv = [self.flashlab, "gpu-bench"] + names + shape_flags(shape) + ["--json", "--seconds", "0.25"]
-        if backward:
-            argv += ["--pass", "backward"]
+        if backward:  # in bf16, so that split_q's backward (f16 first) and split_q_bwd128's (bf16 only) compare
+            argv += ["--pass", "backward", "--dtype", "bf16"]
         if self.rehearse:
             argv.append("--emulate")
         step = f"ours: {'backward ' if backward else ''}shape {n}"
@@ -705,7 +705,8 @@ PROFILED = [
       "128"]),
     # The backward (cuda_v2's, dQ, dK and dV in one kernel after the dot pass), at the backward goal's shape.
     ("cuda_v2/split_q", "backward_kernel",
-     ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128", "--pass", "backward"]),
+     ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128", "--pass", "backward", "--dtype",
+      "bf16"]),
     # The FP8 pre-pass's five launches (K's mean, the LSE shift, Q, K, V), at the FP8 kernel's shape: each one's
     # time, where the H200 record had only their sum.
     ("cuda_v3_hopper/fp8", "(k_mean|lse_shift|qk_quantize|v_quantize)_kernel",
@@ -713,7 +714,8 @@ PROFILED = [
     # Then the candidate rungs beside them, while time is left: first the backward's on 128-key tiles, beside the
     # backward_kernel above.
     ("cuda_v2/split_q_bwd128", "backward_kernel",
-     ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128", "--pass", "backward"]),
+     ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128", "--pass", "backward", "--dtype",
+      "bf16"]),
     ("cuda_v2/split_q_4warps", "split_q_kernel",
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
     ("cuda_v3_hopper/ws_persistent", "ws_attention_kernel",
