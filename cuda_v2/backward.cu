@@ -26,6 +26,7 @@
 #include "common/cuda/int_lengths.hpp"
 #include "common/cuda/launch.cuh"
 #include "common/cuda/ptx.cuh"
+#include "common/error.hpp"
 #include "cuda_v2/backward.hpp"
 #include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/score_mod.cuh"
@@ -555,6 +556,14 @@ template <typename Element, int kHeadDim, bool kVariants, int kBlockN>
 void launch_backward_kernel(dim3 grid, const SplitQBackwardParams& p, cudaStream_t stream) {
   constexpr auto kernel = backward_kernel<Element, kHeadDim, kVariants, kBlockN>;
   constexpr int smem = smem_bytes<kHeadDim, kBlockN>();
+  // 128 keys at d 128 take 106.5 KiB: A100 and Hopper offer a block up to 163 and 227 KiB, GPUs of compute
+  // capability 8.6 and 8.9 only 99.
+  int device = 0, offered = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&device));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&offered, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (smem > offered)
+    fail("the backward's ", kBlockN, "-key tile at head_dim ", kHeadDim, " needs ", smem,
+         " bytes of shared memory a block; this GPU offers ", offered);
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   cuda::launch_kernel<kernel>(grid, dim3(kBlockThreadsOf<kBlockN>), smem, stream, p);
 }
