@@ -185,13 +185,13 @@ void check_backward(const SplitQParams& p, Checks checks) {
 
 // With 128 keys a block (backward.cu's dispatch_wide): one kernel per head dim, the plain case.
 void check_bwd128_backward(const SplitQParams& p, Checks checks) {
-  check_backward(p, checks);
   if (checks == Checks::launch && p.dtype != DType::bf16)
     fail("dtype (", to_string(p.dtype), ") must be bf16 for cuda_v2/split_q_bwd128's backward");
   if (p.head_dim != 64 && p.head_dim != 128)
     fail("head_dim (", p.head_dim, ") must be 64 or 128 for cuda_v2/split_q_bwd128's backward");
   if (p.has_variants())
     fail("cuda_v2/split_q_bwd128's backward takes no score modification or dropout (split_q's does)");
+  check_backward(p, checks);
 }
 
 }  // namespace
@@ -204,6 +204,8 @@ std::string split_q_bwd128_backward_supports(const Problem& p) {
 }
 
 BackwardTraffic backward_traffic(const Problem& problem, int block_n) {
+  if (block_n != kBackwardBlockN && block_n != kBackwardWideBlockN)
+    fail("block_n (", block_n, ") must be ", kBackwardBlockN, " or ", kBackwardWideBlockN);
   const SplitQParams f = split_q_params(problem);  // no lengths, no mask: every row and key valid
   const double d = static_cast<double>(f.head_dim), element = 2, heads_q = f.heads_q;
   const double rows = f.seqlen_q;
