@@ -2,7 +2,8 @@
 // tests/test_backward.cpp runs it over: dQ's two modes. With atomics, the order in which the key tiles'
 // shares reach dQ depends on the schedule; the deterministic mode stores each tile's share and sums them in
 // the order of the tiles, so its gradients are the same bits under every schedule. Both are held to the
-// gradient tolerance.
+// gradient tolerance, and so is the kernel with 128 keys a block (cuda_v2/split_q_bwd128's) under both
+// schedules.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -21,20 +22,27 @@ namespace flashlab::testing {
 
 namespace {
 
-// The backward of `p` in the emulator under `schedule`, dQ by atomics or deterministic.
+// dQ's modes: by atomics or deterministic with 64 keys a block (split_q's), by atomics with 128
+// (split_q_bwd128's).
+enum class Mode { atomic, deterministic, atomic_128_keys };
+
+// The backward of `p` in the emulator under `schedule`, in `mode`.
 AttentionGradients emulated_backward(const Problem& p, const AttentionInputs& inputs,
                                      const AttentionOutputs& forward, const HostTensor& d_out,
-                                     const emulator::ScheduleSetting& schedule, bool deterministic) {
+                                     const emulator::ScheduleSetting& schedule, Mode mode) {
   const emulator::ScheduleSetting before = emulator::schedule();
   emulator::set_schedule(schedule);
   AttentionGradients gradients = AttentionGradients::poisoned(p);
+  const bool deterministic = mode == Mode::deterministic;
   cuda::emulated::run_backward_on_device(
       p, inputs, forward, d_out, gradients, cuda_v2::backward_workspace_bytes(p, deterministic),
       [&](const BackwardTensors& tensors) {
-        if (deterministic)
+        if (mode == Mode::deterministic)
           cuda_v2::emulated::launch_split_q_backward_deterministic(p, tensors);
-        else
+        else if (mode == Mode::atomic)
           cuda_v2::emulated::launch_split_q_backward(p, tensors);
+        else
+          cuda_v2::emulated::launch_split_q_bwd128_backward(p, tensors);
       });
   emulator::set_schedule(before);
   return gradients;
@@ -68,8 +76,10 @@ TEST_CASE("the GPU backward's deterministic dQ is the same bits under every sche
         gradient_deviation(p, baseline_backward(p, inputs, d_out, p.dtype, impl->rounds_p), reference));
     const emulator::ScheduleSetting in_order{false, 0}, shuffled{true, 7};
 
-    const AttentionGradients first = emulated_backward(p, inputs, forward, d_out, in_order, true);
-    const AttentionGradients second = emulated_backward(p, inputs, forward, d_out, shuffled, true);
+    const AttentionGradients first =
+        emulated_backward(p, inputs, forward, d_out, in_order, Mode::deterministic);
+    const AttentionGradients second =
+        emulated_backward(p, inputs, forward, d_out, shuffled, Mode::deterministic);
     CHECK(same_bits(first.dq, second.dq));
     CHECK(same_bits(first.dk, second.dk));
     CHECK(same_bits(first.dv, second.dv));
@@ -77,8 +87,9 @@ TEST_CASE("the GPU backward's deterministic dQ is the same bits under every sche
     INFO("deterministic: ", deterministic.explain());
     CHECK(deterministic.passed());
 
-    const AttentionGradients atomic[2] = {emulated_backward(p, inputs, forward, d_out, in_order, false),
-                                          emulated_backward(p, inputs, forward, d_out, shuffled, false)};
+    const AttentionGradients atomic[2] = {
+        emulated_backward(p, inputs, forward, d_out, in_order, Mode::atomic),
+        emulated_backward(p, inputs, forward, d_out, shuffled, Mode::atomic)};
     for (const AttentionGradients& gradients : atomic) {
       const GradientVerdict verdict = judge_gradients(p, gradients, reference, tolerance);
       INFO("atomic dQ: ", verdict.explain());
@@ -87,6 +98,15 @@ TEST_CASE("the GPU backward's deterministic dQ is the same bits under every sche
     // Where rows see many key tiles, the atomics' order shows in dQ's bits (blocks start in another order
     // under the shuffled schedule): what the deterministic mode is for.
     if (p.window_left == 300) CHECK_FALSE(same_bits(atomic[0].dq, atomic[1].dq));
+    // 128 keys a block (bf16 only): its 8 warps' barriers under the shuffled schedule too.
+    if (p.dtype != DType::bf16) continue;
+    for (const emulator::ScheduleSetting& schedule : {in_order, shuffled}) {
+      const GradientVerdict verdict =
+          judge_gradients(p, emulated_backward(p, inputs, forward, d_out, schedule, Mode::atomic_128_keys),
+                          reference, tolerance);
+      INFO("atomic dQ, 128 keys a block, ", schedule.describe(), ": ", verdict.explain());
+      CHECK(verdict.passed());
+    }
   }
   cuda::force_emulation(forced);
 }

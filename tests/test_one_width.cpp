@@ -52,4 +52,51 @@ TEST_CASE("one-width entries meet the matrix's kinds of case at their width") {
     }
 }
 
+// The same for the backward: cuda_v2/split_q_bwd128's backward takes d 64 and 128 only. Each case of the
+// matrix it refuses for its head dim alone runs here at d 64, among them three kinds that the matrix has at
+// d 32 only (causal square, the window (-1, 5), padding with a window and GQA).
+TEST_CASE("one-width entries meet the backward matrix's kinds of case at their width") {
+  const std::map<std::string, int64_t> widths = {{"cuda_v2/split_q_bwd128", 64}};
+  std::map<std::string, Tally> tally;
+  for (const Case& original : case_matrix()) {
+    for (const Implementation* impl : selected_implementations()) {
+      const auto width = widths.find(impl->name);
+      if (width == widths.end() || !impl->backward) continue;
+      const DType dtype = selected_dtypes(*impl).front();
+      Problem problem = original.problem;
+      problem.dtype = dtype;
+      const std::string as_it_is = why_cannot_run_backward(*impl, problem);
+      if (as_it_is.empty() || !contains(as_it_is, "head_dim")) continue;
+      Case test_case = original;
+      test_case.name += ", at d " + std::to_string(width->second);
+      test_case.problem.head_dim = problem.head_dim = width->second;
+      const std::string reason = why_cannot_run_backward(*impl, problem);
+      if (!reason.empty()) {
+        ++tally[impl->name].skipped[reason];
+        continue;
+      }
+      const PreparedCase prepared = prepare(test_case, dtype);
+      const PreparedBackward prepared_backward =
+          prepare_backward(prepared, test_case.seed + 500, impl->rounds_p);
+      const AttentionOutputs out = run_forward(*impl, prepared.problem, prepared.inputs);
+      const AttentionGradients grad =
+          run_backward(*impl, prepared.problem, prepared.inputs, out, prepared_backward.d_out);
+      const GradientVerdict verdict =
+          judge_gradients(prepared.problem, grad, prepared_backward.reference, prepared_backward.tolerance);
+      INFO(impl->name, " [", to_string(dtype), "] backward on '", test_case.name, "' (",
+           prepared.problem.describe(), "): ", verdict.explain());
+      report_case(verdict.passed(), impl->name, dtype, "backward ", test_case, prepared.problem,
+                  verdict.explain());
+      ++(verdict.passed() ? tally[impl->name].passed : tally[impl->name].failed);
+      CHECK(verdict.passed());
+    }
+  }
+  print_tally(tally, "backward: ");
+  for (const Implementation* impl : selected_implementations())
+    if (widths.count(impl->name) != 0) {
+      INFO(impl->name, " ran no backward case at its width here");
+      CHECK(tally[impl->name].passed > 0);
+    }
+}
+
 }  // namespace flashlab::testing
