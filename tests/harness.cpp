@@ -161,6 +161,21 @@ void check_case(const Implementation& impl, DType dtype, const Case& test_case, 
   CHECK(verdict.passed());
 }
 
+void check_backward_case(const Implementation& impl, DType dtype, const Case& test_case,
+                         const PreparedCase& prepared, const PreparedBackward& backward, Tally& tally) {
+  const AttentionOutputs out = run_forward(impl, prepared.problem, prepared.inputs);
+  const AttentionGradients grad = run_backward(impl, prepared.problem, prepared.inputs, out, backward.d_out);
+  const GradientVerdict verdict =
+      judge_gradients(prepared.problem, grad, backward.reference, backward.tolerance);
+  INFO(impl.name, " [", to_string(dtype), "] backward on '", test_case.name, "' (",
+       prepared.problem.describe(), "): ", verdict.explain());
+  // Reported before the check: a run stopped at its first failure still prints it.
+  report_case(verdict.passed(), impl.name, dtype, "backward ", test_case, prepared.problem,
+              verdict.explain());
+  ++(verdict.passed() ? tally.passed : tally.failed);
+  CHECK(verdict.passed());
+}
+
 void print_tally(const std::map<std::string, Tally>& tally, const char* pass) {
   for (const auto& [name, counts] : tally) {
     std::printf("  %-28s %s%3d passed, %d failed", name.c_str(), pass, counts.passed, counts.failed);

@@ -95,5 +95,9 @@ void print_tally(const std::map<std::string, Tally>& tally, const char* pass = "
 // counting the outcome in `tally` (a run the emulator stops counts as failed, with its message).
 void check_case(const Implementation& impl, DType dtype, const Case& test_case, PreparedCase& prepared,
                 Tally& tally);
+// The same for the backward: `impl`'s forward, then its backward on the prepared upstream gradient, checked
+// against the reference gradients within the gradient tolerance.
+void check_backward_case(const Implementation& impl, DType dtype, const Case& test_case,
+                         const PreparedCase& prepared, const PreparedBackward& backward, Tally& tally);
 
 }  // namespace flashlab::testing

@@ -44,18 +44,7 @@ TEST_CASE("every backward matches the fp64 reference backward on the case matrix
         if (!slot) slot = prepare(test_case, dtype);
         auto& backward_slot = prepared_backward[{dtype, impl->rounds_p}];
         if (!backward_slot) backward_slot = prepare_backward(*slot, test_case.seed + 500, impl->rounds_p);
-        const AttentionOutputs out = run_forward(*impl, slot->problem, slot->inputs);
-        const AttentionGradients grad =
-            run_backward(*impl, slot->problem, slot->inputs, out, backward_slot->d_out);
-        const GradientVerdict verdict =
-            judge_gradients(slot->problem, grad, backward_slot->reference, backward_slot->tolerance);
-        INFO(impl->name, " [", to_string(dtype), "] backward on '", test_case.name, "' (",
-             slot->problem.describe(), "): ", verdict.explain());
-        report_case(
-            verdict.passed(), impl->name, dtype, "backward ", test_case, slot->problem,
-            verdict.explain());  // before the check: a run stopped at its first failure still prints it
-        ++(verdict.passed() ? tally[impl->name].passed : tally[impl->name].failed);
-        CHECK(verdict.passed());
+        check_backward_case(*impl, dtype, test_case, *slot, *backward_slot, tally[impl->name]);
       }
     }
   }
