@@ -557,14 +557,19 @@ void launch_backward_kernel(dim3 grid, const SplitQBackwardParams& p, cudaStream
   constexpr auto kernel = backward_kernel<Element, kHeadDim, kVariants, kBlockN>;
   constexpr int smem = smem_bytes<kHeadDim, kBlockN>();
   // 128 keys at d 128 take 106.5 KiB: A100 and Hopper offer a block up to 163 and 227 KiB, GPUs of compute
-  // capability 8.6 and 8.9 only 99.
-  int device = 0, offered = 0;
-  FLASHLAB_CUDA_CHECK(cudaGetDevice(&device));
-  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&offered, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (smem > offered)
-    fail("the backward's ", kBlockN, "-key tile at head_dim ", kHeadDim, " needs ", smem,
-         " bytes of shared memory a block; this GPU offers ", offered);
-  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  // capability 8.6 and 8.9 only 99. Where the attribute is refused, the device's limit is read and named.
+  if (const cudaError_t status =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      status != cudaSuccess) {
+    (void)cudaGetLastError();  // the refusal, reported below
+    int device = 0, offered = 0;
+    FLASHLAB_CUDA_CHECK(cudaGetDevice(&device));
+    FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&offered, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (smem > offered)
+      fail("the backward's ", kBlockN, "-key tile at head_dim ", kHeadDim, " needs ", smem,
+           " bytes of shared memory a block; this GPU offers ", offered);
+    FLASHLAB_CUDA_CHECK(status);
+  }
   cuda::launch_kernel<kernel>(grid, dim3(kBlockThreadsOf<kBlockN>), smem, stream, p);
 }
 
