@@ -183,6 +183,12 @@ void check_backward(const SplitQParams& p, Checks checks) {
   if (p.heads_kv > 65535) fail("heads_kv (", p.heads_kv, ") must be at most 65535 for the backward's grid");
 }
 
+// The backward's key tiles: 64 keys a block, or 128.
+void check_block_n(int block_n) {
+  if (block_n != kBackwardBlockN && block_n != kBackwardWideBlockN)
+    fail("block_n (", block_n, ") must be ", kBackwardBlockN, " or ", kBackwardWideBlockN);
+}
+
 // With 128 keys a block (backward.cu's dispatch_wide): one kernel per head dim, the plain case.
 void check_bwd128_backward(const SplitQParams& p, Checks checks) {
   if (checks == Checks::launch && p.dtype != DType::bf16)
@@ -204,8 +210,7 @@ std::string split_q_bwd128_backward_supports(const Problem& p) {
 }
 
 BackwardTraffic backward_traffic(const Problem& problem, int block_n) {
-  if (block_n != kBackwardBlockN && block_n != kBackwardWideBlockN)
-    fail("block_n (", block_n, ") must be ", kBackwardBlockN, " or ", kBackwardWideBlockN);
+  check_block_n(block_n);
   const SplitQParams f = split_q_params(problem);  // no lengths, no mask: every row and key valid
   const double d = static_cast<double>(f.head_dim), element = 2, heads_q = f.heads_q;
   const double rows = f.seqlen_q;
@@ -235,14 +240,13 @@ BackwardTraffic backward_traffic(const Problem& problem, int block_n) {
 }
 
 void check_split_q_backward(const SplitQBackwardParams& p) {
+  check_block_n(p.block_n);
   if (p.block_n == kBackwardWideBlockN && p.deterministic)
     fail("deterministic (true) takes block_n ", kBackwardBlockN, ", not ", p.block_n);
   if (p.block_n == kBackwardWideBlockN)
     check_bwd128_backward(p.forward, Checks::launch);
-  else if (p.block_n == kBackwardBlockN)
-    check_backward(p.forward, Checks::launch);
   else
-    fail("block_n (", p.block_n, ") must be ", kBackwardBlockN, " or ", kBackwardWideBlockN);
+    check_backward(p.forward, Checks::launch);
   for (const auto& [field, pointer] : {std::pair<const char*, const void*>{"d_sum", p.d_sum},
                                        {"dq_accum", p.dq_accum},
                                        {"nonfinite", p.nonfinite}})
