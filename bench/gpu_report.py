@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The GPU report: build, check and time flashlab on a GPU machine, in phases that fit a short, offline visit.
 
-    bash bench/gpu_report.sh [--phase all|check|speed|extra] [--commit SHA] [--kit DIR] [--impls REGEX] OUTDIR
+    bash bench/gpu_report.sh [--phase all|check|speed|extra] [--commit SHA] [--kit DIR] [--impls REGEX]
+                             [--first-shape N] [--last-shape N] OUTDIR
     bash bench/gpu_report.sh --rehearse OUTDIR       every phase here, without a GPU (CI runs it)
     bash bench/gpu_report.sh --merge OUTDIR RESULTS.json...   one result from several calls' results
 
@@ -524,6 +525,10 @@ class Visit:
             for n, (shape, is_backward) in enumerate(plan):
                 if n < self.args.first_shape:  # measured by an earlier call
                     continue
+                if self.args.last_shape is not None and n > self.args.last_shape:
+                    self.report.notes.append(f"speed: shapes {n} to {len(plan) - 1} of the plan not measured "
+                                             f"(--last-shape {self.args.last_shape}); --first-shape {n} measures them")
+                    break
                 if self.remaining() < 5:
                     self.report.notes.append(f"speed: {len(plan) - n} of {len(plan)} shapes not measured "
                                              "(the phase's budget was spent); a later --phase speed call measures them")
@@ -980,6 +985,8 @@ def main():
     parser.add_argument("--impls", help="only the GPU implementations whose name this regular expression finds")
     parser.add_argument("--first-shape", type=int, default=0,
                         help="speed: start at this shape of the plan (a second call goes on where the first stopped)")
+    parser.add_argument("--last-shape", type=int,
+                        help="speed: stop after this shape of the plan (the rest of the budget goes to the extra phase)")
     args = parser.parse_args()
     if args.merge:
         return merge(args.outdir, args.inputs)
