@@ -729,8 +729,10 @@ PROFILED = [
      ["--batch", "2", "--heads", "32", "--seqlen-q", "8192", "--head-dim", "64"]),
 ]
 # What each profile reads: achieved occupancy, the pipes' utilization (the tensor pipe among them), shared-memory
-# bank conflicts and DRAM throughput.
-NCU_SECTIONS = ["SpeedOfLight", "Occupancy", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables"]
+# bank conflicts, DRAM throughput, and what the warps wait on (WarpStateStats: the stall reasons, which the
+# second H200 run lacked for the backward, whose issue slots were 26% busy).
+NCU_SECTIONS = ["SpeedOfLight", "Occupancy", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables",
+                "WarpStateStats"]
 
 
 def extra_phase(visit):
