@@ -73,7 +73,10 @@ __device__ int64_t valid_rows(const int32_t* rows, int64_t b, int64_t seqlen) {
 // order, then float(sum / count). A block per (batch x kv head, 32 channels), a lane per channel: its warps
 // sum kThreads / 32 chunks at once (kMeanLoads loads in flight each), and warp 0 adds their sums in order. (A
 // thread per channel summing every key in turn would give 16 blocks at b 2, h 8, d 256, each thread waiting a
-// load's latency every few keys.)
+// load's latency every few keys.) A load past the chunk's last key reads that key again and is not added: the
+// loads carry no condition, so they issue back to back. Under `j + u < j1 ? load : NaN` the compiler gave
+// each load its own branch and used its value there, one load's latency per key (456 us for K of 2 x 8 x 8k x
+// 256 on an H200).
 constexpr int kMeanWarps = kThreads / 32;
 constexpr int kMeanLoads = 16;
 static_assert(kFp8MeanChunk % kMeanLoads == 0, "a chunk is whole rounds of loads");
@@ -94,9 +97,9 @@ __global__ void __launch_bounds__(kThreads) k_mean_kernel(Fp8PrepassParams p) {
     double partial = 0.0;
     for (int64_t j = j0; j < j1; j += kMeanLoads) {
       float x[kMeanLoads];
-      for (int u = 0; u < kMeanLoads; ++u) x[u] = j + u < j1 ? load_bf16(column + (j + u) * key_stride) : NAN;
+      for (int u = 0; u < kMeanLoads; ++u) x[u] = load_bf16(column + min(j + u, j1 - 1) * key_stride);
       for (int u = 0; u < kMeanLoads; ++u)
-        if (isfinite(x[u]))
+        if (j + u < j1 && isfinite(x[u]))
           partial = __dadd_rn(partial, static_cast<double>(x[u])), count = __dadd_rn(count, 1.0);
     }
     chunk_sum[warp * 32 + lane] = partial;
@@ -122,9 +125,15 @@ __global__ void __launch_bounds__(kThreads) k_mean_kernel(Fp8PrepassParams p) {
 // come through shared memory kShiftSlice channels at a time, a warp reading one row's slice (coalesced), each
 // thread then summing its own row's from there: a thread reading its row from global memory alone would make
 // every load of a warp touch 32 rows. A row's slice takes kShiftSlice + 1 words, so that the 32 threads of a
-// warp, each on its own row, read 32 different banks.
+// warp, each on its own row, read 32 different banks. Each thread finds its own row's address once, into
+// shared memory; a warp then issues its kShiftRows loads of a slice before storing any of them (a row past
+// the last reads the last row again, never summed): stored as each arrived, one load at a time, they cost a
+// latency per row and slice (235 us for Q of 2 x 8 x 8k x 256 on an H200).
 constexpr int kShiftSlice = 32;
-constexpr size_t kShiftSharedBytes = kThreads * (kShiftSlice + 1) * sizeof(float);
+constexpr int kShiftRows = kThreads / (kThreads / 32);  // the rows each warp copies into a slice
+constexpr size_t kShiftSliceBytes = kThreads * (kShiftSlice + 1) * sizeof(float);
+static_assert(kShiftSliceBytes % alignof(const uint16_t*) == 0, "the row addresses follow the slice");
+constexpr size_t kShiftSharedBytes = kShiftSliceBytes + kThreads * sizeof(const uint16_t*);
 __global__ void __launch_bounds__(kThreads) lse_shift_kernel(Fp8PrepassParams p) {
   const int64_t rows = p.batch * p.heads_q * p.seqlen_q, first = static_cast<int64_t>(blockIdx.x) * kThreads;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -140,10 +149,16 @@ __global__ void __launch_bounds__(kThreads) lse_shift_kernel(Fp8PrepassParams p)
   const float* mean =
       shifted ? p.k_mean + (b * p.heads_kv + h / (p.heads_q / p.heads_kv)) * p.head_dim : nullptr;
   float* slice = cuda::dynamic_shared_memory<float>();  // [kThreads][kShiftSlice + 1]
+  const uint16_t** row_at = reinterpret_cast<const uint16_t**>(
+      cuda::dynamic_shared_memory<unsigned char>() + kShiftSliceBytes);  // [kThreads]: Q's row of each
+  row_at[threadIdx.x] = q_row(min(index, rows - 1));
+  __syncthreads();
   double sum = 0.0;
   for (int64_t c0 = 0; p.smooth_k && c0 < p.head_dim; c0 += kShiftSlice) {
-    for (int r = warp; r < kThreads && first + r < rows; r += kThreads / 32)
-      slice[r * (kShiftSlice + 1) + lane] = load_bf16(q_row(first + r) + c0 + lane);
+    float x[kShiftRows];
+    for (int k = 0; k < kShiftRows; ++k) x[k] = load_bf16(row_at[warp + k * (kThreads / 32)] + c0 + lane);
+    for (int k = 0; k < kShiftRows; ++k)
+      slice[(warp + k * (kThreads / 32)) * (kShiftSlice + 1) + lane] = x[k];
     __syncthreads();
     if (shifted)
       for (int c = 0; c < kShiftSlice; ++c)
