@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "common/cuda/check.hpp"
 #include "common/cuda/convert.cuh"
@@ -276,26 +277,44 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>) backward_kernel(cons
     // domain first cost P 0.5% (the case matrix's large-magnitude cases found it). Thread element
     // (nt, e): key warp_key + group + 8 (e / 2), query nt * 8 + 2 quad_lane + e % 2 of the tile.
     const bool full = block.tile_is_full<kBlockN>(key0);
+    const auto probability = [&](float s, int r) {
+      return ptx::ex2_approx((__fmul_rn(s, scale) - sLse[r]) * kLog2e);
+    };
     bool visible[kNTilesM][4];
     float derivative[kNTilesM][4];  // ds"/ds of the score modification (1 without soft-capping)
+    if (!kVariants && full && row0 + kBlockM <= rows_q) {
+      // A tile inside the mask's band and the rows' length, the common case: every element is visible, and
+      // no element's mask is formed (FlashAttention-2 masks only the tiles on a boundary likewise). The
+      // element-by-element code below, even with `full` skipping the band, runs about 22 instructions an
+      // element on such a tile; this loop about 8 (the sm_90a SASS).
 #pragma unroll
-    for (int nt = 0; nt < kNTilesM; ++nt)
+      for (int nt = 0; nt < kNTilesM; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = nt * 8 + 2 * quad_lane + e % 2, row = row0 + r;
-        const int key = key0 + warp_key + group + 8 * (e / 2);
-        visible[nt][e] =
-            row < rows_q && (full || element_visible(f, BlockMask::band(f, block, row), row, key));
-        derivative[nt][e] = 1.0f;
-        // The forward's score modification (score_mod.cuh), the same operations on the same S; a key a -inf
-        // bias hides takes no part, like a masked one.
-        if (kVariants && f.mod.active() && row < f.seqlen_q && key < f.seqlen_k) {
-          st[nt][e] = modified_score(f, st[nt][e], b, head, row, key, rows_q, rows_k);
-          derivative[nt][e] = score_derivative(f, st[nt][e], b, head, row, key, rows_q, rows_k);
-          if (f.mod.hides(b, head, row, key)) visible[nt][e] = false;
+        for (int e = 0; e < 4; ++e) {
+          visible[nt][e] = true;
+          derivative[nt][e] = 1.0f;
+          st[nt][e] = probability(st[nt][e], nt * 8 + 2 * quad_lane + e % 2);
         }
-        st[nt][e] = visible[nt][e] ? ptx::ex2_approx((__fmul_rn(st[nt][e], scale) - sLse[r]) * kLog2e) : 0.0f;
-      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kNTilesM; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = nt * 8 + 2 * quad_lane + e % 2, row = row0 + r;
+          const int key = key0 + warp_key + group + 8 * (e / 2);
+          visible[nt][e] =
+              row < rows_q && (full || element_visible(f, BlockMask::band(f, block, row), row, key));
+          derivative[nt][e] = 1.0f;
+          // The forward's score modification (score_mod.cuh), the same operations on the same S; a key a
+          // -inf bias hides takes no part, like a masked one.
+          if (kVariants && f.mod.active() && row < f.seqlen_q && key < f.seqlen_k) {
+            st[nt][e] = modified_score(f, st[nt][e], b, head, row, key, rows_q, rows_k);
+            derivative[nt][e] = score_derivative(f, st[nt][e], b, head, row, key, rows_q, rows_k);
+            if (f.mod.hides(b, head, row, key)) visible[nt][e] = false;
+          }
+          st[nt][e] = visible[nt][e] ? probability(st[nt][e], r) : 0.0f;
+        }
+    }
 
     // dV_j += P^T dO_i (line 11): P^T straight from the accumulators; dO_i is [query][dim] = B row-major.
     // (With dropout, after dS below: dV takes P Z, dS needs P.)
@@ -354,19 +373,28 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>) backward_kernel(cons
         mma_m16n8k16<Element>(dq[2 * np + 1], a, bk[2], bk[3]);
       }
     }
+    // dQ_i gathers a share from every key tile, each owned by another block: the race (docs/08). This lane's
+    // two rows' addresses are formed once a step; each element adds a constant offset (forming the row's
+    // index for every element made this part 505 instructions a step, 282 now: the sm_90a SASS at d 128).
     const int64_t rows_total = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
+    float* row_dq[2];  // this lane's columns' start in its rows 8 apart, or nullptr past the batch's length
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + m0 + group + 8 * half;
+      row_dq[half] = row < rows_q
+                         ? p.dq_accum + row_index(f, b, head, row) * kHeadDim + n_base + 2 * quad_lane
+                         : nullptr;
+    }
 #pragma unroll
     for (int nt = 0; nt < kPartColumns / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = row0 + m0 + group + 8 * (e / 2), col = n_base + nt * 8 + 2 * quad_lane + e % 2;
-        if (row >= rows_q) continue;
-        const int64_t at = row_index(f, b, head, row) * kHeadDim + col;
-        // dQ_i gathers a share from every key tile, each owned by another block: the race (docs/08).
+        if (row_dq[e / 2] == nullptr) continue;
+        float* const at = row_dq[e / 2] + nt * 8 + e % 2;
         if (p.deterministic)
-          p.dq_accum[kv_tile * rows_total * kHeadDim + at] = dq[nt][e];  // tile j's own partial
+          at[kv_tile * rows_total * kHeadDim] = dq[nt][e];  // tile j's own partial
         else
-          atomicAdd(p.dq_accum + at, dq[nt][e]);
+          atomicAdd(at, dq[nt][e]);
       }
     step = next;
   }
