@@ -130,7 +130,8 @@ __global__ void __launch_bounds__(kThreads) k_mean_kernel(Fp8PrepassParams p) {
 // the last reads the last row again, never summed): stored as each arrived, one load at a time, they cost a
 // latency per row and slice (235 us for Q of 2 x 8 x 8k x 256 on an H200).
 constexpr int kShiftSlice = 32;
-constexpr int kShiftRows = kThreads / (kThreads / 32);  // the rows each warp copies into a slice
+constexpr int kShiftWarps = kThreads / 32;
+constexpr int kShiftRows = kThreads / kShiftWarps;  // the rows each warp copies into a slice
 constexpr size_t kShiftSliceBytes = kThreads * (kShiftSlice + 1) * sizeof(float);
 static_assert(kShiftSliceBytes % alignof(const uint16_t*) == 0, "the row addresses follow the slice");
 constexpr size_t kShiftSharedBytes = kShiftSliceBytes + kThreads * sizeof(const uint16_t*);
@@ -138,12 +139,9 @@ __global__ void __launch_bounds__(kThreads) lse_shift_kernel(Fp8PrepassParams p)
   const int64_t rows = p.batch * p.heads_q * p.seqlen_q, first = static_cast<int64_t>(blockIdx.x) * kThreads;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t index = first + threadIdx.x;
-  auto q_row = [&](int64_t row) {  // Q's row of LSE offset `row`
-    const int64_t i = row % p.seqlen_q, h = row / p.seqlen_q % p.heads_q, b = row / (p.seqlen_q * p.heads_q);
-    return p.q + ((b * p.seqlen_q + i) * p.heads_q + h) * p.head_dim;
-  };
-  const int64_t i = index % p.seqlen_q, h = index / p.seqlen_q % p.heads_q,
-                b = index / (p.seqlen_q * p.heads_q);
+  // This thread's row; past the last row, the last row again (read into the slice, never summed).
+  const int64_t row = min(index, rows - 1), i = row % p.seqlen_q, h = row / p.seqlen_q % p.heads_q,
+                b = row / (p.seqlen_q * p.heads_q);
   const bool shifted = p.smooth_k && index < rows && i < valid_rows(p.rows_q, b, p.seqlen_q) &&
                        valid_rows(p.rows_k, b, p.seqlen_k) > 0;
   const float* mean =
@@ -151,14 +149,13 @@ __global__ void __launch_bounds__(kThreads) lse_shift_kernel(Fp8PrepassParams p)
   float* slice = cuda::dynamic_shared_memory<float>();  // [kThreads][kShiftSlice + 1]
   const uint16_t** row_at = reinterpret_cast<const uint16_t**>(
       cuda::dynamic_shared_memory<unsigned char>() + kShiftSliceBytes);  // [kThreads]: Q's row of each
-  row_at[threadIdx.x] = q_row(min(index, rows - 1));
+  row_at[threadIdx.x] = p.q + ((b * p.seqlen_q + i) * p.heads_q + h) * p.head_dim;
   __syncthreads();
   double sum = 0.0;
   for (int64_t c0 = 0; p.smooth_k && c0 < p.head_dim; c0 += kShiftSlice) {
     float x[kShiftRows];
-    for (int k = 0; k < kShiftRows; ++k) x[k] = load_bf16(row_at[warp + k * (kThreads / 32)] + c0 + lane);
-    for (int k = 0; k < kShiftRows; ++k)
-      slice[(warp + k * (kThreads / 32)) * (kShiftSlice + 1) + lane] = x[k];
+    for (int k = 0; k < kShiftRows; ++k) x[k] = load_bf16(row_at[warp + k * kShiftWarps] + c0 + lane);
+    for (int k = 0; k < kShiftRows; ++k) slice[(warp + k * kShiftWarps) * (kShiftSlice + 1) + lane] = x[k];
     __syncthreads();
     if (shifted)
       for (int c = 0; c < kShiftSlice; ++c)
