@@ -20,7 +20,6 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <type_traits>
 
 #include "common/cuda/check.hpp"
 #include "common/cuda/convert.cuh"
