@@ -28,6 +28,7 @@
 #include "common/cuda/ptx.cuh"
 #include "common/error.hpp"
 #include "cuda_v2/backward.hpp"
+#include "cuda_v2/backward_steps.cuh"
 #include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/score_mod.cuh"
 #include "cuda_v2/tensor_core.cuh"
@@ -42,7 +43,6 @@ static_assert(kBlockM == 32, "dQ's 32 x head_dim tile is split into 2 row tiles 
 // backward_kernel's threads: a warp per 16 keys of its tile.
 template <int kBlockN>
 constexpr int kBlockThreadsOf = 32 * (kBlockN / 16);
-constexpr float kLog2e = 1.4426950408889634f;
 // dS^T's row pitch in shared memory, in elements: 80 bytes, so the 8 rows of one ldmatrix matrix fall in 8
 // different 16-byte bank groups (0, 80, 160, ... mod 128 are 8 different multiples of 16).
 constexpr int kDsPitch = kBlockM + 8;
@@ -52,16 +52,6 @@ constexpr int kDsPitch = kBlockM + 8;
 template <int kHeadDim, int kBlockN>
 constexpr int smem_bytes() {
   return (2 * kBlockN * kHeadDim + 2 * 2 * kBlockM * kHeadDim + kBlockN * kDsPitch) * 2 + 2 * 2 * kBlockM * 4;
-}
-
-// Row (b, head, row) of the backward's own buffers (D, dQ's accumulator): [batch, heads_q, seqlen_q] in
-// either layout of the problem (packed, seqlen_q is the longest sequence).
-__device__ inline int64_t row_index(const SplitQParams& f, int b, int head, int row) {
-  return (static_cast<int64_t>(b) * f.heads_q + head) * f.seqlen_q + row;
-}
-// The forward's LSE of that row, in the problem's layout (common/cuda/sequences.hpp).
-__device__ inline float lse_of(const SplitQParams& f, int b, int head, int row) {
-  return f.lse[cuda::lse_begin(f, b, head) + row];
 }
 
 // D_i = rowsum(dO_i * O_i) (Algorithm 2 line 4), 0 for a padded row; and row i of dQ's accumulator zeroed.
@@ -269,16 +259,11 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>) backward_kernel(cons
     float st[kNTilesM][4] = {};
     keys_by_queries<Element, kHeadDim>(st, sK, sQ, warp_key, lane);
 
-    // P^T = exp(S^T scale - LSE) (line 10) where the element is visible to a valid row, else exactly 0.
-    // S scale rounded once (never fused with the subtraction) as the forward rounded its max for the LSE
-    // (split_q.cu), then the difference to the log2 domain: where one key dominates a row with scores ~1e4
-    // (LSE ~4e4, a float ulp of 0.004) its P is then exactly 1, where taking S or the LSE to the log2
-    // domain first cost P 0.5% (the case matrix's large-magnitude cases found it). Thread element
-    // (nt, e): key warp_key + group + 8 (e / 2), query nt * 8 + 2 quad_lane + e % 2 of the tile.
+    // P^T = exp(S^T scale - LSE) (line 10) where the element is visible to a valid row, else exactly 0
+    // (backward_steps.cuh: how P is rounded to be the forward's). Thread element (nt, e): key warp_key +
+    // group + 8 (e / 2), query nt * 8 + 2 quad_lane + e % 2 of the tile.
     const bool full = block.tile_is_full<kBlockN>(key0);
-    const auto probability = [&](float s, int r) {
-      return ptx::ex2_approx((__fmul_rn(s, scale) - sLse[r]) * kLog2e);
-    };
+    const auto probability = [&](float s, int r) { return recomputed_probability(s, scale, sLse[r]); };
     bool visible[kNTilesM][4];
     float derivative[kNTilesM][4];  // ds"/ds of the score modification (1 without soft-capping)
     if (!kVariants && full && row0 + kBlockM <= rows_q) {
@@ -336,7 +321,8 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>) backward_kernel(cons
         if (kVariants && f.dropout.active())
           keep = f.dropout.factor<float>(b, head, row0 + r, key0 + warp_key + group + 8 * (e / 2));
         const float p_ij = st[nt][e];
-        st[nt][e] = visible[nt][e] ? p_ij * (dpt[nt][e] * keep - sD[r]) * scale * derivative[nt][e] : 0.0f;
+        st[nt][e] =
+            visible[nt][e] ? score_gradient(p_ij, dpt[nt][e] * keep, sD[r], scale) * derivative[nt][e] : 0.0f;
         if constexpr (kVariants) dpt[nt][e] = p_ij * keep;
       }
     if constexpr (kVariants) accumulate_keys_by_dims<Element, kHeadDim>(dv, dpt, sdO, lane);
@@ -481,10 +467,10 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
       s = modified_score(f, s, b, head, row, key, rows_q, rows_k);
       derivative = score_derivative(f, s, b, head, row, key, rows_q, rows_k);
     }
-    p_out = ptx::ex2_approx((__fmul_rn(s, f.softmax_scale) - lse) * kLog2e);
+    p_out = recomputed_probability(s, f.softmax_scale, lse);
     const float keep =
         f.dropout.factor<float>(b, head, row, key);  // dropout's Z: dP is Z dO V^T, dV takes P Z
-    const float d_score = p_out * (dp * keep - d) * f.softmax_scale * derivative;
+    const float d_score = score_gradient(p_out, dp * keep, d, f.softmax_scale) * derivative;
     p_out *= keep;
     return d_score;
   };
@@ -581,23 +567,8 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
 
 template <typename Element, int kHeadDim, bool kVariants, int kBlockN>
 void launch_backward_kernel(dim3 grid, const SplitQBackwardParams& p, cudaStream_t stream) {
-  constexpr auto kernel = backward_kernel<Element, kHeadDim, kVariants, kBlockN>;
-  constexpr int smem = smem_bytes<kHeadDim, kBlockN>();
-  // 128 keys at d 128 take 106.5 KiB: A100 and Hopper offer a block up to 163 and 227 KiB, GPUs of compute
-  // capability 8.6 and 8.9 only 99. Where the attribute is refused, the device's limit is read and named.
-  if (const cudaError_t status =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-      status != cudaSuccess) {
-    (void)cudaGetLastError();  // the refusal, reported below
-    int device = 0, offered = 0;
-    FLASHLAB_CUDA_CHECK(cudaGetDevice(&device));
-    FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&offered, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    if (smem > offered)
-      fail("the backward's ", kBlockN, "-key tile at head_dim ", kHeadDim, " needs ", smem,
-           " bytes of shared memory a block; this GPU offers ", offered);
-    FLASHLAB_CUDA_CHECK(status);
-  }
-  cuda::launch_kernel<kernel>(grid, dim3(kBlockThreadsOf<kBlockN>), smem, stream, p);
+  launch_backward_tile<backward_kernel<Element, kHeadDim, kVariants, kBlockN>>(
+      grid, kBlockThreadsOf<kBlockN>, smem_bytes<kHeadDim, kBlockN>(), kBlockM, kBlockN, kHeadDim, stream, p);
 }
 
 // The four kernels with kBlockN keys a block; with 128, the plain case only (check_split_q_backward).
