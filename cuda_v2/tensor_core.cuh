@@ -129,12 +129,37 @@ struct SwizzledTile {
                 "the swizzle permutes groups of 8, or a last group of 4, chunks of 8 elements");
   static constexpr int kFullGroupChunks = kCols / 64 * 8;  // chunks in the row's groups of 8
   // Element offset of (row, col); col must be a multiple of 8 (a chunk start).
-  __host__ __device__ static int offset(int row, int col) {
+  __host__ __device__ static constexpr int offset(int row, int col) {
     const int c = col >> 3;
     const int chunk = c < kFullGroupChunks ? c ^ (row & 7) : c ^ ((row >> 1) & 3);
     return row * kCols + (chunk << 3);
   }
+  // offset(row + rows, col + cols) from offset(row, col), for rows a multiple of 8 and cols one of 16 (of 8
+  // from col 0), col 0 or 8: where the width is a power of two of at least 64 (whole groups), the XOR of the
+  // chunk with the row touches only the offset's bits below the row's, so a step along the row is an XOR of
+  // the offset and a step of 8 rows an addition. A kernel then forms each lane's ldmatrix row once and steps
+  // it with an instruction or two per load, where offset() takes several (CuTe's swizzled layouts step the
+  // same way).
+  __host__ __device__ static constexpr int step(int offset0, int rows, int cols) {
+    static_assert(kCols >= 64 && (kCols & (kCols - 1)) == 0, "XOR steps need a power-of-two width of groups");
+    return (offset0 ^ cols) + rows * kCols;
+  }
 };
+
+// step() is offset(), for every lane's row (0-15) and column (0 or 8), every step it allows in a tile of 64
+// rows: checked wherever the header is compiled.
+template <int kCols>
+constexpr bool steps_are_offsets() {
+  using Tile = SwizzledTile<kCols>;
+  for (int row = 0; row < 16; ++row)
+    for (int col = 0; col < 16; col += 8)
+      for (int rows = 0; row + rows < 64; rows += 8)
+        for (int cols = 0; col + cols < kCols; cols += col == 0 ? 8 : 16)
+          if (Tile::step(Tile::offset(row, col), rows, cols) != Tile::offset(row + rows, col + cols))
+            return false;
+  return true;
+}
+static_assert(steps_are_offsets<64>() && steps_are_offsets<128>() && steps_are_offsets<256>());
 
 // Copies rows [row0, row0 + kRows) of a (row_stride-strided) tile into swizzled shared memory with cp.async.
 // Rows at or past `rows_valid` are zero-filled and never read: ragged tails stay in bounds, and a padded
