@@ -571,7 +571,8 @@ void launch_backward_kernel(dim3 grid, const SplitQBackwardParams& p, cudaStream
       grid, kBlockThreadsOf<kBlockN>, smem_bytes<kHeadDim, kBlockN>(), kBlockM, kBlockN, kHeadDim, stream, p);
 }
 
-// The four kernels with kBlockN keys a block; with 128, the plain case only (check_split_q_backward).
+// The four kernels with kBlockN keys a block; with 128, the plain case only (check_split_q_backward), and the
+// main kernel is backward_64x128.cu's where a step takes 64 query rows.
 template <typename Element, int kHeadDim, int kBlockN>
 void launch(const SplitQBackwardParams& p, cudaStream_t stream) {
   const SplitQParams& f = p.forward;
@@ -586,6 +587,8 @@ void launch(const SplitQBackwardParams& p, cudaStream_t stream) {
         launch_backward_kernel<Element, kHeadDim, true, kBlockN>(grid, p, stream);
       else
         launch_backward_kernel<Element, kHeadDim, false, kBlockN>(grid, p, stream);
+    } else if (p.block_m == kBackwardWideBlockM) {
+      launch_backward_64x128_kernel(grid, p, stream);
     } else {
       launch_backward_kernel<Element, kHeadDim, false, kBlockN>(grid, p, stream);
     }
@@ -611,7 +614,8 @@ void dispatch_head_dim(const SplitQBackwardParams& p, cudaStream_t stream) {
   }
 }
 
-// 128 keys a block: bf16, d 64 and 128 (a warp's part of dQ's columns is then 16 or 32 wide).
+// 128 keys a block: bf16, d 64 and 128 (a warp's part of dQ's columns is then 16 or 32 wide), 32 or 64 query
+// rows a step.
 void dispatch_wide(const SplitQBackwardParams& p, cudaStream_t stream) {
   if (p.forward.head_dim == 64) return launch<__nv_bfloat16, 64, kBackwardWideBlockN>(p, stream);
   launch<__nv_bfloat16, 128, kBackwardWideBlockN>(p, stream);
@@ -632,8 +636,8 @@ void split_q_backward(const SplitQBackwardParams& params, cudaStream_t stream) {
 }
 
 namespace {
-void launch_backward(const Problem& problem, const BackwardTensors& tensors, bool deterministic,
-                     int block_n) {
+void launch_backward(const Problem& problem, const BackwardTensors& tensors, bool deterministic, int block_n,
+                     int block_m = kBackwardBlockM) {
   SplitQBackwardParams params;
   params.forward =
       split_q_params(problem, tensors.forward);  // narrows the lengths into the workspace's start
@@ -648,6 +652,7 @@ void launch_backward(const Problem& problem, const BackwardTensors& tensors, boo
   params.dq_accum = reinterpret_cast<float*>(scratch + (rows * 4 + 15) / 16 * 16 + 16);
   params.deterministic = deterministic;
   params.block_n = block_n;
+  params.block_m = block_m;
   split_q_backward(params, tensors.forward.stream);
 }
 }  // namespace
@@ -660,6 +665,9 @@ void launch_split_q_backward_deterministic(const Problem& problem, const Backwar
 }
 void launch_split_q_bwd128_backward(const Problem& problem, const BackwardTensors& tensors) {
   launch_backward(problem, tensors, false, kBackwardWideBlockN);
+}
+void launch_split_q_bwd64x128_backward(const Problem& problem, const BackwardTensors& tensors) {
+  launch_backward(problem, tensors, false, kBackwardWideBlockN, kBackwardWideBlockM);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

@@ -2,13 +2,15 @@
 // GPU"). Plain C++, like split_q.hpp: the registration (split_q.cpp) sizes the scratch and calls the
 // launchers of both builds without nvcc.
 //
-// Three kernels:
+// Four kernels:
 //   dot_kernel        D_i = rowsum(dO_i * O_i) per query row (Algorithm 2 line 4), and dQ's fp32 accumulator
 //                     zeroed;
 //   backward_kernel   one thread block per (K/V tile j, kv head, batch), looping over the query heads of its
 //                     group and the Q tiles that see tile j: P recomputed from the forward's LSE, dV_j and
 //                     dK_j accumulated in registers, dQ_i's share added to the accumulator with fp32 atomics
-//                     (or, in the deterministic mode, stored as tile j's partial);
+//                     (or, in the deterministic mode, stored as tile j's partial); with 64 query rows a
+//                     step over 128 keys, backward_64x128_kernel in FlashAttention-2's warp layout
+//                     (backward_64x128.cu);
 //   dq_kernel         dQ from the accumulator (or the partials summed in order of j), in the input format;
 //   exact_kernel      where a gradient came out NaN or Inf, that row again pair by pair over the pairs that
 //                     see each other only, so that a special value reaches what it reaches in the reference
@@ -26,12 +28,15 @@
 
 namespace flashlab::cuda_v2 {
 
-// The backward's tiles: keys per thread block (16 per warp) and query rows per inner step. cuda_v2/split_q's
-// backward takes 64 keys a block (4 warps); cuda_v2/split_q_bwd128's takes 128 (8 warps), FlashAttention-2's
-// key tile at d 128, so that each Q tile's copy, barriers and dQ atomics serve twice the keys.
+// The backward's tiles: keys per thread block and query rows per inner step. cuda_v2/split_q's backward takes
+// 32 rows a step over 64 keys a block (4 warps of 16 keys); cuda_v2/split_q_bwd128's 32 over 128 (8 warps of
+// 16 keys), FlashAttention-2's key tile at d 128, so that each Q tile's copy, barriers and dQ atomics serve
+// twice the keys; cuda_v2/split_q_bwd64x128's 64 over 128 (8 warps in FlashAttention-2's layout,
+// backward_64x128.cu), FlashAttention-2's whole tile at d 128, so that they also serve twice the rows.
 inline constexpr int kBackwardBlockN = 64;
 inline constexpr int kBackwardWideBlockN = 128;
 inline constexpr int kBackwardBlockM = 32;
+inline constexpr int kBackwardWideBlockM = 64;
 
 struct SplitQBackwardParams {
   SplitQParams forward;  // Q, K, V, O, LSE, lengths, mask, sizes, strides, scale and masks of the forward
@@ -45,6 +50,8 @@ struct SplitQBackwardParams {
   int* nonfinite = nullptr;   // raised when a gradient written is NaN or Inf (exact_kernel's cue)
   int block_n = kBackwardBlockN;  // keys a thread block: kBackwardBlockN, or kBackwardWideBlockN (bf16, d 64
                                   // or 128, no score modification or dropout, dQ by atomics)
+  int block_m = kBackwardBlockM;  // query rows a step: kBackwardBlockM, or kBackwardWideBlockM (with
+                                  // kBackwardWideBlockN keys only)
   bool deterministic = false;
 };
 
@@ -68,13 +75,14 @@ inline constexpr int kExactBlocks = 64, kExactThreads = 128;
 // The global traffic of the backward (the atomic mode, the registered one) on a problem without an explicit
 // mask or per-batch lengths (their reads are left out, as in the forward's models): K and V once per key
 // tile, Q, dO, LSE and D once per (query head, Q tile that sees the tile), dK and dV written once, the pre-
-// and post-kernels' rows; and apart, the bytes dQ's atomicAdds read, modify and write.
-// tests/test_counters.cpp holds the kernels to it.
+// and post-kernels' rows; and apart, the bytes dQ's atomicAdds read, modify and write. With block_m query
+// rows a step and block_n keys a block. tests/test_counters.cpp holds the kernels to it.
 struct BackwardTraffic {
   double bytes = 0;
   double atomic_bytes = 0;
 };
-BackwardTraffic backward_traffic(const Problem& problem, int block_n = kBackwardBlockN);
+BackwardTraffic backward_traffic(const Problem& problem, int block_n = kBackwardBlockN,
+                                 int block_m = kBackwardBlockM);
 
 // Throws flashlab::Error naming the field when the backward cannot run these parameters.
 void check_split_q_backward(const SplitQBackwardParams& params);
@@ -83,6 +91,7 @@ void check_split_q_backward(const SplitQBackwardParams& params);
 // block, and with 128.
 std::string split_q_backward_supports(const Problem& problem);
 std::string split_q_bwd128_backward_supports(const Problem& problem);
+std::string split_q_bwd64x128_backward_supports(const Problem& problem);
 
 FLASHLAB_FOR_EACH_TARGET(
     // The three kernels, enqueued on `stream`.
@@ -93,6 +102,8 @@ FLASHLAB_FOR_EACH_TARGET(
     void launch_split_q_backward(const Problem& problem, const BackwardTensors& tensors);
     void launch_split_q_backward_deterministic(const Problem& problem, const BackwardTensors& tensors);
     // The same with 128 keys a block (cuda_v2/split_q_bwd128's), dQ by atomics.
-    void launch_split_q_bwd128_backward(const Problem& problem, const BackwardTensors& tensors);)
+    void launch_split_q_bwd128_backward(const Problem& problem, const BackwardTensors& tensors);
+    // With 64 query rows a step over 128 keys (cuda_v2/split_q_bwd64x128's), dQ by atomics.
+    void launch_split_q_bwd64x128_backward(const Problem& problem, const BackwardTensors& tensors);)
 
 }  // namespace flashlab::cuda_v2

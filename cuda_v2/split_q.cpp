@@ -151,6 +151,23 @@ const Registration split_q_bwd128{with_gpu_backward(
     FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_bwd128_backward, backward_workspace),
     split_q_bwd128_backward_supports)};
 
+// Beside both: the backward in FlashAttention-2's own warp layout at d 128, 64 query rows a step over 128
+// keys (backward_64x128.cu), where split_q_bwd128's steps take 32. Its forward is split_q's.
+const Registration split_q_bwd64x128{with_gpu_backward(
+    gpu_implementation(
+        {.name = "cuda_v2/split_q_bwd64x128",
+         .summary = "split_q with its backward in FA2's warp layout: 64 query rows a step over 128 keys",
+         .dtypes = {DType::bf16},
+         .constraints = "bf16; forward: split_q's; backward: head_dim 64, 128; every mask, GQA, any length, "
+                        "packed varlen; no score modification or dropout",
+         .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V mma
+         .packed = true,
+         .supports = split_q_supports,
+         .bytes_moved = tensor_core_bytes_moved},
+        FLASHLAB_DEVICE_BUILDS(launch_split_q, workspace_bytes)),
+    FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_bwd64x128_backward, backward_workspace),
+    split_q_bwd64x128_backward_supports)};
+
 }  // namespace
 
 }  // namespace flashlab::cuda_v2

@@ -183,21 +183,30 @@ void check_backward(const SplitQParams& p, Checks checks) {
   if (p.heads_kv > 65535) fail("heads_kv (", p.heads_kv, ") must be at most 65535 for the backward's grid");
 }
 
-// The backward's key tiles: 64 keys a block, or 128.
-void check_block_n(int block_n) {
+// The backward's tiles: 32 query rows a step over 64 keys a block, or over 128; or 64 rows over 128.
+void check_tile(int block_m, int block_n) {
   if (block_n != kBackwardBlockN && block_n != kBackwardWideBlockN)
     fail("block_n (", block_n, ") must be ", kBackwardBlockN, " or ", kBackwardWideBlockN);
+  if (block_m != kBackwardBlockM && !(block_m == kBackwardWideBlockM && block_n == kBackwardWideBlockN))
+    fail("block_m (", block_m, ") must be ", kBackwardBlockM, ", or ", kBackwardWideBlockM, " with block_n ",
+         kBackwardWideBlockN);
 }
 
-// With 128 keys a block (backward.cu's dispatch_wide): one kernel per head dim, the plain case.
-void check_bwd128_backward(const SplitQParams& p, Checks checks) {
+// With 128 keys a block (backward.cu's dispatch_wide), 32 or 64 rows a step: one kernel per head dim, the
+// plain case. `entry` names the registered entry in the refusal.
+void check_wide_backward(const char* entry, const SplitQParams& p, Checks checks) {
   if (checks == Checks::launch && p.dtype != DType::bf16)
-    fail("dtype (", to_string(p.dtype), ") must be bf16 for cuda_v2/split_q_bwd128's backward");
+    fail("dtype (", to_string(p.dtype), ") must be bf16 for ", entry, "'s backward");
   if (p.head_dim != 64 && p.head_dim != 128)
-    fail("head_dim (", p.head_dim, ") must be 64 or 128 for cuda_v2/split_q_bwd128's backward");
-  if (p.has_variants())
-    fail("cuda_v2/split_q_bwd128's backward takes no score modification or dropout (split_q's does)");
+    fail("head_dim (", p.head_dim, ") must be 64 or 128 for ", entry, "'s backward");
+  if (p.has_variants()) fail(entry, "'s backward takes no score modification or dropout (split_q's does)");
   check_backward(p, checks);
+}
+void check_bwd128_backward(const SplitQParams& p, Checks checks) {
+  check_wide_backward("cuda_v2/split_q_bwd128", p, checks);
+}
+void check_bwd64x128_backward(const SplitQParams& p, Checks checks) {
+  check_wide_backward("cuda_v2/split_q_bwd64x128", p, checks);
 }
 
 }  // namespace
@@ -208,9 +217,12 @@ std::string split_q_backward_supports(const Problem& p) {
 std::string split_q_bwd128_backward_supports(const Problem& p) {
   return refusal(check_bwd128_backward, p);
 }
+std::string split_q_bwd64x128_backward_supports(const Problem& p) {
+  return refusal(check_bwd64x128_backward, p);
+}
 
-BackwardTraffic backward_traffic(const Problem& problem, int block_n) {
-  check_block_n(block_n);
+BackwardTraffic backward_traffic(const Problem& problem, int block_n, int block_m) {
+  check_tile(block_m, block_n);
   const SplitQParams f = split_q_params(problem);  // no lengths, no mask: every row and key valid
   const double d = static_cast<double>(f.head_dim), element = 2, heads_q = f.heads_q;
   const double rows = f.seqlen_q;
@@ -218,18 +230,18 @@ BackwardTraffic backward_traffic(const Problem& problem, int block_n) {
   // dot_kernel: dO and O read, D written, dQ's accumulator zeroed; dq_kernel: the accumulator read, dQ
   // written.
   t.bytes += f.batch * heads_q * rows * (2 * d * element + 4 + d * 4 + d * 4 + d * element);
-  const int q_tiles = (f.seqlen_q + kBackwardBlockM - 1) / kBackwardBlockM;
+  const int q_tiles = (f.seqlen_q + block_m - 1) / block_m;
   for (int b = 0; b < f.batch; ++b)
     for (int j = 0; j < backward_kv_tiles(problem, block_n); ++j) {
       const double keys = std::min(block_n, f.seqlen_k - j * block_n);
       t.bytes += f.heads_kv * keys * d * element * 4;  // K_j and V_j read, dK_j and dV_j written
       for (int i = 0; i < q_tiles; ++i) {
-        const int row0 = i * kBackwardBlockM, row_end = row0 + kBackwardBlockM;
+        const int row0 = i * block_m, row_end = row0 + block_m;
         const BlockMask block = block_n == kBackwardBlockN
                                     ? BlockMask::make<kBackwardBlockN>(f, b, row0, row_end)
                                     : BlockMask::make<kBackwardWideBlockN>(f, b, row0, row_end);
         if (j < block.tile_begin || j >= block.tile_end) continue;
-        const double tile_rows = std::min(kBackwardBlockM, f.seqlen_q - i * kBackwardBlockM);
+        const double tile_rows = std::min(block_m, f.seqlen_q - i * block_m);
         t.bytes += heads_q * tile_rows * (2 * d * element + 2 * 4);  // Q_i, dO_i, LSE_i, D_i
         t.atomic_bytes += heads_q * tile_rows * d * 4;               // dQ_i's share
       }
@@ -240,10 +252,12 @@ BackwardTraffic backward_traffic(const Problem& problem, int block_n) {
 }
 
 void check_split_q_backward(const SplitQBackwardParams& p) {
-  check_block_n(p.block_n);
+  check_tile(p.block_m, p.block_n);
   if (p.block_n == kBackwardWideBlockN && p.deterministic)
     fail("deterministic (true) takes block_n ", kBackwardBlockN, ", not ", p.block_n);
-  if (p.block_n == kBackwardWideBlockN)
+  if (p.block_m == kBackwardWideBlockM)
+    check_bwd64x128_backward(p.forward, Checks::launch);
+  else if (p.block_n == kBackwardWideBlockN)
     check_bwd128_backward(p.forward, Checks::launch);
   else
     check_backward(p.forward, Checks::launch);

@@ -2,8 +2,8 @@
 // tests/test_backward.cpp runs it over: dQ's two modes. With atomics, the order in which the key tiles'
 // shares reach dQ depends on the schedule; the deterministic mode stores each tile's share and sums them in
 // the order of the tiles, so its gradients are the same bits under every schedule. Both are held to the
-// gradient tolerance, and so is the kernel with 128 keys a block (cuda_v2/split_q_bwd128's) under both
-// schedules.
+// gradient tolerance, and so are the kernels with 128 keys a block (cuda_v2/split_q_bwd128's, 32 query rows a
+// step, and cuda_v2/split_q_bwd64x128's, 64 in FlashAttention-2's warp layout) under both schedules.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -23,8 +23,8 @@ namespace flashlab::testing {
 namespace {
 
 // dQ's modes: by atomics or deterministic with 64 keys a block (split_q's), by atomics with 128
-// (split_q_bwd128's).
-enum class Mode { atomic, deterministic, atomic_128_keys };
+// (split_q_bwd128's), by atomics with 64 query rows a step over 128 keys (split_q_bwd64x128's).
+enum class Mode { atomic, deterministic, atomic_128_keys, atomic_64x128 };
 
 // The backward of `p` in the emulator under `schedule`, in `mode`.
 AttentionGradients emulated_backward(const Problem& p, const AttentionInputs& inputs,
@@ -41,8 +41,10 @@ AttentionGradients emulated_backward(const Problem& p, const AttentionInputs& in
           cuda_v2::emulated::launch_split_q_backward_deterministic(p, tensors);
         else if (mode == Mode::atomic)
           cuda_v2::emulated::launch_split_q_backward(p, tensors);
-        else
+        else if (mode == Mode::atomic_128_keys)
           cuda_v2::emulated::launch_split_q_bwd128_backward(p, tensors);
+        else
+          cuda_v2::emulated::launch_split_q_bwd64x128_backward(p, tensors);
       });
   emulator::set_schedule(before);
   return gradients;
@@ -98,15 +100,17 @@ TEST_CASE("the GPU backward's deterministic dQ is the same bits under every sche
     // Where rows see many key tiles, the atomics' order shows in dQ's bits (blocks start in another order
     // under the shuffled schedule): what the deterministic mode is for.
     if (p.window_left == 300) CHECK_FALSE(same_bits(atomic[0].dq, atomic[1].dq));
-    // 128 keys a block (bf16 only): its 8 warps' barriers under the shuffled schedule too.
+    // 128 keys a block (bf16 only), 32 or 64 query rows a step: their 8 warps' barriers under the shuffled
+    // schedule too.
     if (p.dtype != DType::bf16) continue;
-    for (const emulator::ScheduleSetting& schedule : {in_order, shuffled}) {
-      const GradientVerdict verdict =
-          judge_gradients(p, emulated_backward(p, inputs, forward, d_out, schedule, Mode::atomic_128_keys),
-                          reference, tolerance);
-      INFO("atomic dQ, 128 keys a block, ", schedule.describe(), ": ", verdict.explain());
-      CHECK(verdict.passed());
-    }
+    for (const Mode mode : {Mode::atomic_128_keys, Mode::atomic_64x128})
+      for (const emulator::ScheduleSetting& schedule : {in_order, shuffled}) {
+        const GradientVerdict verdict = judge_gradients(
+            p, emulated_backward(p, inputs, forward, d_out, schedule, mode), reference, tolerance);
+        INFO("atomic dQ, 128 keys a block, ", mode == Mode::atomic_64x128 ? "64" : "32", " rows a step, ",
+             schedule.describe(), ": ", verdict.explain());
+        CHECK(verdict.passed());
+      }
   }
   cuda::force_emulation(forced);
 }

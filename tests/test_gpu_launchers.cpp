@@ -106,6 +106,7 @@ TEST_CASE("cuda_v2's tile decisions (skip, full, element mask) agree with the ma
       INFO(p.describe(), ", Br ", block_m);
       CHECK(block_mask_disagreement<32>(p, block_m) == "");
       CHECK(block_mask_disagreement<64>(p, block_m) == "");
+      CHECK(block_mask_disagreement<128>(p, block_m) == "");  // the backward's wide key tiles
     }
 }
 
@@ -137,7 +138,8 @@ TEST_CASE("cuda_v2's launchers refuse what their kernels cannot do, naming the f
   CHECK(refusal(cuda_v2::check_split_q, params).find("heads_q (6) must be a multiple of heads_kv (4)") !=
         std::string::npos);
 
-  // The backward's key tile: 64 or 128 keys a block, and the deterministic mode with 64 only.
+  // The backward's tile: 64 or 128 keys a block, 32 query rows a step or 64 over 128 keys, and the
+  // deterministic mode with 64 keys only.
   const auto backward_refusal = [](const cuda_v2::SplitQBackwardParams& backward) -> std::string {
     try {
       cuda_v2::check_split_q_backward(backward);
@@ -150,6 +152,28 @@ TEST_CASE("cuda_v2's launchers refuse what their kernels cannot do, naming the f
   backward.block_n = 96;
   CHECK(backward_refusal(backward).find("block_n (96) must be 64 or 128") != std::string::npos);
   backward.block_n = cuda_v2::kBackwardWideBlockN;
+  backward.deterministic = true;
+  CHECK(backward_refusal(backward).find("deterministic (true) takes block_n 64, not 128") !=
+        std::string::npos);
+  backward.deterministic = false;
+  backward.block_n = cuda_v2::kBackwardBlockN;
+  backward.block_m = cuda_v2::kBackwardWideBlockM;
+  CHECK(backward_refusal(backward).find("block_m (64) must be 32, or 64 with block_n 128") !=
+        std::string::npos);
+  backward.block_m = 48;
+  backward.block_n = cuda_v2::kBackwardWideBlockN;
+  CHECK(backward_refusal(backward).find("block_m (48) must be 32") != std::string::npos);
+  // With 64 rows over 128 keys: bf16, d 64 or 128, nothing beyond the plain case, each named.
+  backward.block_m = cuda_v2::kBackwardWideBlockM;
+  backward.forward = params;  // bf16, 6 query heads over 4: refused by the forward's rule
+  backward.forward.heads_q = 8;
+  backward.forward.head_dim = 96;
+  CHECK(backward_refusal(backward).find("head_dim (96) must be 64 or 128 for cuda_v2/split_q_bwd64x128") !=
+        std::string::npos);
+  backward.forward.head_dim = 128;
+  backward.forward.dtype = DType::f16;
+  CHECK(backward_refusal(backward).find("dtype (f16) must be bf16 for cuda_v2/split_q_bwd64x128") !=
+        std::string::npos);
   backward.deterministic = true;
   CHECK(backward_refusal(backward).find("deterministic (true) takes block_n 64, not 128") !=
         std::string::npos);

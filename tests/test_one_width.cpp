@@ -70,11 +70,12 @@ TEST_CASE("one-width entries meet the matrix's kinds of case at their width") {
   check_each_ran(widths, tally);
 }
 
-// The same for the backward: cuda_v2/split_q_bwd128's backward takes d 64 and 128 only. Each case of the
+// The same for the backward: cuda_v2/split_q_bwd128's and split_q_bwd64x128's backwards take d 64 and 128
+// only. Each case of the
 // matrix it refuses for its head dim alone runs here at d 64, among them three kinds that the matrix has at
 // d 32 only (causal square, the window (-1, 5), padding with a window and GQA).
 TEST_CASE("one-width entries meet the backward matrix's kinds of case at their width") {
-  const Widths widths = {{"cuda_v2/split_q_bwd128", 64}};
+  const Widths widths = {{"cuda_v2/split_q_bwd128", 64}, {"cuda_v2/split_q_bwd64x128", 64}};
   std::map<std::string, Tally> tally;
   for (const Case& original : case_matrix())
     for (const Implementation* impl : selected_implementations()) {

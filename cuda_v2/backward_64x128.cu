@@ -1,0 +1,385 @@
+// cuda_v2/split_q_bwd64x128's backward kernel: FlashAttention-2's Algorithm 2 in FlashAttention-2's own
+// warp layout, the one its launch template takes at d 128 on A100 and H100: 64 query rows a step over a
+// tile of 128 keys, 8 warps (docs/08-backward.md, "The 64 x 128 tile"). backward.cu's kernel, beside it,
+// takes 32 query rows a step and computes everything transposed, each warp owning 16 keys.
+//
+// One thread block per (K/V tile j of 128 keys, kv head, batch). For every query head of the kv head's group
+// and every Q tile i of 64 rows that sees tile j (causal, window and padding skip the rest):
+//   S     = Q_i K_j^T               64 x 128; warps 2 (rows) x 4 (keys), each a 32 x 32 square
+//   P     = exp(S scale - LSE_i)    in registers, exactly 0 where hidden; to shared memory as bf16
+//   dP    = dO_i V_j^T              as S
+//   dS    = P (dP - D_i) scale      in registers, exactly 0 where hidden; to shared memory as bf16
+//   -- barrier: P and dS are the whole block's now
+//   dV_j += P^T dO_i                128 x d; warps 4 (keys) x 2 (dims), each 32 keys x d/2, in registers
+//   dQ_i += dS K_j                  64 x d; warps 2 (rows) x 4 (dims), each 32 x d/4; fp32 atomics
+//   dK_j += dS^T Q_i                as dV
+// A warp owns a square of S and dP, not every query row of its keys, so no warp holds a whole column of P
+// or dS: both pass through shared memory, and ldmatrix.trans hands out P^T's and dS^T's fragments. In
+// exchange each fragment a warp loads feeds more mma (per 16-wide k-step, 4 loads for 8 mma in S and dP,
+// 6 for 16 in dV and dK at d 128), and each step's fixed costs (its copy, two barriers, LSE_i and D_i)
+// serve 64 query rows instead of 32.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "common/cuda/convert.cuh"
+#include "common/cuda/launch.cuh"
+#include "common/cuda/ptx.cuh"
+#include "common/cuda/sequences.hpp"
+#include "cuda_v2/backward.hpp"
+#include "cuda_v2/backward_steps.cuh"
+#include "cuda_v2/block_mask.cuh"
+#include "cuda_v2/tensor_core.cuh"
+
+namespace flashlab::cuda_v2 {
+namespace {
+
+constexpr int kBlockM = kBackwardWideBlockM;  // query rows a step
+constexpr int kBlockN = kBackwardWideBlockN;  // keys a block
+constexpr int kWarps = 8, kThreads = 32 * kWarps;
+// Each warp's square of S and dP, and its keys of dK and dV: 32 rows, 32 keys (2 m-tiles, 4 n-tiles).
+constexpr int kWarpRows = 32, kWarpKeys = 32;
+static_assert(kBlockM == 2 * kWarpRows && kBlockN == 4 * kWarpKeys, "the warp grids are 2 x 4 and 4 x 2");
+// P and dS in shared memory: [query][key], 128 keys wide, swizzled like every tile (tensor_core.cuh), so that
+// the fragment stores and both kinds of ldmatrix read of them meet no bank conflict.
+using ScoreTile = SwizzledTile<kBlockN>;
+
+// K_j and V_j; Q_i and dO_i twice (the next step's copy lands in one buffer while the other is computed on);
+// P and dS; LSE_i and D_i twice. At d 128: 161 KiB.
+template <int kHeadDim>
+constexpr int smem_bytes() {
+  return (2 * kBlockN * kHeadDim + 2 * 2 * kBlockM * kHeadDim + 2 * kBlockM * kBlockN) * 2 +
+         2 * 2 * kBlockM * 4;
+}
+
+// The three shapes of product, each for one warp, tiles in swizzled shared memory. Each forms its lanes'
+// ldmatrix rows once and steps them along the tiles (SwizzledTile::step): the tiles are 64 or 128 wide.
+//
+// S = Q K^T and dP = dO V^T: this warp's 32 rows x 32 keys, acc[m-tile][n-tile]; A = rows [query][dim],
+// B = keys [key][dim]. The forward's product: the same mma in the same order over head_dim, so that S is the
+// forward's S to the bit (the recomputed P rests on it).
+template <typename Element, int kHeadDim>
+__device__ inline void rows_by_keys(float (&acc)[2][4][4], const Element* rows, const Element* keys, int row0,
+                                    int key0, int lane) {
+  using Tile = SwizzledTile<kHeadDim>;
+  const LdmatrixRow a_at = a_operand_row(lane), nk_at = b_operand_row_nk(lane);
+  const int a0 = Tile::offset(row0 + a_at.row, a_at.col), b0 = Tile::offset(key0 + nk_at.row, nk_at.col);
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    uint32_t a[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], rows + Tile::step(a0, 16 * mt, 16 * kk));
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4(b, keys + Tile::step(b0, 16 * np, 16 * kk));
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        mma_m16n8k16<Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
+        mma_m16n8k16<Element>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// dV += P^T dO and dK += dS^T Q: this warp's 32 keys x head_dim / 2 columns, acc[m-tile][n-tile], k = the
+// step's 64 query rows. A = P^T (dS^T): .trans of the [query][key] score tile, its four 8 x 8 matrices
+// addressed as B's of a [n][k] tile (b_operand_row_nk); B = dO (Q) [query][dim], read with .trans.
+template <typename Element, int kHeadDim>
+__device__ inline void accumulate_keys_by_dims(float (&acc)[2][kHeadDim / 16][4], const Element* scores,
+                                               const Element* rows, int key0, int dim0, int lane) {
+  using Tile = SwizzledTile<kHeadDim>;
+  const LdmatrixRow t_at = b_operand_row_nk(lane), kn_at = b_operand_row_kn(lane);
+  const int a0 = ScoreTile::offset(t_at.row, t_at.col), b0 = Tile::offset(kn_at.row, kn_at.col);
+#pragma unroll
+  for (int kr = 0; kr < kBlockM / 16; ++kr) {
+    uint32_t a[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+      ldmatrix_x4_trans(a[mt], scores + ScoreTile::step(a0, 16 * kr, key0 + 16 * mt));
+#pragma unroll
+    for (int np = 0; np < kHeadDim / 32; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, rows + Tile::step(b0, 16 * kr, dim0 + 16 * np));
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        mma_m16n8k16<Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
+        mma_m16n8k16<Element>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// dQ's share dS K: this warp's 32 rows x head_dim / 4 columns, k = the tile's 128 keys. A = dS [query][key];
+// B = K [key][dim], read with .trans.
+template <typename Element, int kHeadDim>
+__device__ inline void rows_by_dims(float (&acc)[2][kHeadDim / 32][4], const Element* scores,
+                                    const Element* keys, int row0, int dim0, int lane) {
+  using Tile = SwizzledTile<kHeadDim>;
+  const LdmatrixRow a_at = a_operand_row(lane), kn_at = b_operand_row_kn(lane);
+  const int a0 = ScoreTile::offset(row0 + a_at.row, a_at.col), b0 = Tile::offset(kn_at.row, kn_at.col);
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    uint32_t a[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], scores + ScoreTile::step(a0, 16 * mt, 16 * kk));
+#pragma unroll
+    for (int np = 0; np < kHeadDim / 64; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, keys + Tile::step(b0, 16 * kk, dim0 + 16 * np));
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        mma_m16n8k16<Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
+        mma_m16n8k16<Element>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// A warp's 32 x 32 square of P or dS into the [query][key] score tile, rounded to the element type: thread
+// element (mt, nt, e) of the square is query row0 + 16 mt + group + 8 (e / 2), key key0 + 8 nt + 2 quad_lane
+// + e % 2 (the mma accumulator's layout, tensor_core.cuh), so each pair (e, e + 1) is one 4-byte store.
+template <typename Element>
+__device__ inline void store_square(Element* scores, const float (&square)[2][4][4], int row0, int key0,
+                                    int lane) {
+  // The group's row and the quad's pair, inside the chunk: step() moves the chunk.
+  const int at = ScoreTile::offset(row0 + lane / 4, 0) + 2 * (lane % 4);
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        *reinterpret_cast<uint32_t*>(scores + ScoreTile::step(at, 16 * mt + 8 * half, key0 + 8 * nt)) =
+            pack_pair<Element>(square[mt][nt][2 * half], square[mt][nt][2 * half + 1]);
+}
+
+// Bit (mt, nt, e) of a warp's square, in the order of store_square's elements.
+__device__ constexpr int square_bit(int mt, int nt, int e) {
+  return (mt * 4 + nt) * 4 + e;
+}
+
+template <typename Element, int kHeadDim>
+__global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQBackwardParams p) {
+  const SplitQParams& f = p.forward;
+  constexpr int kQTile = kBlockM * kHeadDim, kScores = kBlockM * kBlockN;
+  Element* const sK = cuda::dynamic_shared_memory<Element>();           // [kBlockN][kHeadDim], swizzled
+  Element* const sV = sK + kBlockN * kHeadDim;                          // [kBlockN][kHeadDim]
+  Element* const sQ_buffers = sV + kBlockN * kHeadDim;                  // [2][kBlockM][kHeadDim]
+  Element* const sdO_buffers = sQ_buffers + 2 * kQTile;                 // [2][kBlockM][kHeadDim]
+  Element* const sP = sdO_buffers + 2 * kQTile;                         // [kBlockM][kBlockN], ScoreTile
+  Element* const sdS = sP + kScores;                                    // [kBlockM][kBlockN], ScoreTile
+  float* const sLse_buffers = reinterpret_cast<float*>(sdS + kScores);  // [2][kBlockM]
+  float* const sD_buffers = sLse_buffers + 2 * kBlockM;                 // [2][kBlockM]
+
+  const int kv_tile = blockIdx.x, head_kv = blockIdx.y, b = blockIdx.z;
+  const int group_size = f.heads_q / f.heads_kv;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = lane / 4, quad_lane = lane % 4;  // mma fragment coordinates (tensor_core.cuh)
+  const int key0 = kv_tile * kBlockN;
+  // This warp's part of each product: rows of S, dP and dQ; keys of S, dP, dK and dV; columns of dK and dV,
+  // and of dQ.
+  const int warp_rows = kWarpRows * (warp / 4), warp_keys = kWarpKeys * (warp % 4);
+  const int dkv_dims = kHeadDim / 2 * (warp / 4), dq_dims = kHeadDim / 4 * (warp % 4);
+  const int rows_q = cuda::rows_q(f, b), rows_k = cuda::rows_k(f, b);
+  // Where batch element b's rows begin in Q, dO and the LSE, in shared memory: read where needed, they hold
+  // no register through the loop (as in backward.cu's kernel).
+  __shared__ int64_t batch_begin[4];  // Q, dO, the LSE of head 0, and the LSE's head stride
+  if (threadIdx.x == 0) {
+    batch_begin[0] = cuda::q_begin(f, b);
+    batch_begin[1] = cuda::o_begin(f, b);
+    batch_begin[2] = cuda::lse_begin(f, b, 0);
+    batch_begin[3] = cuda::lse_begin(f, b, 1) - batch_begin[2];
+  }
+  __syncthreads();
+
+  // K_j and V_j once (Algorithm 2 line 6); keys past the batch's length are zero.
+  const Element* const k = static_cast<const Element*>(f.k) + cuda::k_begin(f, b) + head_kv * f.k_head_stride;
+  const Element* const v = static_cast<const Element*>(f.v) + cuda::v_begin(f, b) + head_kv * f.v_head_stride;
+  load_tile_async<kBlockN, kHeadDim, kThreads>(sK, k, f.k_row_stride, key0, rows_k, f.head_dim);
+  load_tile_async<kBlockN, kHeadDim, kThreads>(sV, v, f.v_row_stride, key0, rows_k, f.head_dim);
+  cp_async_commit();
+
+  const float scale = f.softmax_scale;
+  float dk[2][kHeadDim / 16][4] = {}, dv[2][kHeadDim / 16][4] = {};  // 32 keys x head_dim / 2 (line 7)
+  const int q_tiles = (f.seqlen_q + kBlockM - 1) / kBlockM;
+
+  // The steps of this key tile, as in backward.cu: step s takes query head head_kv * group_size + s / q_tiles
+  // (GQA: the group's query heads all add into this kv head's dK and dV) and Q tile s % q_tiles, when that Q
+  // tile's BlockMask (the forward's rule, with this kernel's tiles) holds key tile j.
+  const int steps = group_size * q_tiles;
+  const auto visits = [&](int step) {
+    const int row0 = step % q_tiles * kBlockM;
+    const BlockMask block = BlockMask::make<kBlockN>(f, b, row0, row0 + kBlockM);
+    return kv_tile >= block.tile_begin && kv_tile < block.tile_end;  // the same for the whole block
+  };
+  const auto next_visit = [&](int step) {
+    while (step < steps && !visits(step)) ++step;
+    return step;
+  };
+  // Q_i, dO_i, LSE_i, D_i (line 8) of a step into one of two buffers, as one cp.async group. Padded rows are
+  // zero and take no part (their LSE and D are never read: every element of theirs is hidden).
+  const auto load_step = [&](int step, int buffer) {
+    const int head = head_kv * group_size + step / q_tiles, row0 = step % q_tiles * kBlockM;
+    const Element* const q = static_cast<const Element*>(f.q) + batch_begin[0] + head * f.q_head_stride;
+    const Element* const d_out =
+        static_cast<const Element*>(p.d_out) + batch_begin[1] + head * f.o_head_stride;
+    load_tile_async<kBlockM, kHeadDim, kThreads>(sQ_buffers + buffer * kQTile, q, f.q_row_stride, row0,
+                                                 rows_q, f.head_dim);
+    load_tile_async<kBlockM, kHeadDim, kThreads>(sdO_buffers + buffer * kQTile, d_out, f.o_row_stride, row0,
+                                                 rows_q, f.head_dim);
+    const float* const lse = f.lse + batch_begin[2] + head * batch_begin[3];
+    for (int r = threadIdx.x; r < kBlockM; r += kThreads) {
+      const int row = row0 + r;
+      const bool valid = row < rows_q;
+      ptx::cp_async_4(sLse_buffers + buffer * kBlockM + r, valid ? lse + row : lse, valid);
+      ptx::cp_async_4(sD_buffers + buffer * kBlockM + r,
+                      valid ? p.d_sum + row_index(f, b, head, row) : p.d_sum, valid);
+    }
+    cp_async_commit();
+  };
+
+  int step = next_visit(0);
+  if (step < steps) load_step(step, 0);
+  for (int buffer = 0; step < steps; buffer ^= 1) {
+    cp_async_wait<0>();  // this step's copies (and, the first time, K and V) have landed ...
+    __syncthreads();     // ... everyone's; and the step before is done with P, dS and the other buffers
+    // The next step's copy runs under this step's products. Its buffer's last readers were the step
+    // before's dV and dK products, after that step's second barrier: only the barrier above orders them.
+    const int next = next_visit(step + 1);
+    if (next < steps) load_step(next, buffer ^ 1);
+    const int head = head_kv * group_size + step / q_tiles, row0 = step % q_tiles * kBlockM;
+    const BlockMask block = BlockMask::make<kBlockN>(f, b, row0, row0 + kBlockM);
+    const Element* const sQ = sQ_buffers + buffer * kQTile;
+    const Element* const sdO = sdO_buffers + buffer * kQTile;
+    const float* const sLse = sLse_buffers + buffer * kBlockM;
+    const float* const sD = sD_buffers + buffer * kBlockM;
+    const auto square_row = [&](int mt, int e) { return warp_rows + 16 * mt + group + 8 * (e / 2); };
+
+    // S = Q_i K_j^T (line 9).
+    float s[2][4][4] = {};
+    rows_by_keys<Element, kHeadDim>(s, sQ, sK, warp_rows, warp_keys, lane);
+
+    // P = exp(S scale - LSE) (line 10) where the element is visible to a valid row, else exactly 0. A tile
+    // inside the mask's band and the rows' length (nearly every tile of a non-causal problem) forms no
+    // element mask; the others record in `hidden` which of this thread's 32 elements are hidden.
+    uint32_t hidden = 0;
+    if (block.tile_is_full<kBlockN>(key0) && row0 + kBlockM <= rows_q) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float lse = sLse[square_row(mt, e)];
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+            s[mt][nt][e] = recomputed_probability<true>(s[mt][nt][e], scale, lse);
+        }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = square_row(mt, e), row = row0 + r;
+          const KeyRange band = BlockMask::band(f, block, row);
+          const float lse = sLse[r];
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) {
+            const int key = key0 + warp_keys + 8 * nt + 2 * quad_lane + e % 2;
+            if (row < rows_q && element_visible(f, band, row, key)) {
+              s[mt][nt][e] = recomputed_probability<true>(s[mt][nt][e], scale, lse);
+            } else {
+              s[mt][nt][e] = 0.0f;
+              hidden |= 1u << square_bit(mt, nt, e);
+            }
+          }
+        }
+    }
+    store_square(sP, s, warp_rows, warp_keys, lane);  // dV's operand, rounded as the forward's P V rounds P
+
+    // dP = dO_i V_j^T (line 12), as S.
+    float dp[2][4][4] = {};
+    rows_by_keys<Element, kHeadDim>(dp, sdO, sV, warp_rows, warp_keys, lane);
+
+    // dS = P (dP - D) scale (line 13), exactly 0 where hidden, so that a NaN or Inf in a hidden dP (from dO
+    // or V) cannot come through as 0 x NaN. It replaces P in s.
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float d = sD[square_row(mt, e)];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+          s[mt][nt][e] = (hidden >> square_bit(mt, nt, e)) & 1u
+                             ? 0.0f
+                             : score_gradient(s[mt][nt][e], dp[mt][nt][e], d, scale);
+      }
+    store_square(sdS, s, warp_rows, warp_keys, lane);
+    __syncthreads();  // P and dS are the block's
+
+    // dV_j += P^T dO_i (line 11).
+    accumulate_keys_by_dims<Element, kHeadDim>(dv, sP, sdO, warp_keys, dkv_dims, lane);
+
+    // dQ_i += dS K_j (line 14): the race of docs/08, by fp32 atomics into dQ's accumulator. This lane's four
+    // rows' addresses are formed once a step; each element adds a constant offset.
+    float dq[2][kHeadDim / 32][4] = {};
+    rows_by_dims<Element, kHeadDim>(dq, sdS, sK, warp_rows, dq_dims, lane);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0 + square_row(mt, 2 * half);
+        if (row >= rows_q) continue;
+        float* const at = p.dq_accum + row_index(f, b, head, row) * kHeadDim + dq_dims + 2 * quad_lane;
+#pragma unroll
+        for (int nt = 0; nt < kHeadDim / 32; ++nt) {
+          atomicAdd(at + 8 * nt, dq[mt][nt][2 * half]);
+          atomicAdd(at + 8 * nt + 1, dq[mt][nt][2 * half + 1]);
+        }
+      }
+
+    // dK_j += dS^T Q_i (line 15), as dV.
+    accumulate_keys_by_dims<Element, kHeadDim>(dk, sdS, sQ, warp_keys, dkv_dims, lane);
+    step = next;
+  }
+  cp_async_wait<0>();  // K and V, when no Q tile saw this key tile
+
+  // dK_j, dV_j (line 17), once; padded keys past the batch's length hold 0 (packed, they do not exist).
+  const int stored_keys = cuda::stored_rows_k(f, b);
+  Element* const dk_out = static_cast<Element*>(p.dk) + cuda::k_begin(f, b) + head_kv * f.k_head_stride;
+  Element* const dv_out = static_cast<Element*>(p.dv) + cuda::v_begin(f, b) + head_kv * f.v_head_stride;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kHeadDim / 16; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int key = key0 + warp_keys + 16 * mt + group + 8 * half,
+                  col = dkv_dims + nt * 8 + 2 * quad_lane;
+        if (key >= stored_keys) continue;
+        const float dk0 = dk[mt][nt][2 * half], dk1 = dk[mt][nt][2 * half + 1];
+        const float dv0 = dv[mt][nt][2 * half], dv1 = dv[mt][nt][2 * half + 1];
+        *reinterpret_cast<uint32_t*>(dk_out + key * f.k_row_stride + col) = pack_pair<Element>(dk0, dk1);
+        *reinterpret_cast<uint32_t*>(dv_out + key * f.v_row_stride + col) = pack_pair<Element>(dv0, dv1);
+        if (!isfinite(dk0 + dk1 + dv0 + dv1)) atomicExch(p.nonfinite, 1);  // exact_kernel's cue
+      }
+}
+
+template <int kHeadDim>
+void launch_head_dim(dim3 grid, const SplitQBackwardParams& p, cudaStream_t stream) {
+  launch_backward_tile<backward_64x128_kernel<__nv_bfloat16, kHeadDim>>(
+      grid, kThreads, smem_bytes<kHeadDim>(), kBlockM, kBlockN, kHeadDim, stream, p);
+}
+
+}  // namespace
+
+namespace FLASHLAB_CUDA_TARGET {
+
+void launch_backward_64x128_kernel(dim3 grid, const SplitQBackwardParams& p, cudaStream_t stream) {
+  if (p.forward.head_dim == 64) return launch_head_dim<64>(grid, p, stream);
+  launch_head_dim<128>(grid, p, stream);  // check_split_q_backward admits 64 and 128 only
+}
+
+}  // namespace FLASHLAB_CUDA_TARGET
+
+}  // namespace flashlab::cuda_v2
