@@ -29,6 +29,12 @@ double forward_min_bytes(const Problem& p, double bytes_per_element) {
   return elements * bytes_per_element + 4.0 * static_cast<double>(p.lse_elements());
 }
 
+double backward_min_bytes(const Problem& p, double bytes_per_element) {
+  const double elements =
+      4.0 * static_cast<double>(p.q_elements()) + 4.0 * static_cast<double>(p.kv_elements());
+  return elements * bytes_per_element + 4.0 * static_cast<double>(p.lse_elements());
+}
+
 double q_block_outer_bytes(const Problem& p, int64_t block_m, int64_t block_n, double element_bytes,
                            TileLoads loads, KeyTiles tiles) {
   const Visibility visibility(p);

@@ -20,6 +20,9 @@ double backward_flops(const Problem& problem);
 // for Q, K, V and O (LSE is float32).
 double forward_min_bytes(const Problem& problem, double bytes_per_element);
 
+// The backward's memory-bound minimum: Q, K, V, O, dO and LSE read once, dQ, dK and dV written once.
+double backward_min_bytes(const Problem& problem, double bytes_per_element);
+
 // How a GPU kernel loads its tiles. cp.async (cuda_v2, and the plain 16-byte loads of its first rung): every
 // block loads its Q rows, and a key tile up to the batch element's last key (the rest is zero-filled without
 // a read). TMA (cuda_v3_hopper): a block that visits no key tile loads no Q, and a key tile's box reads to
