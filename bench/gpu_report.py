@@ -61,10 +61,10 @@ ALL_BUDGET = 540
 PRIORITY = ["cuda_v3_hopper/ws", "cuda_v3_hopper/ws_bc176", "cuda_v3_hopper/ws_m192",
             "cuda_v3_hopper/ws_persistent", "cuda_v3_hopper/ws_no_overlap", "cuda_v3_hopper/ws_no_pingpong",
             "cuda_v3_hopper/ws_no_producer", "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "cuda_v2/split_q", "cuda_v2/split_q_4warps",
-            "cuda_v2/split_q_bwd128", "cuda_v2/split_q_simt", "cuda_v1/split_k"]
-# Entries whose forward is another entry's kernel (cuda_v2/split_q_bwd128's is split_q's): timed in the backward
-# shapes only.
-BACKWARD_RUNGS = {"cuda_v2/split_q_bwd128"}
+            "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd128", "cuda_v2/split_q_simt", "cuda_v1/split_k"]
+# Entries whose forward is another entry's kernel (cuda_v2/split_q_bwd128's and split_q_bwd64x128's are
+# split_q's): timed in the backward shapes only.
+BACKWARD_RUNGS = {"cuda_v2/split_q_bwd128", "cuda_v2/split_q_bwd64x128"}
 PEERS = ["torch/sdpa_flash", "torch/sdpa_cudnn", "torch/sdpa_efficient", "torch/sdpa_math"]
 # The harness's test cases each sanitizer runs, in one process: every GPU implementation's small cases (forward
 # and backward, tests/test_small_cases.cpp); memcheck also the FP8 pre-pass and kernel checks.
@@ -716,8 +716,11 @@ PROFILED = [
     # time, where the H200 record had only their sum.
     ("cuda_v3_hopper/fp8", "(k_mean|lse_shift|qk_quantize|v_quantize)_kernel",
      ["--batch", "2", "--heads", "8", "--seqlen-q", "8192", "--head-dim", "256"], 5),
-    # Then the candidate rungs beside them, while time is left: first the backward's on 128-key tiles, beside the
-    # backward_kernel above.
+    # Then the candidate rungs beside them, while time is left: first the backward in FlashAttention-2's warp
+    # layout (64 query rows a step over 128 keys), then the one on 128-key tiles, beside the backward_kernel above.
+    ("cuda_v2/split_q_bwd64x128", "backward_64x128_kernel",
+     ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128", "--pass", "backward", "--dtype",
+      "bf16"]),
     ("cuda_v2/split_q_bwd128", "backward_kernel",
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128", "--pass", "backward", "--dtype",
       "bf16"]),
