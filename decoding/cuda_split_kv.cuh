@@ -46,9 +46,6 @@ struct Geometry {
   // 16 bytes each from 8 consecutive K rows (S = Q K^T, lane = key) hit 8 different groups of 4 banks.
   static constexpr int kRowPitch = D + 8;
   static constexpr int kTileElems = kBlockN * kRowPitch;
-  // 16-byte cp.async per thread per tile, for each of K and V.
-  static constexpr int kLoadsPerThread = kBlockN * kChunks / kThreads;
-  static constexpr int kKeysPerPass = kThreads / kChunks;
   static constexpr int kRowsPerWarp = kMaxRows / kWarps;          // S and softmax: warp w has rows w + 4k
   static constexpr int kRowGroups = kThreads / kChunks;           // O += P V: rows side by side
   static constexpr int kRowsPerThread = kMaxRows / kRowGroups;    // O += P V: accumulator rows/thread
@@ -107,6 +104,122 @@ __device__ inline TokenPlace token_place(const SplitKvParams& p, int b, int j, i
   return {page, j & (p.page_size - 1)};
 }
 
+// --- What a split kernel needs beside its products ---
+
+// The block's query rows: the heads of one GQA group times the query positions (row = qi * group + g), at
+// most kMaxRows of them from its row tile on; `count` of them are real.
+struct BlockRows {
+  int group, kv_head, row_tile, count;
+  __device__ int query_of(int r) const { return (row_tile * kMaxRows + r) / group; }  // query position qi
+  __device__ int head_of(int r) const { return kv_head * group + (row_tile * kMaxRows + r) % group; }
+};
+__device__ inline BlockRows block_rows(const SplitKvParams& p, int row_tiles) {
+  const int group = p.heads_q / p.heads_kv, row_tile = static_cast<int>(blockIdx.y) % row_tiles;
+  return {group, static_cast<int>(blockIdx.y) / row_tiles, row_tile,
+          min(kMaxRows, group * p.seqlen_q - row_tile * kMaxRows)};
+}
+
+// Split `split`'s keys as tiles [begin, end) of kTileKeys: the batch element's own length `sk` spread evenly
+// over the splits, in whole tiles (splits past its end are empty).
+struct SplitTiles {
+  int begin, end;
+};
+template <int kTileKeys>
+__device__ inline SplitTiles split_tiles(int sk, int num_splits, int split) {
+  const int tiles_total = (sk + kTileKeys - 1) / kTileKeys;
+  const int tiles_per_split = (tiles_total + num_splits - 1) / num_splits;
+  const int begin = min(tiles_total, split * tiles_per_split);
+  return {begin, min(tiles_total, begin + tiles_per_split)};
+}
+
+// Writes channels [channel, channel + kCount) of row (b, h, qi)'s finished output `out` (normalized), and its
+// LSE when `with_lse`: O itself when the keys are not split, else split `split`'s partial (O_j, LSE_j) in the
+// workspace, [row][split][D] floats then [row][split] LSEs, for combine_kernel. Channels past the head dim
+// are zeros: never stored to O, kept in the partials (the tile width's rows).
+template <typename T, int D, int kCount>
+__device__ inline void store_output(const SplitKvParams& p, int num_splits, int split, int b, int qi, int h,
+                                    int channel, const float (&out)[kCount], float lse, bool with_lse) {
+  static_assert(kCount % 8 == 0, "whole 16-byte chunks of O");
+  const int64_t row_index = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + qi;
+  if (num_splits == 1) {
+    T* o = static_cast<T*>(p.o) + b * p.o_stride_batch + qi * p.o_stride_seq + h * p.o_stride_head;
+#pragma unroll
+    for (int c = 0; c < kCount; c += 8) {
+      if (channel + c >= p.head_dim) break;
+      float chunk[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) chunk[e] = out[c + e];
+      *reinterpret_cast<uint4*>(o + channel + c) = from_float8<T>(chunk);
+    }
+    if (with_lse) p.lse[row_index] = lse;
+  } else {
+    float* o_partial = static_cast<float*>(p.workspace);
+    const int64_t partial_rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * num_splits;
+    const int64_t partial = row_index * num_splits + split;
+    float4* o = reinterpret_cast<float4*>(o_partial + partial * D + channel);
+#pragma unroll
+    for (int c = 0; c < kCount; c += 4) o[c / 4] = make_float4(out[c], out[c + 1], out[c + 2], out[c + 3]);
+    if (with_lse) o_partial[partial_rows * D + partial] = lse;  // -inf: an empty partial, weight 0
+  }
+}
+
+// The cp.async copies of a split's K/V tiles of kTileKeys keys, in order, into shared memory: thread t copies
+// 16-byte chunk t % (D / 8) of the keys t / (D / 8) + kKeysPerPass l. Contiguous K/V: the thread's offsets
+// are formed once and step a tile per load; a paged cache looks each key's page up in the block table. A key
+// past the sequence, or a lane past the head dim, reads nothing (src-size 0, zero-filled); its address is the
+// tensor's first element all the same, never one past the end.
+template <typename T, int D, int kTileKeys>
+struct KvTileLoader {
+  static constexpr int kChunks = D / 8;
+  static constexpr int kKeysPerPass = kThreads / kChunks;
+  static constexpr int kLoads = kTileKeys / kKeysPerPass;  // 16-byte copies a thread, of K and of V
+  static_assert(kThreads % kChunks == 0 && kTileKeys % kKeysPerPass == 0);
+  int chunk, key0;
+  bool chunk_real;  // lanes past a narrower head dim: zeros
+  int64_t k_pass, v_pass, k_next, v_next;
+
+  __device__ KvTileLoader(const SplitKvParams& p, int b, int kv_head, int tile_begin)
+      : chunk(threadIdx.x % kChunks),
+        key0(threadIdx.x / kChunks),
+        chunk_real(chunk * 8 < p.head_dim),
+        k_pass(kKeysPerPass * p.k_stride_seq),
+        v_pass(kKeysPerPass * p.v_stride_seq) {
+    const int64_t row0 = int64_t{tile_begin} * kTileKeys + key0;
+    k_next = b * p.k_stride_batch + row0 * p.k_stride_seq + kv_head * p.k_stride_head + chunk * 8;
+    v_next = b * p.v_stride_batch + row0 * p.v_stride_seq + kv_head * p.v_stride_head + chunk * 8;
+  }
+
+  // Issues the copies of tile `tile` (the next in order) to k_dst and v_dst + smem_offset(key, chunk).
+  template <class SmemOffset>
+  __device__ void load(const SplitKvParams& p, int b, int kv_head, int tile, int sk, int page_shift, T* k_dst,
+                       T* v_dst, SmemOffset smem_offset) {
+    const T* const k_base = static_cast<const T*>(p.k);
+    const T* const v_base = static_cast<const T*>(p.v);
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const int key = key0 + l * kKeysPerPass, j = tile * kTileKeys + key;
+      const bool real = j < sk && chunk_real;
+      const T* k_src = k_base;
+      const T* v_src = v_base;
+      if (real && p.block_table == nullptr) {
+        k_src += k_next + l * k_pass;
+        v_src += v_next + l * v_pass;
+      } else if (real) {
+        const TokenPlace place = token_place(p, b, j, page_shift);
+        k_src = k_base + place.outer * p.k_stride_page + place.row * p.k_stride_seq +
+                kv_head * p.k_stride_head + chunk * 8;
+        v_src = v_base + place.outer * p.v_stride_page + place.row * p.v_stride_seq +
+                kv_head * p.v_stride_head + chunk * 8;
+      }
+      const int at = smem_offset(key, chunk);
+      cp_async_16(k_dst + at, k_src, real);
+      cp_async_16(v_dst + at, v_src, real);
+    }
+    k_next += kTileKeys * p.k_stride_seq;
+    v_next += kTileKeys * p.v_stride_seq;
+  }
+};
+
 // --- Kernel 1: the partials ---
 
 template <typename T, int D>
@@ -121,66 +234,28 @@ __global__ void __launch_bounds__(kThreads)
   float* row_max_smem = factor_smem + kMaxRows;
   float* row_sum_smem = row_max_smem + kMaxRows;
 
-  const int split = blockIdx.x;
-  const int kv_head = blockIdx.y / row_tiles;
-  const int row_tile = blockIdx.y % row_tiles;
-  const int b = blockIdx.z;
+  const int split = blockIdx.x, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int group = p.heads_q / p.heads_kv;
-  const int rows = min(kMaxRows, group * p.seqlen_q - row_tile * kMaxRows);
+  const BlockRows block = block_rows(p, row_tiles);
+  const int kv_head = block.kv_head, rows = block.count;
   const int sk = p.seqlens_k != nullptr ? p.seqlens_k[b] : p.seqlen_k;
   const int page_shift = p.block_table != nullptr ? __ffs(p.page_size) - 1 : 0;
 
   // Block row r: query position qi and query head h.
-  auto query_of = [&](int r) { return (row_tile * kMaxRows + r) / group; };
-  auto head_of = [&](int r) { return kv_head * group + (row_tile * kMaxRows + r) % group; };
+  auto query_of = [&](int r) { return block.query_of(r); };
+  auto head_of = [&](int r) { return block.head_of(r); };
 
-  // This split's keys, whole tiles: the batch element's own length spread evenly over the splits.
-  const int tiles_total = (sk + kBlockN - 1) / kBlockN;
-  const int tiles_per_split = (tiles_total + num_splits - 1) / num_splits;
-  const int tile_begin = min(tiles_total, split * tiles_per_split);
-  const int tile_end = min(tiles_total, tile_begin + tiles_per_split);
-
-  const T* k_base = static_cast<const T*>(p.k);
-  const T* v_base = static_cast<const T*>(p.v);
-
-  // Contiguous K/V: the thread's offsets are formed once and step a tile per load_tile (tiles come in order).
-  const int load_chunk = threadIdx.x % G::kChunks, load_key0 = threadIdx.x / G::kChunks;
-  const bool chunk_real = load_chunk * 8 < p.head_dim;  // lanes past a narrower head dim: zeros
-  const int64_t k_pass = G::kKeysPerPass * p.k_stride_seq, v_pass = G::kKeysPerPass * p.v_stride_seq;
-  const int64_t row0 = int64_t{tile_begin} * kBlockN + load_key0;
-  int64_t k_next = b * p.k_stride_batch + row0 * p.k_stride_seq + kv_head * p.k_stride_head + load_chunk * 8;
-  int64_t v_next = b * p.v_stride_batch + row0 * p.v_stride_seq + kv_head * p.v_stride_head + load_chunk * 8;
+  // This split's keys, whole tiles.
+  const auto [tile_begin, tile_end] = split_tiles<kBlockN>(sk, num_splits, split);
 
   // Issues the cp.async of K and V tile `tile` into ring slot `slot` (keys past sk are zero-filled), then
   // commits a group, also when there is nothing to load, so that wait_group counts tiles uniformly.
+  KvTileLoader<T, D, kBlockN> loader(p, b, kv_head, tile_begin);
   auto load_tile = [&](int tile, int slot) {
-    if (tile < tile_end) {
-#pragma unroll
-      for (int l = 0; l < G::kLoadsPerThread; ++l) {
-        const int key = load_key0 + l * G::kKeysPerPass, j = tile * kBlockN + key;
-        const bool real = j < sk && chunk_real;
-        // A key past the sequence, or a lane past the head dim, reads nothing (src-size 0); its address is
-        // the tensor's first element all the same, never one past the end.
-        const T* k_src = k_base;
-        const T* v_src = v_base;
-        if (real && p.block_table == nullptr) {
-          k_src += k_next + l * k_pass;
-          v_src += v_next + l * v_pass;
-        } else if (real) {
-          const TokenPlace place = token_place(p, b, j, page_shift);
-          k_src = k_base + place.outer * p.k_stride_page + place.row * p.k_stride_seq +
-                  kv_head * p.k_stride_head + load_chunk * 8;
-          v_src = v_base + place.outer * p.v_stride_page + place.row * p.v_stride_seq +
-                  kv_head * p.v_stride_head + load_chunk * 8;
-        }
-        const int smem_offset = slot * G::kTileElems + key * G::kRowPitch + load_chunk * 8;
-        cp_async_16(k_ring + smem_offset, k_src, real);
-        cp_async_16(v_ring + smem_offset, v_src, real);
-      }
-      k_next += kBlockN * p.k_stride_seq;
-      v_next += kBlockN * p.v_stride_seq;
-    }
+    if (tile < tile_end)
+      loader.load(p, b, kv_head, tile, sk, page_shift, k_ring + slot * G::kTileElems,
+                  v_ring + slot * G::kTileElems,
+                  [](int key, int chunk) { return key * G::kRowPitch + chunk * 8; });
     cp_async_commit();
   };
 
@@ -321,9 +396,6 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < 8; ++e) acc[0][e] += from[e];
   }
 
-  float* o_partial = static_cast<float*>(p.workspace);
-  const int64_t partial_rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * num_splits;
-  float* lse_partial = o_partial + partial_rows * D;
 #pragma unroll
   for (int k = 0; k < G::kRowsPerThread; ++k) {
     const int r = pv_row + G::kRowGroups * k;
@@ -333,19 +405,8 @@ __global__ void __launch_bounds__(kThreads)
     row_state.row_sum = row_sum_smem[r];
     float out[8];
     row_state.finalize(acc[k], out, 8);  // O_j = acc / l; 0 for a split where the row sees no key
-    const int qi = query_of(r), h = head_of(r);
-    const int64_t row_index = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + qi;
-    if (num_splits == 1) {
-      T* o = static_cast<T*>(p.o) + b * p.o_stride_batch + qi * p.o_stride_seq + h * p.o_stride_head;
-      if (pv_chunk * 8 < p.head_dim) *reinterpret_cast<uint4*>(o + pv_chunk * 8) = from_float8<T>(out);
-      if (pv_chunk == 0) p.lse[row_index] = row_state.lse();
-    } else {
-      const int64_t partial = row_index * num_splits + split;
-      float4* o = reinterpret_cast<float4*>(o_partial + partial * D + pv_chunk * 8);
-      o[0] = make_float4(out[0], out[1], out[2], out[3]);
-      o[1] = make_float4(out[4], out[5], out[6], out[7]);
-      if (pv_chunk == 0) lse_partial[partial] = row_state.lse();  // -inf: an empty partial, weight 0
-    }
+    store_output<T, D>(p, num_splits, split, b, query_of(r), head_of(r), pv_chunk * 8, out, row_state.lse(),
+                       pv_chunk == 0);
   }
 }
 
