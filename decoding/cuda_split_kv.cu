@@ -1,6 +1,6 @@
-// decoding/cuda_split_kv: the launcher (the split heuristic, the two launches) and the registry entry's side,
-// built for the GPU and for the emulator (common/cuda/target.hpp). Kernels in cuda_split_kv.cuh; the
-// parameters' checks in cuda_split_kv_params.cpp.
+// decoding/cuda_split_kv and cuda_split_kv_mma: the launcher (the split heuristic, the two launches) and the
+// registry entries' side, built for the GPU and for the emulator (common/cuda/target.hpp). Kernels in
+// cuda_split_kv.cuh and cuda_split_kv_mma.cuh; the parameters' checks in cuda_split_kv_params.cpp.
 #include "decoding/cuda_split_kv.hpp"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include "common/cuda/launch.cuh"
 #include "common/error.hpp"
 #include "decoding/cuda_split_kv.cuh"
+#include "decoding/cuda_split_kv_mma.cuh"
 
 namespace flashlab::decoding {
 
@@ -23,43 +24,63 @@ bool aligned16(const void* pointer) {
   return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
 }
 
-template <typename T, int D>
-int64_t dynamic_smem() {
-  return kernels::Geometry<D>::kSmemBytes;
-}
+// The split kernel of each entry: on the CUDA cores (decoding/cuda_split_kv) or with the query rows on the
+// tensor cores (decoding/cuda_split_kv_mma), with its dynamic shared memory.
+template <typename T, int D, bool kTensorCores>
+struct SplitKernel {
+  static constexpr auto kernel =
+      kTensorCores ? kernels::mma::split_kv_mma_kernel<T, D> : kernels::split_kv_kernel<T, D>;
+  static constexpr int kSmemBytes =
+      kTensorCores ? kernels::mma::Geometry<D>::kSmemBytes : kernels::Geometry<D>::kSmemBytes;
+};
 
 // Resident split-kernel blocks per SM for this head dim (its shared memory decides), cached per device (per
 // host thread, so concurrent callers need no lock).
-template <typename T, int D>
+template <typename T, int D, bool kTensorCores>
 int blocks_per_sm() {
+  using Split = SplitKernel<T, D, kTensorCores>;
   thread_local int cached_device = -1, cached_blocks = 0;
   int device = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&device));
   if (device != cached_device) {
-    const auto kernel = kernels::split_kv_kernel<T, D>;
     FLASHLAB_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_smem<T, D>()));
-    FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cached_blocks, kernel, kThreads,
-                                                                      dynamic_smem<T, D>()));
+        cudaFuncSetAttribute(Split::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Split::kSmemBytes));
+    FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cached_blocks, Split::kernel, kThreads,
+                                                                      Split::kSmemBytes));
     cached_device = device;
   }
   return std::max(cached_blocks, 1);
 }
 
+template <bool kTensorCores>
 int resident_blocks_per_sm(const SplitKvParams& p) {
   const bool half = p.dtype == SplitKvDType::f16;
   if (split_kv_tile_width(p.head_dim) == 64)
-    return half ? blocks_per_sm<__half, 64>() : blocks_per_sm<__nv_bfloat16, 64>();
-  return half ? blocks_per_sm<__half, 128>() : blocks_per_sm<__nv_bfloat16, 128>();
+    return half ? blocks_per_sm<__half, 64, kTensorCores>()
+                : blocks_per_sm<__nv_bfloat16, 64, kTensorCores>();
+  return half ? blocks_per_sm<__half, 128, kTensorCores>()
+              : blocks_per_sm<__nv_bfloat16, 128, kTensorCores>();
+}
+
+int resident_blocks_per_sm(const SplitKvParams& p) {
+  return p.tensor_cores ? resident_blocks_per_sm<true>(p) : resident_blocks_per_sm<false>(p);
+}
+
+template <typename T, int D, bool kTensorCores>
+void launch_split(const SplitKvParams& p, int num_splits, cudaStream_t stream) {
+  using Split = SplitKernel<T, D, kTensorCores>;
+  blocks_per_sm<T, D, kTensorCores>();  // sets the kernel's shared-memory limit on this device
+  const int tiles = split_kv_row_tiles(p);
+  const dim3 grid(num_splits, p.heads_kv * tiles, p.batch);
+  cuda::launch_kernel<Split::kernel>(grid, dim3(kThreads), Split::kSmemBytes, stream, p, num_splits, tiles);
 }
 
 template <typename T, int D>
 void launch(const SplitKvParams& p, int num_splits, cudaStream_t stream) {
-  blocks_per_sm<T, D>();  // sets the kernel's shared-memory limit on this device
-  const int tiles = split_kv_row_tiles(p);
-  const dim3 grid(num_splits, p.heads_kv * tiles, p.batch);
-  cuda::launch_kernel<kernels::split_kv_kernel<T, D>>(grid, dim3(kThreads), dynamic_smem<T, D>(), stream, p,
-                                                      num_splits, tiles);
+  if (p.tensor_cores)
+    launch_split<T, D, true>(p, num_splits, stream);
+  else
+    launch_split<T, D, false>(p, num_splits, stream);
   if (num_splits > 1) {
     const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
     cuda::launch_kernel<kernels::combine_kernel<T, D>>(dim3(static_cast<unsigned>(rows)), dim3(D), 0, stream,
@@ -123,22 +144,25 @@ void cuda_split_kv_forward(const SplitKvParams& p, cudaStream_t stream) {
   }
 }
 
-size_t cuda_split_kv_registry_workspace_bytes(const Problem& problem) {
-  const SplitKvParams p = split_kv_params(problem);
+namespace {
+
+size_t registry_workspace_bytes(const Problem& problem, bool tensor_cores) {
+  const SplitKvParams p = split_kv_params(problem, tensor_cores);
   return aligned16_bytes(static_cast<size_t>(partial_elements(p, resolve_splits(p))) * sizeof(float)) +
          cuda::int_lengths_bytes(problem);
 }
 
-int64_t cuda_split_kv_partial_elements(const Problem& problem) {
-  return partial_elements(split_kv_params(problem), resolve_splits(split_kv_params(problem)));
+int64_t registry_partial_elements(const Problem& problem, bool tensor_cores) {
+  const SplitKvParams p = split_kv_params(problem, tensor_cores);
+  return partial_elements(p, resolve_splits(p));
 }
 
-void launch_cuda_split_kv(const Problem& problem, const DeviceTensors& tensors) {
+void launch_registry(const Problem& problem, const DeviceTensors& tensors, bool tensor_cores) {
+  const char* const name = tensor_cores ? "decoding/cuda_split_kv_mma" : "decoding/cuda_split_kv";
   if (!problem.seqlens_q.empty())
     for (const int64_t rows : problem.seqlens_q)
-      if (rows != problem.seqlen_q)
-        fail("decoding/cuda_split_kv: seqlens_q (padded query rows) is not supported");
-  SplitKvParams params = split_kv_params(problem);
+      if (rows != problem.seqlen_q) fail(name, ": seqlens_q (padded query rows) is not supported");
+  SplitKvParams params = split_kv_params(problem, tensor_cores);
   params.q = tensors.q;
   params.k = tensors.k;
   params.v = tensors.v;
@@ -146,7 +170,7 @@ void launch_cuda_split_kv(const Problem& problem, const DeviceTensors& tensors) 
   params.lse = tensors.lse;
   params.mask = tensors.mask;
   if (problem.page_size > 0) {  // K and V from the paged cache (common/paged_kv.hpp)
-    if (tensors.block_table == nullptr) fail("decoding/cuda_split_kv: page_size > 0 but no paged K/V");
+    if (tensors.block_table == nullptr) fail(name, ": page_size > 0 but no paged K/V");
     params.page_size = static_cast<int>(problem.page_size);
     set_packed_strides(params);
     params.k = tensors.k_pages;
@@ -160,6 +184,27 @@ void launch_cuda_split_kv(const Problem& problem, const DeviceTensors& tensors) 
   params.seqlens_k =
       cuda::narrow_lengths(problem, tensors, workspace + aligned16_bytes(params.workspace_bytes)).seqlens_k;
   cuda_split_kv_forward(params, tensors.stream);
+}
+
+}  // namespace
+
+size_t cuda_split_kv_registry_workspace_bytes(const Problem& problem) {
+  return registry_workspace_bytes(problem, false);
+}
+int64_t cuda_split_kv_partial_elements(const Problem& problem) {
+  return registry_partial_elements(problem, false);
+}
+void launch_cuda_split_kv(const Problem& problem, const DeviceTensors& tensors) {
+  launch_registry(problem, tensors, false);
+}
+size_t cuda_split_kv_mma_registry_workspace_bytes(const Problem& problem) {
+  return registry_workspace_bytes(problem, true);
+}
+int64_t cuda_split_kv_mma_partial_elements(const Problem& problem) {
+  return registry_partial_elements(problem, true);
+}
+void launch_cuda_split_kv_mma(const Problem& problem, const DeviceTensors& tensors) {
+  launch_registry(problem, tensors, true);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

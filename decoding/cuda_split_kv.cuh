@@ -104,7 +104,7 @@ __device__ inline TokenPlace token_place(const SplitKvParams& p, int b, int j, i
   return {page, j & (p.page_size - 1)};
 }
 
-// --- What a split kernel needs beside its products ---
+// --- What the split kernels share (this one and cuda_split_kv_mma.cuh's) ---
 
 // The block's query rows: the heads of one GQA group times the query positions (row = qi * group + g), at
 // most kMaxRows of them from its row tile on; `count` of them are real.

@@ -72,6 +72,9 @@ struct SplitKvParams {
   const uint8_t* mask = nullptr;
   // Number of KV splits: 0 picks it from the SM count, batch, heads and KV length (cuda_split_kv_num_splits).
   int num_splits = 0;
+  // The split kernel: S and P V on the CUDA cores (split_kv_kernel, decoding/cuda_split_kv), or with the
+  // block's 16 query rows on the tensor cores (split_kv_mma_kernel, decoding/cuda_split_kv_mma).
+  bool tensor_cores = false;
   // Device workspace for the partials (O_j and LSE_j, float), cuda_split_kv_workspace_bytes() bytes, 16-byte
   // aligned. Unused (may be null) when the resolved num_splits is 1.
   void* workspace = nullptr;
@@ -82,9 +85,9 @@ struct SplitKvParams {
 void set_packed_strides(SplitKvParams& params);
 
 // A problem's parameters: dtype (bf16, or f16 for any other), sizes, packed contiguous strides, scale, causal
-// and window, the heuristic's split count. The pointers (tensors, lengths, mask, workspace) and the paged
-// cache are the caller's to set.
-SplitKvParams split_kv_params(const Problem& problem);
+// and window, the heuristic's split count, the split kernel. The pointers (tensors, lengths, mask,
+// workspace) and the paged cache are the caller's to set.
+SplitKvParams split_kv_params(const Problem& problem, bool tensor_cores = false);
 
 // Why the launcher cannot run these parameters (naming the field), or null when it can.
 const char* cuda_split_kv_unsupported(const SplitKvParams& params);
@@ -117,6 +120,10 @@ FLASHLAB_FOR_EACH_TARGET(
     // tensors, contiguous or paged K/V, enqueued on the default stream.
     size_t cuda_split_kv_registry_workspace_bytes(const Problem& problem);
     int64_t cuda_split_kv_partial_elements(const Problem& problem);
-    void launch_cuda_split_kv(const Problem& problem, const DeviceTensors& tensors);)
+    void launch_cuda_split_kv(const Problem& problem, const DeviceTensors& tensors);
+    // The same for decoding/cuda_split_kv_mma (tensor_cores).
+    size_t cuda_split_kv_mma_registry_workspace_bytes(const Problem& problem);
+    int64_t cuda_split_kv_mma_partial_elements(const Problem& problem);
+    void launch_cuda_split_kv_mma(const Problem& problem, const DeviceTensors& tensors);)
 
 }  // namespace flashlab::decoding

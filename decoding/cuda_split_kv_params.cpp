@@ -14,8 +14,9 @@ bool aligned16(const void* pointer) {
 
 }  // namespace
 
-SplitKvParams split_kv_params(const Problem& problem) {
+SplitKvParams split_kv_params(const Problem& problem, bool tensor_cores) {
   SplitKvParams params;
+  params.tensor_cores = tensor_cores;
   params.dtype = problem.dtype == DType::bf16 ? SplitKvDType::bf16 : SplitKvDType::f16;
   params.batch = static_cast<int>(problem.batch);
   params.heads_q = static_cast<int>(problem.heads_q);

@@ -238,11 +238,17 @@ TEST_CASE("the GPU stages' traffic models: a bound for cuda_v1 under a mask, dec
   // Decoding: K and V once per kv head, Q once per split, the partials written and read back, O and LSE; and
   // one thing the model leaves out on purpose: every one of the combine kernel's head_dim threads reads its
   // row's LSE_j (a broadcast, one transaction on a GPU, head_dim requests here).
-  {
+  // Both split kernels (decoding/cuda_split_kv_mma's on the tensor cores) read and write the same.
+  for (const bool tensor_cores : {false, true}) {
     const Problem p = shaped(8, 2, 1, 4096, 128, DType::bf16, false);
-    const auto [counted, modeled] = counted_and_modeled("decoding/cuda_split_kv", p);
-    const double partials = static_cast<double>(decoding::emulated::cuda_split_kv_partial_elements(p));
+    const auto [counted, modeled] =
+        counted_and_modeled(tensor_cores ? "decoding/cuda_split_kv_mma" : "decoding/cuda_split_kv", p);
+    const double partials =
+        static_cast<double>(tensor_cores ? decoding::emulated::cuda_split_kv_mma_partial_elements(p)
+                                         : decoding::emulated::cuda_split_kv_partial_elements(p));
     const double splits = partials / static_cast<double>(p.lse_elements() * (p.head_dim + 1));
+    const char* const kernel = tensor_cores ? "tensor cores" : "CUDA cores";
+    INFO(kernel, ": ", splits, " splits");
     CHECK(splits > 1);
     CHECK(counted == modeled + 4.0 * static_cast<double>((p.head_dim - 1) * p.lse_elements()) * splits);
   }

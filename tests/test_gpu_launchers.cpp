@@ -180,59 +180,61 @@ TEST_CASE("cuda_v2's launchers refuse what their kernels cannot do, naming the f
 }
 
 TEST_CASE("decoding/cuda_split_kv merges 1, 7, 82 and 128 splits (some empty) exactly like one") {
-  // 2049 keys: 65 tiles of 32. 82 splits of one tile leave splits 65-81 without a key, 128 leave 63; their
-  // partials (LSE -inf) must weigh nothing in the combine. Splits past the first start their contiguous K/V
-  // offsets at tile_begin > 0.
+  // 2049 keys: 65 tiles of 32 (33 of 64 for the tensor-core kernel). 82 splits of one tile leave splits 65-81
+  // without a key (33-81), 128 leave 63 (95); their partials (LSE -inf) must weigh nothing in the combine.
+  // Splits past the first start their contiguous K/V offsets at tile_begin > 0. Both split kernels:
+  // decoding/cuda_split_kv's, and cuda_split_kv_mma's (tensor_cores), which rounds P for its mma.
   Problem p = problem_shape(2, 8, 2, 3, 2049, 128);
   p.causal = true;
   p.dtype = DType::bf16;
   p.seqlens_k = {2049, 700};
   const AttentionInputs inputs = random_inputs(p, Distribution::normal, 31);
   const ReferenceResult reference = reference_attention(p, inputs);
-  const Tolerance tolerance = tolerance_from_baseline(
-      p.dtype, deviation(p, baseline_attention(p, inputs, p.dtype, false), reference));
-  for (int splits : {1, 7, 82, 128}) {
-    INFO(splits, " splits");
-    decoding::SplitKvParams params = decoding::split_kv_params(p);
-    params.num_splits = splits;
-    const size_t partial_bytes = splits == 1
-                                     ? 0
-                                     : sizeof(float) * static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q) *
-                                           splits * (p.head_dim + 1);
-    const size_t workspace = partial_bytes + 16;  // then the int lengths (2 of them)
-    const auto launch = [&](auto forward, auto narrow) {
-      return [&, forward, narrow](const DeviceTensors& tensors) {
-        decoding::SplitKvParams device = params;
-        device.q = tensors.q;
-        device.k = tensors.k;
-        device.v = tensors.v;
-        device.o = tensors.o;
-        device.lse = tensors.lse;
-        device.workspace = tensors.workspace;
-        device.workspace_bytes = partial_bytes;
-        device.seqlens_k =
-            narrow(p, tensors, static_cast<char*>(tensors.workspace) + partial_bytes).seqlens_k;
-        forward(device, nullptr);
+  for (const bool tensor_cores : {false, true})
+    for (int splits : {1, 7, 82, 128}) {
+      INFO(splits, " splits", tensor_cores ? ", tensor cores" : "");
+      const Tolerance tolerance = tolerance_from_baseline(
+          p.dtype, deviation(p, baseline_attention(p, inputs, p.dtype, tensor_cores), reference));
+      decoding::SplitKvParams params = decoding::split_kv_params(p, tensor_cores);
+      params.num_splits = splits;
+      const size_t partial_bytes = splits == 1 ? 0
+                                               : sizeof(float) *
+                                                     static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q) *
+                                                     splits * (p.head_dim + 1);
+      const size_t workspace = partial_bytes + 16;  // then the int lengths (2 of them)
+      const auto launch = [&](auto forward, auto narrow) {
+        return [&, forward, narrow](const DeviceTensors& tensors) {
+          decoding::SplitKvParams device = params;
+          device.q = tensors.q;
+          device.k = tensors.k;
+          device.v = tensors.v;
+          device.o = tensors.o;
+          device.lse = tensors.lse;
+          device.workspace = tensors.workspace;
+          device.workspace_bytes = partial_bytes;
+          device.seqlens_k =
+              narrow(p, tensors, static_cast<char*>(tensors.workspace) + partial_bytes).seqlens_k;
+          forward(device, nullptr);
+        };
       };
-    };
-    AttentionOutputs out = AttentionOutputs::poisoned(p);
-    cuda::emulated::run_on_device(
-        p, inputs, out, workspace,
-        launch(decoding::emulated::cuda_split_kv_forward, cuda::emulated::narrow_lengths));
-    const Verdict emulated = judge(p, out, reference, tolerance);
-    INFO("emulated: ", emulated.explain());
-    CHECK(emulated.passed());
+      AttentionOutputs out = AttentionOutputs::poisoned(p);
+      cuda::emulated::run_on_device(
+          p, inputs, out, workspace,
+          launch(decoding::emulated::cuda_split_kv_forward, cuda::emulated::narrow_lengths));
+      const Verdict emulated = judge(p, out, reference, tolerance);
+      INFO("emulated: ", emulated.explain());
+      CHECK(emulated.passed());
 #if FLASHLAB_HAVE_CUDA
-    if (cuda::unavailable_reason().empty()) {
-      AttentionOutputs on_gpu = AttentionOutputs::poisoned(p);
-      cuda::gpu::run_on_device(p, inputs, on_gpu, workspace,
-                               launch(decoding::gpu::cuda_split_kv_forward, cuda::gpu::narrow_lengths));
-      const Verdict gpu = judge(p, on_gpu, reference, tolerance);
-      INFO("gpu: ", gpu.explain());
-      CHECK(gpu.passed());
-    }
+      if (cuda::unavailable_reason().empty()) {
+        AttentionOutputs on_gpu = AttentionOutputs::poisoned(p);
+        cuda::gpu::run_on_device(p, inputs, on_gpu, workspace,
+                                 launch(decoding::gpu::cuda_split_kv_forward, cuda::gpu::narrow_lengths));
+        const Verdict gpu = judge(p, on_gpu, reference, tolerance);
+        INFO("gpu: ", gpu.explain());
+        CHECK(gpu.passed());
+      }
 #endif
-  }
+    }
 }
 
 TEST_CASE("decoding/cuda_split_kv's split count fills one wave, rounded down, never a tail wave") {
@@ -249,6 +251,17 @@ TEST_CASE("decoding/cuda_split_kv's split count fills one wave, rounded down, ne
   CHECK(splits_for(8, 65536) == 10);  // floor(660 / 64)
   CHECK(splits_for(64, 65536) == 1);  // 512 blocks already fill most of the wave
   CHECK(splits_for(1, 100) == 1);
+  // decoding/cuda_split_kv_mma's kernel takes 73,728 B a block at d 128 (64-key tiles, 2 stages, Q and the
+  // exact path's P): 3 blocks an SM, a wave of 396 (on a GPU its 168 registers allow 3 as well).
+  const auto mma_splits_for = [](int batch, int seqlen_k) {
+    const Problem p = problem_shape(batch, 32, 8, 1, seqlen_k, 128);
+    const int64_t elements = decoding::emulated::cuda_split_kv_mma_partial_elements(p);
+    return elements == 0 ? 1 : static_cast<int>(elements / (int64_t{batch} * 32 * 129));
+  };
+  CHECK(mma_splits_for(1, 65536) == 49);  // floor(396 / 8)
+  CHECK(mma_splits_for(1, 8192) == 32);   // kMinKeysPerSplit
+  CHECK(mma_splits_for(8, 65536) == 6);   // floor(396 / 64)
+  CHECK(mma_splits_for(64, 65536) == 1);
   for (const int batch : {1, 2, 3, 5, 8, 13, 64, 100})
     for (const int seqlen_k : {1, 257, 4096, 65536, 1 << 20}) {
       INFO("batch ", batch, ", seqlen_k ", seqlen_k);
@@ -426,6 +439,7 @@ TEST_CASE("launchers on tensors already on the device upload the problem's small
                                                    {"cuda_v2/split_q", packed},
                                                    {"cuda_v3_hopper/ws", without_mods(padded, DType::bf16)},
                                                    {"decoding/cuda_split_kv", decode},
+                                                   {"decoding/cuda_split_kv_mma", decode},
                                                    {"cuda_v2/split_q_simt", without_mods(masked, DType::f32)},
                                                    {"cuda_v1/split_k", without_mods(padded, DType::f32)}};
   for (const auto& [name, p] : cases) {

@@ -50,6 +50,8 @@ TEST_CASE("GPU stages declare their formats, and whether they round P") {
   CHECK(entry("cuda_v3_hopper/ws").rounds_p);  // and of the P V wgmma
   CHECK(entry("decoding/cuda_split_kv").dtypes == half_formats);
   CHECK(!entry("decoding/cuda_split_kv").rounds_p);  // P stays fp32 (CUDA-core products)
+  CHECK(entry("decoding/cuda_split_kv_mma").dtypes == half_formats);
+  CHECK(entry("decoding/cuda_split_kv_mma").rounds_p);  // P is the A operand of the P V mma
   // The FP8 kernel is offered for e4m3 only (fed bf16, quantized by its own pre-pass), and rounds P as its
   // emulation does (P * 2^8 to e4m3, the A operand of the P V wgmma): the same declarations as the oracle.
   CHECK(entry("cuda_v3_hopper/fp8").dtypes == std::vector<DType>{DType::e4m3});
@@ -57,7 +59,7 @@ TEST_CASE("GPU stages declare their formats, and whether they round P") {
   CHECK(entry("cuda_v3_hopper/fp8").dtypes == entry("cuda_v3_hopper/fp8_emulated").dtypes);
   CHECK(entry("cuda_v3_hopper/fp8").rounds_p == entry("cuda_v3_hopper/fp8_emulated").rounds_p);
   for (const char* name : {"cuda_v2/split_q_simt", "cuda_v2/split_q", "cuda_v3_hopper/ws",
-                           "cuda_v3_hopper/fp8", "decoding/cuda_split_kv"}) {
+                           "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "decoding/cuda_split_kv_mma"}) {
     INFO(name);
     CHECK(entry(name).device == Device::cuda);
 #if FLASHLAB_HAVE_CUDA
@@ -127,28 +129,32 @@ TEST_CASE("GPU stages refuse what their kernels cannot do, naming the field") {
   fp8_masks.seqlens_k = {700, 5};
   check_supports(fp8, fp8_masks, "");
 
-  const Implementation& decode = entry("decoding/cuda_split_kv");
-  check_supports(decode, shape(32, 8, 1, 65536, 128), "");
-  check_supports(decode, masked(shape(8, 2, 16, 300, 64)), "");  // a tree mask over 16 draft rows
-  check_supports(decode, shape(8, 2, 17, 300, 64), "seqlen_q");
-  for (int64_t d : {8, 32, 40, 96, 120}) check_supports(decode, shape(8, 2, 1, 300, d), "");
-  for (int64_t d : {1, 60, 136, 256}) check_supports(decode, shape(8, 2, 1, 300, d), "head_dim");
-  for (int64_t d : {32, 96}) check_supports(entry("decoding/cuda_core"), shape(8, 2, 1, 300, d), "head_dim");
-  Problem padded_rows = shape(8, 2, 4, 300, 64);
-  padded_rows.batch = 2;
-  padded_rows.seqlens_q = {4, 2};
-  check_supports(decode, padded_rows, "seqlens_q");
-  padded_rows.seqlens_q = {4, 4};  // every row valid: the same problem as none
-  padded_rows.seqlens_k = {300, 0};
-  check_supports(decode, padded_rows, "");
-  Problem paged = shape(8, 2, 1, 300, 64);
-  paged.page_size = 16;  // the registry's device tensors carry the paged cache (DeviceTensors::block_table)
-  check_supports(decode, paged, "");
-  for (int64_t page_size : {1, 4, 12, 100}) {  // a page is found with a shift and a mask
-    paged.page_size = page_size;
-    check_supports(decode, paged, "page_size");
+  for (const char* name : {"decoding/cuda_split_kv", "decoding/cuda_split_kv_mma"}) {
+    INFO(name);
+    const Implementation& decode = entry(name);
+    check_supports(decode, shape(32, 8, 1, 65536, 128), "");
+    check_supports(decode, masked(shape(8, 2, 16, 300, 64)), "");  // a tree mask over 16 draft rows
+    check_supports(decode, shape(8, 2, 17, 300, 64), "seqlen_q");
+    for (int64_t d : {8, 32, 40, 96, 120}) check_supports(decode, shape(8, 2, 1, 300, d), "");
+    for (int64_t d : {1, 60, 136, 256}) check_supports(decode, shape(8, 2, 1, 300, d), "head_dim");
+    for (int64_t d : {32, 96})
+      check_supports(entry("decoding/cuda_core"), shape(8, 2, 1, 300, d), "head_dim");
+    Problem padded_rows = shape(8, 2, 4, 300, 64);
+    padded_rows.batch = 2;
+    padded_rows.seqlens_q = {4, 2};
+    check_supports(decode, padded_rows, "seqlens_q");
+    padded_rows.seqlens_q = {4, 4};  // every row valid: the same problem as none
+    padded_rows.seqlens_k = {300, 0};
+    check_supports(decode, padded_rows, "");
+    Problem paged = shape(8, 2, 1, 300, 64);
+    paged.page_size = 16;  // the registry's device tensors carry the paged cache (DeviceTensors::block_table)
+    check_supports(decode, paged, "");
+    for (int64_t page_size : {1, 4, 12, 100}) {  // a page is found with a shift and a mask
+      paged.page_size = page_size;
+      check_supports(decode, paged, "page_size");
+    }
+    check_supports(decode, scaled(shape(8, 2, 1, 300, 64), -1.0), "scale");
   }
-  check_supports(decode, scaled(shape(8, 2, 1, 300, 64), -1.0), "scale");
 }
 
 }  // namespace flashlab::testing
