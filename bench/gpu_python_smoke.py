@@ -100,7 +100,8 @@ CASES = [("cuda_v2/split_q", torch.bfloat16, 128, True, True, 300, 300),
          ("cuda_v3_hopper/ws", torch.bfloat16, 128, True, True, 384, 384),
          ("cuda_v3_hopper/ws", torch.bfloat16, 64, False, True, 500, 500),
          ("cuda_v2/split_q_simt", torch.float32, 64, True, False, 130, 130),
-         ("decoding/cuda_split_kv", torch.float16, 128, False, False, 1, 4000)]
+         ("decoding/cuda_split_kv", torch.float16, 128, False, False, 1, 4000),
+         ("decoding/cuda_split_kv_mma", torch.bfloat16, 128, False, True, 1, 4000)]
 for impl, dtype, d, causal, round_p, sq, sk in CASES:
     what = f"{impl} {str(dtype)[6:]} d {d}{' causal' if causal else ''} {sq}x{sk}"
     if impl not in available:

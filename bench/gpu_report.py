@@ -60,7 +60,7 @@ ALL_BUDGET = 540
 # stages a short visit must not leave untimed), then FA2, then the CUDA-core baselines.
 PRIORITY = ["cuda_v3_hopper/ws", "cuda_v3_hopper/ws_bc176", "cuda_v3_hopper/ws_m192",
             "cuda_v3_hopper/ws_persistent", "cuda_v3_hopper/ws_no_overlap", "cuda_v3_hopper/ws_no_pingpong",
-            "cuda_v3_hopper/ws_no_producer", "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "cuda_v2/split_q", "cuda_v2/split_q_4warps",
+            "cuda_v3_hopper/ws_no_producer", "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "decoding/cuda_split_kv_mma", "cuda_v2/split_q", "cuda_v2/split_q_4warps",
             "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd128", "cuda_v2/split_q_simt", "cuda_v1/split_k"]
 # Entries whose forward is another entry's kernel (cuda_v2/split_q_bwd128's and split_q_bwd64x128's are
 # split_q's): timed in the backward shapes only.
@@ -717,10 +717,14 @@ PROFILED = [
     ("cuda_v3_hopper/fp8", "(k_mean|lse_shift|qk_quantize|v_quantize)_kernel",
      ["--batch", "2", "--heads", "8", "--seqlen-q", "8192", "--head-dim", "256"], 5),
     # Then the candidate rungs beside them, while time is left: first the backward in FlashAttention-2's warp
-    # layout (64 query rows a step over 128 keys), then the one on 128-key tiles, beside the backward_kernel above.
+    # layout (64 query rows a step over 128 keys) and the decode with its query rows on the tensor cores, then
+    # the backward on 128-key tiles, beside the backward_kernel above.
     ("cuda_v2/split_q_bwd64x128", "backward_64x128_kernel",
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128", "--pass", "backward", "--dtype",
       "bf16"]),
+    ("decoding/cuda_split_kv_mma", "split_kv_mma_kernel",
+     ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "65536", "--head-dim",
+      "128"]),
     ("cuda_v2/split_q_bwd128", "backward_kernel",
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128", "--pass", "backward", "--dtype",
       "bf16"]),
