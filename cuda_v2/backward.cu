@@ -171,70 +171,27 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>) backward_kernel(cons
   float* const sD_buffers = sLse_buffers + 2 * kBlockM;                            // [2][kBlockM]
 
   const int kv_tile = blockIdx.x, head_kv = blockIdx.y, b = blockIdx.z;
-  const int group_size = f.heads_q / f.heads_kv;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad_lane = lane % 4;  // mma fragment coordinates (tensor_core.cuh)
   const int key0 = kv_tile * kBlockN, warp_key = 16 * warp;
   const int rows_q = cuda::rows_q(f, b), rows_k = cuda::rows_k(f, b);
-  // Where batch element b's rows begin in Q, dO and the LSE (common/cuda/sequences.hpp: padded or packed), in
-  // shared memory: read where needed, they hold no register through the loops below (the head-dim-128
-  // kernel has none to spare: ptxas -v).
-  __shared__ int64_t batch_begin[4];  // Q, dO, the LSE of head 0, and the LSE's head stride
-  if (threadIdx.x == 0) {
-    batch_begin[0] = cuda::q_begin(f, b);
-    batch_begin[1] = cuda::o_begin(f, b);
-    batch_begin[2] = cuda::lse_begin(f, b, 0);
-    batch_begin[3] = cuda::lse_begin(f, b, 1) - batch_begin[2];
-  }
+  __shared__ int64_t batch_begin[4];  // backward_steps.cuh
+  note_batch_begin(f, b, batch_begin);
   __syncthreads();
-
-  // K_j and V_j once (Algorithm 2 line 6); keys past the batch's length are zero.
-  const Element* const k = static_cast<const Element*>(f.k) + cuda::k_begin(f, b) + head_kv * f.k_head_stride;
-  const Element* const v = static_cast<const Element*>(f.v) + cuda::v_begin(f, b) + head_kv * f.v_head_stride;
-  load_tile_async<kBlockN, kHeadDim, kBlockThreads>(sK, k, f.k_row_stride, key0, rows_k, f.head_dim);
-  load_tile_async<kBlockN, kHeadDim, kBlockThreads>(sV, v, f.v_row_stride, key0, rows_k, f.head_dim);
-  cp_async_commit();
+  load_key_tile<kBlockN, kHeadDim, kBlockThreads>(sK, sV, f, b, head_kv, key0);
 
   const LdmatrixRow nk_at = b_operand_row_nk(lane), kn_at = b_operand_row_kn(lane);  // for dQ's product
   const float scale = f.softmax_scale;
   float dk[kNTilesD][4] = {}, dv[kNTilesD][4] = {};  // this warp's 16 keys x head_dim (line 7)
-  const int q_tiles = (f.seqlen_q + kBlockM - 1) / kBlockM;
 
-  // The steps of this key tile: step s takes query head head_kv * group_size + s / q_tiles (GQA: the group's
-  // query heads all add into this kv head's dK and dV) and Q tile s % q_tiles. The forward's block skipping,
-  // seen from the key side: a step's Q tile visits key tile j when j is one of its tiles (the same BlockMask
-  // as the forward, with the backward's tiles); the other steps are skipped.
-  const int steps = group_size * q_tiles;
-  const auto visits = [&](int step) {
-    const int row0 = step % q_tiles * kBlockM;
-    const BlockMask block = BlockMask::make<kBlockN>(f, b, row0, row0 + kBlockM);
-    return kv_tile >= block.tile_begin && kv_tile < block.tile_end;  // the same for the whole block
-  };
-  const auto next_visit = [&](int step) {
-    while (step < steps && !visits(step)) ++step;
-    return step;
-  };
-  // Q_i, dO_i, LSE_i, D_i (line 8) of a step into one of two buffers, as one cp.async group: the next step's
-  // copy is in flight while this one is computed, as in FlashAttention-2's backward. Padded rows are zero and
-  // take no part (their LSE and D are never read: every element of theirs is hidden).
+  // The steps of this key tile (backward_steps.cuh). A step's Q_i, dO_i, LSE_i and D_i go into one of two
+  // buffers: the next step's copy is in flight while this one is computed, as in FlashAttention-2's backward.
+  const KeyTileSteps<kBlockM, kBlockN, kHeadDim, kBlockThreads> schedule(p, batch_begin, b, head_kv, kv_tile);
+  const int steps = schedule.steps;
+  const auto next_visit = [&](int step) { return schedule.next_visit(step); };
   const auto load_step = [&](int step, int buffer) {
-    const int head = head_kv * group_size + step / q_tiles, row0 = step % q_tiles * kBlockM;
-    const Element* const q = static_cast<const Element*>(f.q) + batch_begin[0] + head * f.q_head_stride;
-    const Element* const d_out =
-        static_cast<const Element*>(p.d_out) + batch_begin[1] + head * f.o_head_stride;
-    load_tile_async<kBlockM, kHeadDim, kBlockThreads>(sQ_buffers + buffer * kQTile, q, f.q_row_stride, row0,
-                                                      rows_q, f.head_dim);
-    load_tile_async<kBlockM, kHeadDim, kBlockThreads>(sdO_buffers + buffer * kQTile, d_out, f.o_row_stride,
-                                                      row0, rows_q, f.head_dim);
-    const float* const lse = f.lse + batch_begin[2] + head * batch_begin[3];
-    for (int r = threadIdx.x; r < kBlockM; r += kBlockThreads) {
-      const int row = row0 + r;
-      const bool valid = row < rows_q;
-      ptx::cp_async_4(sLse_buffers + buffer * kBlockM + r, valid ? lse + row : lse, valid);
-      ptx::cp_async_4(sD_buffers + buffer * kBlockM + r,
-                      valid ? p.d_sum + row_index(f, b, head, row) : p.d_sum, valid);
-    }
-    cp_async_commit();
+    schedule.load(step, sQ_buffers + buffer * kQTile, sdO_buffers + buffer * kQTile,
+                  sLse_buffers + buffer * kBlockM, sD_buffers + buffer * kBlockM);
   };
 
   int step = next_visit(0);
@@ -248,8 +205,8 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>) backward_kernel(cons
     }
     cp_async_wait<1>();  // this step's copies (and, the first time, K and V) have landed ...
     __syncthreads();     // ... everyone's; and the step before is done with sdS
-    const int head = head_kv * group_size + step / q_tiles, row0 = step % q_tiles * kBlockM;
-    const BlockMask block = BlockMask::make<kBlockN>(f, b, row0, row0 + kBlockM);
+    const int head = schedule.head(step), row0 = schedule.row0(step);
+    const BlockMask block = schedule.block(step);
     const Element* const sQ = sQ_buffers + buffer * kQTile;
     const Element* const sdO = sdO_buffers + buffer * kQTile;
     const float* const sLse = sLse_buffers + buffer * kBlockM;

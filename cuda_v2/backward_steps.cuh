@@ -1,6 +1,7 @@
 // What cuda_v2's backward kernels share (backward.cu, backward_64x128.cu): the two element formulas of
 // FlashAttention-2's Algorithm 2 that every kernel of the backward evaluates the same way, the rows of the
-// backward's own buffers, and the launch of a main kernel with the shared memory it asks for.
+// backward's own buffers, a key tile's schedule of steps and their copies, and the launch of a main kernel
+// with the shared memory it asks for.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,6 +15,8 @@
 #include "common/cuda/sequences.hpp"
 #include "common/error.hpp"
 #include "cuda_v2/backward.hpp"
+#include "cuda_v2/block_mask.cuh"
+#include "cuda_v2/tensor_core.cuh"
 
 namespace flashlab::cuda_v2 {
 
@@ -48,6 +51,89 @@ __device__ inline float recomputed_probability(float s, float scale, float lse) 
 __device__ inline float score_gradient(float p, float dp, float d, float scale) {
   return p * (dp - d) * scale;
 }
+
+// Where batch element b's rows begin in Q, dO and the LSE (common/cuda/sequences.hpp: padded or packed), for
+// a main kernel to keep in shared memory: read where needed, they hold no register through its loops (the
+// head-dim-128 kernels have none to spare: ptxas -v). [0] Q, [1] dO, [2] the LSE of head 0, [3] the LSE's
+// head stride. Thread 0 writes them; the caller's barrier publishes them.
+__device__ inline void note_batch_begin(const SplitQParams& f, int b, int64_t (&batch_begin)[4]) {
+  if (threadIdx.x != 0) return;
+  batch_begin[0] = cuda::q_begin(f, b);
+  batch_begin[1] = cuda::o_begin(f, b);
+  batch_begin[2] = cuda::lse_begin(f, b, 0);
+  batch_begin[3] = cuda::lse_begin(f, b, 1) - batch_begin[2];
+}
+
+// K_j and V_j of the key tile from key0 (Algorithm 2 line 6) into swizzled shared memory, as one cp.async
+// group; keys past the batch's length are zero.
+template <int kBlockN, int kHeadDim, int kThreads, typename Element>
+__device__ inline void load_key_tile(Element* sK, Element* sV, const SplitQParams& f, int b, int head_kv,
+                                     int key0) {
+  const Element* const k = static_cast<const Element*>(f.k) + cuda::k_begin(f, b) + head_kv * f.k_head_stride;
+  const Element* const v = static_cast<const Element*>(f.v) + cuda::v_begin(f, b) + head_kv * f.v_head_stride;
+  const int rows_k = cuda::rows_k(f, b);
+  load_tile_async<kBlockN, kHeadDim, kThreads>(sK, k, f.k_row_stride, key0, rows_k, f.head_dim);
+  load_tile_async<kBlockN, kHeadDim, kThreads>(sV, v, f.v_row_stride, key0, rows_k, f.head_dim);
+  cp_async_commit();
+}
+
+// The steps of key tile kv_tile's block, kBlockM query rows a step. Step s takes query head head_kv *
+// group_size + s / q_tiles (GQA: the group's query heads all add into this kv head's dK and dV) and Q tile
+// s % q_tiles. The forward's block skipping, seen from the key side: a step's Q tile visits key tile j when j
+// is one of its tiles (the forward's BlockMask, with the backward's tiles); the other steps are skipped.
+template <int kBlockM, int kBlockN, int kHeadDim, int kThreads>
+struct KeyTileSteps {
+  const SplitQBackwardParams& p;
+  const int64_t (&batch_begin)[4];  // note_batch_begin's, in shared memory
+  int b, head_kv, kv_tile, group_size, q_tiles, steps, rows_q;
+
+  __device__ KeyTileSteps(const SplitQBackwardParams& params, const int64_t (&begin)[4], int batch,
+                          int kv_head, int tile)
+      : p(params),
+        batch_begin(begin),
+        b(batch),
+        head_kv(kv_head),
+        kv_tile(tile),
+        group_size(params.forward.heads_q / params.forward.heads_kv),
+        q_tiles((params.forward.seqlen_q + kBlockM - 1) / kBlockM),
+        steps(group_size * q_tiles),
+        rows_q(cuda::rows_q(params.forward, batch)) {}
+
+  __device__ int head(int step) const { return head_kv * group_size + step / q_tiles; }
+  __device__ int row0(int step) const { return step % q_tiles * kBlockM; }
+  __device__ BlockMask block(int step) const {
+    return BlockMask::make<kBlockN>(p.forward, b, row0(step), row0(step) + kBlockM);
+  }
+  __device__ bool visits(int step) const {
+    const BlockMask mask = block(step);
+    return kv_tile >= mask.tile_begin && kv_tile < mask.tile_end;  // the same for the whole block
+  }
+  __device__ int next_visit(int step) const {
+    while (step < steps && !visits(step)) ++step;
+    return step;
+  }
+
+  // Q_i, dO_i, LSE_i and D_i (line 8) of a step into the given buffers, as one cp.async group. Padded rows
+  // are zero and take no part (their LSE and D are never read: every element of theirs is hidden).
+  template <typename Element>
+  __device__ void load(int step, Element* sQ, Element* sdO, float* sLse, float* sD) const {
+    const SplitQParams& f = p.forward;
+    const int head_q = head(step), first = row0(step);
+    const Element* const q = static_cast<const Element*>(f.q) + batch_begin[0] + head_q * f.q_head_stride;
+    const Element* const d_out =
+        static_cast<const Element*>(p.d_out) + batch_begin[1] + head_q * f.o_head_stride;
+    load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, f.q_row_stride, first, rows_q, f.head_dim);
+    load_tile_async<kBlockM, kHeadDim, kThreads>(sdO, d_out, f.o_row_stride, first, rows_q, f.head_dim);
+    const float* const lse = f.lse + batch_begin[2] + head_q * batch_begin[3];
+    for (int r = threadIdx.x; r < kBlockM; r += kThreads) {
+      const int row = first + r;
+      const bool valid = row < rows_q;
+      ptx::cp_async_4(sLse + r, valid ? lse + row : lse, valid);
+      ptx::cp_async_4(sD + r, valid ? p.d_sum + row_index(f, b, head_q, row) : p.d_sum, valid);
+    }
+    cp_async_commit();
+  }
+};
 
 namespace FLASHLAB_CUDA_TARGET {
 
