@@ -134,37 +134,40 @@ const Registration split_q_4warps{gpu_implementation(
      .bytes_moved = tensor_core_bytes_moved},
     FLASHLAB_DEVICE_BUILDS(launch_split_q_4warps, workspace_bytes))};
 
-// Beside split_q's backward: the same kernel with 128 keys a block (8 warps of 16 keys), FlashAttention-2's
-// key tile at d 128, a candidate for the GPU to judge (backward.cu). Its forward is split_q's.
-const Registration split_q_bwd128{with_gpu_backward(
-    gpu_implementation(
-        {.name = "cuda_v2/split_q_bwd128",
-         .summary = "split_q with its backward on 128-key tiles, 8 warps (split_q's: 64 keys, 4 warps)",
-         .dtypes = {DType::bf16},
-         .constraints = "bf16; forward: split_q's; backward: head_dim 64, 128; every mask, GQA, any length, "
-                        "packed varlen; no score modification or dropout",
-         .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V mma
-         .packed = true,
-         .supports = split_q_supports,
-         .bytes_moved = tensor_core_bytes_moved},
-        FLASHLAB_DEVICE_BUILDS(launch_split_q, workspace_bytes)),
-    FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_bwd128_backward, backward_workspace),
-    split_q_bwd128_backward_supports)};
+// An entry beside split_q whose forward is split_q's kernel and whose backward takes another tile, a
+// candidate for the GPU to judge against split_q's: bf16, head dims 64 and 128, no score modification or
+// dropout.
+Implementation backward_tile_entry(const char* name, const char* summary, DeviceBackwardBuilds backward,
+                                   std::string (*backward_supports)(const Problem&)) {
+  return with_gpu_backward(
+      gpu_implementation(
+          {.name = name,
+           .summary = summary,
+           .dtypes = {DType::bf16},
+           .constraints =
+               "bf16; forward: split_q's; backward: head_dim 64, 128; every mask, GQA, any length, "
+               "packed varlen; no score modification or dropout",
+           .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V mma
+           .packed = true,
+           .supports = split_q_supports,
+           .bytes_moved = tensor_core_bytes_moved},
+          FLASHLAB_DEVICE_BUILDS(launch_split_q, workspace_bytes)),
+      backward, backward_supports);
+}
 
-// Beside both: the backward in FlashAttention-2's own warp layout at d 128, 64 query rows a step over 128
-// keys (backward_64x128.cu), where split_q_bwd128's steps take 32. Its forward is split_q's.
-const Registration split_q_bwd64x128{with_gpu_backward(
-    gpu_implementation(
-        {.name = "cuda_v2/split_q_bwd64x128",
-         .summary = "split_q with its backward in FA2's warp layout: 64 query rows a step over 128 keys",
-         .dtypes = {DType::bf16},
-         .constraints = "bf16; forward: split_q's; backward: head_dim 64, 128; every mask, GQA, any length, "
-                        "packed varlen; no score modification or dropout",
-         .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V mma
-         .packed = true,
-         .supports = split_q_supports,
-         .bytes_moved = tensor_core_bytes_moved},
-        FLASHLAB_DEVICE_BUILDS(launch_split_q, workspace_bytes)),
+// The same backward kernel with 128 keys a block (8 warps of 16 keys), FlashAttention-2's key tile at d 128
+// (backward.cu).
+const Registration split_q_bwd128{
+    backward_tile_entry("cuda_v2/split_q_bwd128",
+                        "split_q with its backward on 128-key tiles, 8 warps (split_q's: 64 keys, 4 warps)",
+                        FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_bwd128_backward, backward_workspace),
+                        split_q_bwd128_backward_supports)};
+
+// The backward in FlashAttention-2's own warp layout at d 128, 64 query rows a step over 128 keys
+// (backward_64x128.cu), where split_q_bwd128's steps take 32.
+const Registration split_q_bwd64x128{backward_tile_entry(
+    "cuda_v2/split_q_bwd64x128",
+    "split_q with its backward in FA2's warp layout: 64 query rows a step over 128 keys",
     FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_bwd64x128_backward, backward_workspace),
     split_q_bwd64x128_backward_supports)};
 
