@@ -33,18 +33,24 @@ struct CountedPass {
   std::string verdict;
 };
 
-CountedPass count_forward(const Implementation& impl, const Problem& p, const AttentionInputs& inputs) {
-  progress("running " + impl.name + " in the CPU emulator, counting ...");
+// What the emulator counts while `run` runs (counting stops also when it throws).
+template <class Run>
+emulator::Counters counted(Run run) {
   emulator::start_counting();
-  AttentionOutputs outputs;
   try {
-    outputs = run_forward(impl, p, inputs);
+    run();
   } catch (...) {
     emulator::stop_counting();
     throw;
   }
+  return emulator::stop_counting();
+}
+
+CountedPass count_forward(const Implementation& impl, const Problem& p, const AttentionInputs& inputs) {
+  progress("running " + impl.name + " in the CPU emulator, counting ...");
+  AttentionOutputs outputs;
   CountedPass pass;
-  pass.counted = emulator::stop_counting();
+  pass.counted = counted([&] { outputs = run_forward(impl, p, inputs); });
   progress("checking against the fp64 reference ...");
   const ReferenceResult ref = reference_attention(p, inputs);
   const AttentionOutputs baseline = baseline_attention(p, inputs, p.dtype, impl.rounds_p);
@@ -63,15 +69,8 @@ CountedPass count_backward(const Implementation& impl, const Problem& p, const A
   const HostTensor d_out = random_d_out(p, d_out_seed);
   AttentionGradients gradients = AttentionGradients::poisoned(p);
   progress("running " + impl.name + " backward in the CPU emulator, counting ...");
-  emulator::start_counting();
-  try {
-    impl.backward(p, inputs, forward, d_out, gradients);
-  } catch (...) {
-    emulator::stop_counting();
-    throw;
-  }
   CountedPass pass;
-  pass.counted = emulator::stop_counting();
+  pass.counted = counted([&] { impl.backward(p, inputs, forward, d_out, gradients); });
   progress("checking against the fp64 reference backward ...");
   const AttentionGradients baseline = baseline_backward(p, inputs, d_out, p.dtype, impl.rounds_p);
   const ReferenceGradients ref = reference_backward(p, inputs, d_out);
