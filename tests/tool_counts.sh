@@ -32,16 +32,27 @@ assert abs(p["gflop"] - 4 * 8 * 100 * 300 * 32 / 1e9) < 1e-12, p
 assert p["min_bytes"] == 4 * (2 * 8 * 100 * 32 + 2 * 2 * 300 * 32) + 4 * 8 * 100, p
 ' || fail "run --json: the problem's counts are not its own"
 # profile --pass backward: one backward pass counted (its four launches), the backward's FLOPs (2.5x the forward's)
-# and its minimum bytes (Q, K, V, O, dO and LSE read once, dQ, dK and dV written once), here in bf16.
-"$tool" profile cuda_v2/split_q_bwd64x128 --pass backward --heads 2 --kv-heads 1 --seqlen-q 100 --seqlen-k 150 \
-  --head-dim 64 --dtype bf16 --json | python3 -c '
+# and its minimum bytes (Q, K, V, O, dO and LSE read once, dQ, dK and dV written once), here in bf16. The
+# sanitizer's build refuses to count (its emulated code does not see every access): there this check says so
+# and does not run.
+rc=0
+errors=$(mktemp)
+trap 'rm -f "$errors"' EXIT
+profiled=$("$tool" profile cuda_v2/split_q_bwd64x128 --pass backward --heads 2 --kv-heads 1 --seqlen-q 100 \
+  --seqlen-k 150 --head-dim 64 --dtype bf16 --json 2>"$errors") || rc=$?
+if [[ $rc == 2 && $(<"$errors") == *"the sanitizer's"* ]]; then
+  echo "counts: profile --pass backward not checked in this build: $(sed 's/^flashlab: //' "$errors")"
+else
+  [[ $rc == 0 ]] || fail "profile --pass backward: exit $rc, $(<"$errors")"
+  python3 -c '
 import json, sys
 c = json.load(sys.stdin)
 assert c["pass"] == "backward" and c["passed"] and c["launches"] == 4, c
 assert c["flops"] == 2.5 * 4 * 2 * 100 * 150 * 64, c["flops"]
 q, kv = 100 * 2 * 64, 150 * 1 * 64
 assert c["model_bytes"] == 2 * (4 * q + 4 * kv) + 4 * 2 * 100, c["model_bytes"]
-' || fail "profile --pass backward: the counts are not the backward's"
+' <<<"$profiled" || fail "profile --pass backward: the counts are not the backward's"
+fi
 rc=0
 message=$("$tool" profile cuda_v2/split_q --pass sideways 2>&1) || rc=$?
 [[ $rc == 2 && $message == *"--pass (sideways)"* ]] || fail "profile --pass sideways: exit $rc, '$message'"
