@@ -172,7 +172,8 @@ __global__ void __launch_bounds__(kThreads)
     const bool cut =
         !(band[0].begin <= key0 && key0 + kWarpKeys <= band[0].end && band[1].begin <= key0 &&
           key0 + kWarpKeys <= band[1].end && (p.mask == nullptr || !(real_row[0] || real_row[1])));
-    uint32_t hidden_keys = 0;  // bit k: key key0 + k
+    uint32_t hidden_keys = 0;      // bit k: key key0 + k, over the warp
+    uint32_t hidden_elements = 0;  // bit 4 nt + e: this thread's element (nt, e)
     if (__any_sync(0xffffffffu, cut)) {
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -181,6 +182,7 @@ __global__ void __launch_bounds__(kThreads)
           const int i = e / 2, k = 8 * nt + 2 * quad_lane + e % 2, j = key0 + k;
           if (!sees(i, j)) {
             s[nt][e] = -INFINITY;
+            hidden_elements |= 1u << (4 * nt + e);
             if (j < sk) hidden_keys |= 1u << k;
           }
         }
@@ -227,11 +229,15 @@ __global__ void __launch_bounds__(kThreads)
     // P V is taken key by key on the CUDA cores instead, skipping the pairs that do not see each other
     // (exact_p_v below).
     bool special = false;
-    if (hidden_keys != 0) {
-      for (int k = 0; k < kWarpKeys; ++k) {
+    if (hidden_keys != 0) {  // the hidden keys' V rows, 16 bytes a lane at a time
+      for (int index = lane; index < kWarpKeys * G::kChunks; index += 32) {
+        const int k = index / G::kChunks, chunk = index % G::kChunks;
         if ((hidden_keys >> k & 1u) == 0) continue;
-        for (int c = lane; c < p.head_dim; c += 32)
-          special |= !isfinite(cuda::to_float(v_tile[Tile::offset(kWarpKeys * warp + k, c & ~7) + (c & 7)]));
+        float value[8];
+        to_float8<T>(*reinterpret_cast<const uint4*>(v_tile + Tile::offset(kWarpKeys * warp + k, chunk * 8)),
+                     value);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) special |= !isfinite(value[e]);
       }
       special = __any_sync(0xffffffffu, special);
     }
@@ -256,7 +262,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < 4; ++e) {
           const int i = e / 2, k = 8 * nt + 2 * quad_lane + e % 2;
           warp_p[(group + 8 * i) * kWarpKeys + k] =
-              sees(i, key0 + k) ? cuda::to_float(cuda::from_float<T>(s[nt][e])) : kHidden;
+              hidden_elements >> (4 * nt + e) & 1u ? kHidden : cuda::to_float(cuda::from_float<T>(s[nt][e]));
         }
       __syncwarp();
       for (int k = 0; k < kWarpKeys; ++k) {

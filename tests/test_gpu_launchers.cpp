@@ -252,7 +252,7 @@ TEST_CASE("decoding/cuda_split_kv's split count fills one wave, rounded down, ne
   CHECK(splits_for(64, 65536) == 1);  // 512 blocks already fill most of the wave
   CHECK(splits_for(1, 100) == 1);
   // decoding/cuda_split_kv_mma's kernel takes 73,728 B a block at d 128 (64-key tiles, 2 stages, Q and the
-  // exact path's P): 3 blocks an SM, a wave of 396 (on a GPU its 168 registers allow 3 as well).
+  // exact path's P): 3 blocks an SM, a wave of 396 (on a GPU its 166-167 registers allow 3 as well).
   const auto mma_splits_for = [](int batch, int seqlen_k) {
     const Problem p = problem_shape(batch, 32, 8, 1, seqlen_k, 128);
     const int64_t elements = decoding::emulated::cuda_split_kv_mma_partial_elements(p);
