@@ -161,6 +161,35 @@ constexpr bool steps_are_offsets() {
 }
 static_assert(steps_are_offsets<64>() && steps_are_offsets<128>() && steps_are_offsets<256>());
 
+// Calls copy(r, col, src) for each 16-byte chunk that this thread copies of a kRows x kCols tile, rows row0..
+// of a row_stride-strided tensor. With n = kCols / 8 chunks a row, chunk c is at tile row r = c / n and
+// column col = 8 (c % n); src points at it in global memory (it may lie past the tensor: the caller decides
+// whether to read it). The block's kThreads threads take chunks t, t + kThreads, ..., a count known when
+// compiling, so the steps unroll. Where kThreads is a multiple of n a thread keeps its column, and each step
+// moves the source by a fixed number of rows. (Written as `for (c = threadIdx.x; c < chunks; c += kThreads)`
+// the trip count depends on threadIdx.x, and ptxas kept a general loop with a division and a remainder: about
+// 600 of the 1,900 instructions of a full key tile in split_q_4warps's sm_90a SASS, docs/04 4.10.)
+template <int kRows, int kCols, int kThreads, typename Element, typename Copy>
+__device__ inline void for_each_chunk(const Element* gmem, int64_t row_stride, int row0, Copy copy) {
+  constexpr int kPerRow = kCols / 8, kChunks = kRows * kPerRow;
+  constexpr int kSteps = (kChunks + kThreads - 1) / kThreads;
+  const int first = static_cast<int>(threadIdx.x);
+  if constexpr (kThreads % kPerRow == 0) {
+    constexpr int kRowStep = kThreads / kPerRow;
+    const int r0 = first / kPerRow, col = first % kPerRow * 8;
+    const Element* src = gmem + (row0 + r0) * row_stride + col;
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step, src += kRowStep * row_stride)
+      if (kRows % kRowStep == 0 || r0 + step * kRowStep < kRows) copy(r0 + step * kRowStep, col, src);
+  } else {  // the widths 96 and 192: a thread's column changes from step to step
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step) {
+      const int chunk = first + step * kThreads, r = chunk / kPerRow, col = chunk % kPerRow * 8;
+      if (kChunks % kThreads == 0 || chunk < kChunks) copy(r, col, gmem + (row0 + r) * row_stride + col);
+    }
+  }
+}
+
 // Copies rows [row0, row0 + kRows) of a (row_stride-strided) tile into swizzled shared memory with cp.async.
 // Rows at or past `rows_valid` are zero-filled and never read: ragged tails stay in bounds, and a padded
 // key's V row is exactly 0, so even a NaN stored there cannot reach an output. Columns at or past `head_dim`
@@ -169,13 +198,10 @@ static_assert(steps_are_offsets<64>() && steps_are_offsets<128>() && steps_are_o
 template <int kRows, int kHeadDim, int kThreads, typename Element>
 __device__ inline void load_tile_async(Element* smem, const Element* gmem, int64_t row_stride, int row0,
                                        int rows_valid, int head_dim) {
-  constexpr int kChunksPerRow = kHeadDim / 8;
-  for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
-    const int r = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+  for_each_chunk<kRows, kHeadDim, kThreads>(gmem, row_stride, row0, [&](int r, int col, const Element* src) {
     const bool in_range = row0 + r < rows_valid && col < head_dim;
-    const Element* src = in_range ? gmem + (row0 + r) * row_stride + col : gmem;
-    cp_async_16(smem + SwizzledTile<kHeadDim>::offset(r, col), src, in_range);
-  }
+    cp_async_16(smem + SwizzledTile<kHeadDim>::offset(r, col), in_range ? src : gmem, in_range);
+  });
 }
 
 // The same copy without cp.async (the tensor-core ladder's rungs before it, split_q.cu): each thread moves
@@ -184,14 +210,11 @@ __device__ inline void load_tile_async(Element* smem, const Element* gmem, int64
 template <int kRows, int kHeadDim, int kThreads, typename Element>
 __device__ inline void load_tile_sync(Element* smem, const Element* gmem, int64_t row_stride, int row0,
                                       int rows_valid, int head_dim) {
-  constexpr int kChunksPerRow = kHeadDim / 8;
-  for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
-    const int r = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+  for_each_chunk<kRows, kHeadDim, kThreads>(gmem, row_stride, row0, [&](int r, int col, const Element* src) {
     uint4 value = make_uint4(0, 0, 0, 0);
-    if (row0 + r < rows_valid && col < head_dim)
-      value = *reinterpret_cast<const uint4*>(gmem + (row0 + r) * row_stride + col);
+    if (row0 + r < rows_valid && col < head_dim) value = *reinterpret_cast<const uint4*>(src);
     *reinterpret_cast<uint4*>(smem + SwizzledTile<kHeadDim>::offset(r, col)) = value;
-  }
+  });
 }
 
 }  // namespace flashlab::cuda_v2
