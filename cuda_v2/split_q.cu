@@ -52,9 +52,9 @@ struct SplitQConfig<64> {
 };
 template <>
 struct SplitQConfig<128> {
-  // kMTiles = 2 (FA2's layout) needs ~255 registers here and spills a few bytes (nvcc 13, sm_90a), so d = 128
-  // takes 8 warps of one row tile: the same Br, twice the K/V fragment loads. Without the variants it fits
-  // sm_90a: that is cuda_v2/split_q_4warps (FourWarpsRung below), timed beside split_q on a GPU.
+  // kMTiles = 2 (FA2's layout) needs all 255 registers here and spills (nvcc 13, sm_90a), so d = 128 takes 8
+  // warps of one row tile: the same Br, twice the K/V fragment loads. Without the variants that layout is
+  // cuda_v2/split_q_4warps (FourWarpsRung below), timed beside split_q on a GPU.
   static constexpr int kWarps = 8, kMTiles = 1, kBlockN = split_q_tile(128).block_n;
 };
 template <>
@@ -87,10 +87,9 @@ struct SplitQRung {  // cuda_v2/split_q
 // Beside the ladder, cuda_v2/split_q_4warps: split_q at the 128 tile width with FlashAttention-2's warp
 // layout for d = 128 on H100 (its flash_fwd_launch_template.h: 128 x 64, 4 warps): 4 warps of two row tiles
 // instead of 8 warps of one. Each K or V fragment then feeds two mma, so a warp reads 160 shared-memory bytes
-// per mma instead of 288. The price is registers: ptxas (nvcc 13) gives it all 255, without a spill for
-// sm_90a (the H100 and H200) and spilling 124 bytes for sm_80, and one block of 128 threads per SM. bf16
-// only; no score modification or dropout (check_split_q_4warps): with the variants it would not fit
-// (SplitQConfig<128>).
+// per mma instead of 288. The price is registers: ptxas (nvcc 13) gives it all 255 and spills 88 bytes for
+// sm_90a (the H100 and H200) and 92 for sm_80; two blocks of 128 threads fit an SM. bf16 only; no score
+// modification or dropout (check_split_q_4warps): with the variants it would not fit (SplitQConfig<128>).
 struct FourWarpsRung {
   static constexpr bool kAsyncCopy = true;
   static constexpr bool kSkipTiles = true;
@@ -182,27 +181,21 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung>::kThreads, 1)
   // kernel. This thread holds accumulator rows g and g + 8 of each of its row tiles: row index i = 2 mt + r.
   const int warp_row = warp * Shape::kWarpRows;
   int rows[kRows];
-  int keys_begin[kRows],
-      keys_end[kRows];  // each row's visible keys (common/mask.hpp), 32-bit to save registers
 #pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    rows[i] = row_begin + warp_row + (i / 2) * 16 + group + (i % 2) * 8;
-    const KeyRange keys = BlockMask::band(p, block, rows[i]);
-    keys_begin[i] = static_cast<int>(keys.begin);
-    keys_end[i] = static_cast<int>(keys.end);
-  }
+  for (int i = 0; i < kRows; ++i) rows[i] = row_begin + warp_row + (i / 2) * 16 + group + (i % 2) * 8;
 
   // The shared-memory row each lane hands to ldmatrix, per operand (tensor_core.cuh).
   const LdmatrixRow q_at = a_operand_row(lane), k_at = b_operand_row_nk(lane), v_at = b_operand_row_kn(lane);
 
   const float scale_log2 = p.softmax_scale * kLog2e;  // exp(scale * s) = exp2(scale * log2(e) * s)
   float o_acc[kMTiles][kNTilesO][4] = {};             // O~: unnormalized output (Algorithm 1 line 10)
-  float row_max[kRows];                               // m, in the log2 domain: max of s * scale_log2
-  float raw_max[kRows];                               // the max of the unscaled scores s (for the LSE)
+  // m, the max of the unscaled scores s: the log2 domain's max is raw_max * scale_log2 (rounded as each
+  // score is), and the LSE takes the natural domain's
+  float raw_max[kRows];
   float row_sum[kRows];  // l, this thread's columns only; the quad sum is deferred to the end
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    row_max[i] = raw_max[i] = -INFINITY;
+    raw_max[i] = -INFINITY;
     row_sum[i] = 0.0f;
   }
 
@@ -260,18 +253,22 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung>::kThreads, 1)
     const bool modified = Variant::modifies_scores(p), cut = !block.tile_is_full<kBlockN>(key0);
     if (modified || cut) {
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
+      for (int i = 0; i < kRows; ++i) {
+        // Each row's visible keys (common/mask.hpp), formed here rather than held in registers across the
+        // tiles: only a cut tile needs them.
+        const KeyRange keys = BlockMask::band(p, block, rows[i]);
+        const int mt = i / 2, r = i % 2;
 #pragma unroll
         for (int nt = 0; nt < kNTilesS; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = 2 * mt + e / 2, key = key0 + nt * 8 + 2 * quad_lane + e % 2;
+          for (int c = 0; c < 2; ++c) {
+            float& score = s[mt][nt][2 * r + c];
+            const int key = key0 + nt * 8 + 2 * quad_lane + c;
             if (modified && rows[i] < p.seqlen_q && key < p.seqlen_k)
-              s[mt][nt][e] =
-                  Variant::score(p, s[mt][nt][e], b, head, rows[i], key, block.rows_q, block.rows_k);
-            if (cut && !element_visible(p, KeyRange{keys_begin[i], keys_end[i]}, rows[i], key))
-              s[mt][nt][e] = -INFINITY;
+              score = Variant::score(p, score, b, head, rows[i], key, block.rows_q, block.rows_k);
+            if (cut && !element_visible(p, keys, rows[i], key)) score = -INFINITY;
           }
+      }
     }
 
     // Online softmax (Algorithm 1 lines 9-10), each row's max reduced over its quad. The scores are taken to
@@ -292,13 +289,13 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung>::kThreads, 1)
           tile_max = fmaxf(tile_max, s[mt][nt][2 * r + c]);
           s[mt][nt][2 * r + c] = __fmul_rn(s[mt][nt][2 * r + c], scale_log2);  // never fused with - max
         }
+      const float old_max = raw_max[i] * scale_log2;
       raw_max[i] = fmaxf(raw_max[i], quad_max(tile_max));
       const float new_max = raw_max[i] * scale_log2;
       // Every key so far masked (new_max = -inf): subtract 0 instead, since -inf - (-inf) would be NaN; the
       // masked scores then give exp2(-inf) = 0 and the row stays empty.
       const float max_used = new_max == -INFINITY ? 0.0f : new_max;
-      const float rescale = fast_exp2(row_max[i] - max_used);  // 0 when row_max was -inf: nothing to keep
-      row_max[i] = new_max;
+      const float rescale = fast_exp2(old_max - max_used);  // 0 when old_max was -inf: nothing to keep
       row_sum[i] *= rescale;
 #pragma unroll
       for (int nt = 0; nt < kNTilesO; ++nt) {
