@@ -87,8 +87,8 @@ struct SplitQRung {  // cuda_v2/split_q
 // Beside the ladder, cuda_v2/split_q_4warps: split_q at the 128 tile width with FlashAttention-2's warp
 // layout for d = 128 on H100 (its flash_fwd_launch_template.h: 128 x 64, 4 warps): 4 warps of two row tiles
 // instead of 8 warps of one. Each K or V fragment then feeds two mma, so a warp reads 160 shared-memory bytes
-// per mma instead of 288. The price is registers: ptxas (nvcc 13) gives it all 255 and spills 88 bytes for
-// sm_90a (the H100 and H200) and 92 for sm_80; two blocks of 128 threads fit an SM. bf16 only; no score
+// per mma instead of 288. The price is registers: ptxas (nvcc 13) gives it all 255 and spills 76 bytes for
+// sm_90a (the H100 and H200) and 80 for sm_80; two blocks of 128 threads fit an SM. bf16 only; no score
 // modification or dropout (check_split_q_4warps): with the variants it would not fit (SplitQConfig<128>).
 struct FourWarpsRung {
   static constexpr bool kAsyncCopy = true;
@@ -184,8 +184,11 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung>::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kRows; ++i) rows[i] = row_begin + warp_row + (i / 2) * 16 + group + (i % 2) * 8;
 
-  // The shared-memory row each lane hands to ldmatrix, per operand (tensor_core.cuh).
+  // The shared-memory row each lane hands to ldmatrix, per operand (tensor_core.cuh), and its offset in the
+  // first fragment; the other fragments' offsets are moved from it (SwizzledTile::moved).
   const LdmatrixRow q_at = a_operand_row(lane), k_at = b_operand_row_nk(lane), v_at = b_operand_row_kn(lane);
+  const int q_row = warp_row + q_at.row, q0 = Tile::offset(q_row, q_at.col);
+  const int k0 = Tile::offset(k_at.row, k_at.col), v0 = Tile::offset(v_at.row, v_at.col);
 
   const float scale_log2 = p.softmax_scale * kLog2e;  // exp(scale * s) = exp2(scale * log2(e) * s)
   float o_acc[kMTiles][kNTilesO][4] = {};             // O~: unnormalized output (Algorithm 1 line 10)
@@ -233,11 +236,11 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung>::kThreads, 1)
       uint32_t a[kMTiles][4];
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
-        ldmatrix_x4(a[mt], sQ + Tile::offset(warp_row + mt * 16 + q_at.row, kk * 16 + q_at.col));
+        ldmatrix_x4(a[mt], sQ + Tile::moved(q0, q_row, q_at.col, mt * 16, kk * 16));
 #pragma unroll
       for (int np = 0; np < kNTilesS / 2; ++np) {
         uint32_t bk[4];  // b0, b1 of n-tiles 2np and 2np + 1
-        ldmatrix_x4(bk, sKj + Tile::offset(np * 16 + k_at.row, kk * 16 + k_at.col));
+        ldmatrix_x4(bk, sKj + Tile::moved(k0, k_at.row, k_at.col, np * 16, kk * 16));
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           mma_m16n8k16<Element>(s[mt][2 * np], a[mt], bk[0], bk[1]);
@@ -329,7 +332,7 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung>::kThreads, 1)
 #pragma unroll
       for (int np = 0; np < kNTilesO / 2; ++np) {
         uint32_t bv[4];  // V_j is [key][dim] = B row-major: ldmatrix.trans gives the column-major fragment
-        ldmatrix_x4_trans(bv, sVj + Tile::offset(kk * 16 + v_at.row, np * 16 + v_at.col));
+        ldmatrix_x4_trans(bv, sVj + Tile::moved(v0, v_at.row, v_at.col, kk * 16, np * 16));
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           mma_m16n8k16<Element>(o_acc[mt][2 * np], a[mt], bv[0], bv[1]);

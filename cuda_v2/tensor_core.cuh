@@ -134,6 +134,8 @@ struct SwizzledTile {
     const int chunk = c < kFullGroupChunks ? c ^ (row & 7) : c ^ ((row >> 1) & 3);
     return row * kCols + (chunk << 3);
   }
+  // Whether step() holds: a width of whole groups that is a power of two (64, 128, 256).
+  static constexpr bool kSteps = kCols >= 64 && (kCols & (kCols - 1)) == 0;
   // offset(row + rows, col + cols) from offset(row, col), for rows a multiple of 8 and cols one of 16 (of 8
   // from col 0), col 0 or 8: where the width is a power of two of at least 64 (whole groups), the XOR of the
   // chunk with the row touches only the offset's bits below the row's, so a step along the row is an XOR of
@@ -141,8 +143,16 @@ struct SwizzledTile {
   // it with an instruction or two per load, where offset() takes several (CuTe's swizzled layouts step the
   // same way).
   __host__ __device__ static constexpr int step(int offset0, int rows, int cols) {
-    static_assert(kCols >= 64 && (kCols & (kCols - 1)) == 0, "XOR steps need a power-of-two width of groups");
+    static_assert(kSteps, "XOR steps need a power-of-two width of groups");
     return (offset0 ^ cols) + rows * kCols;
+  }
+  // offset(row + rows, col + cols) from offset0 = offset(row, col): by step() where the width allows it, by
+  // offset() at the widths that end in a half group (32, 96) or are not a power of two (192).
+  __host__ __device__ static constexpr int moved(int offset0, int row, int col, int rows, int cols) {
+    if constexpr (kSteps)
+      return step(offset0, rows, cols);
+    else
+      return offset(row + rows, col + cols);
   }
 };
 
