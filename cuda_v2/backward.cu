@@ -153,8 +153,15 @@ __device__ inline void accumulate_keys_by_dims(float (&acc)[kHeadDim / 8][4],
 // kVariants: the problem has a score modification (soft-capping, ALiBi, a bias) or dropout. A kernel of its
 // own, since their code costs the head-dim-128 kernel registers it does not have to spare (ptxas -v: spills
 // with it, 0 to 16 bytes without; docs/04 section 4.6).
+//
+// Blocks a SM: at d 64 the 64-key kernel keeps 3 of 4 warps (at most 168 registers), the occupancy the H200
+// timed it at as the fastest backward at d 64 (docs/08); ptxas would otherwise take 176 and fit 2.
+template <int kBlockN, int kHeadDim, bool kVariants>
+constexpr int kBackwardMinBlocks = (kBlockN == kBackwardBlockN && kHeadDim == 64 && !kVariants) ? 3 : 1;
 template <typename Element, int kHeadDim, bool kVariants, int kBlockN>
-__global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>) backward_kernel(const SplitQBackwardParams p) {
+__global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>,
+                                  (kBackwardMinBlocks<kBlockN, kHeadDim, kVariants>))
+    backward_kernel(const SplitQBackwardParams p) {
   using Tile = SwizzledTile<kHeadDim>;
   constexpr int kBlockThreads = kBlockThreadsOf<kBlockN>, kKeyWarps = kBlockThreads / 32;
   constexpr int kNTilesD = kHeadDim / 8;  // 8-wide n-tiles of a head_dim-wide product (dV, dK)
@@ -186,27 +193,27 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>) backward_kernel(cons
 
   // The steps of this key tile (backward_steps.cuh). A step's Q_i, dO_i, LSE_i and D_i go into one of two
   // buffers: the next step's copy is in flight while this one is computed, as in FlashAttention-2's backward.
-  const KeyTileSteps<kBlockM, kBlockN, kHeadDim, kBlockThreads> schedule(p, batch_begin, b, head_kv, kv_tile);
+  using Schedule = KeyTileSteps<kBlockM, kBlockN, kHeadDim, kBlockThreads>;
+  using Step = typename Schedule::Step;
+  const Schedule schedule(p, batch_begin, b, head_kv, kv_tile);
   const int steps = schedule.steps;
-  const auto next_visit = [&](int step) { return schedule.next_visit(step); };
-  const auto load_step = [&](int step, int buffer) {
+  const auto load_step = [&](const Step& step, int buffer) {
     schedule.load(step, sQ_buffers + buffer * kQTile, sdO_buffers + buffer * kQTile,
                   sLse_buffers + buffer * kBlockM, sD_buffers + buffer * kBlockM);
   };
 
-  int step = next_visit(0);
-  if (step < steps) load_step(step, 0);
-  for (int buffer = 0; step < steps; buffer ^= 1) {
-    const int next = next_visit(step + 1);
-    if (next < steps) {
+  Step step = schedule.first_visit();
+  if (step.number < steps) load_step(step, 0);
+  for (int buffer = 0; step.number < steps; buffer ^= 1) {
+    const Step next = schedule.next_visit(step);
+    if (next.number < steps) {
       load_step(next, buffer ^ 1);  // its last readers, a step ago, were all past that step's second barrier
     } else {
       cp_async_commit();  // an empty group, so that the wait below counts the same way
     }
     cp_async_wait<1>();  // this step's copies (and, the first time, K and V) have landed ...
     __syncthreads();     // ... everyone's; and the step before is done with sdS
-    const int head = schedule.head(step), row0 = schedule.row0(step);
-    const BlockMask block = schedule.block(step);
+    const int head = step.head, row0 = step.row0;
     const Element* const sQ = sQ_buffers + buffer * kQTile;
     const Element* const sdO = sdO_buffers + buffer * kQTile;
     const float* const sLse = sLse_buffers + buffer * kBlockM;
@@ -219,7 +226,7 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>) backward_kernel(cons
     // P^T = exp(S^T scale - LSE) (line 10) where the element is visible to a valid row, else exactly 0
     // (backward_steps.cuh: how P is rounded to be the forward's). Thread element (nt, e): key warp_key +
     // group + 8 (e / 2), query nt * 8 + 2 quad_lane + e % 2 of the tile.
-    const bool full = block.tile_is_full<kBlockN>(key0);
+    const bool full = step.full;
     const auto probability = [&](float s, int r) { return recomputed_probability(s, scale, sLse[r]); };
     bool visible[kNTilesM][4];
     float derivative[kNTilesM][4];  // ds"/ds of the score modification (1 without soft-capping)
@@ -237,6 +244,7 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>) backward_kernel(cons
           st[nt][e] = probability(st[nt][e], nt * 8 + 2 * quad_lane + e % 2);
         }
     } else {
+      const BlockMask block = schedule.block(step);
 #pragma unroll
       for (int nt = 0; nt < kNTilesM; ++nt)
 #pragma unroll

@@ -192,25 +192,25 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
 
   // The steps of this key tile, as backward.cu's kernel takes them (backward_steps.cuh), 64 rows a step; a
   // step's Q_i, dO_i, LSE_i and D_i into one of two buffers.
-  const KeyTileSteps<kBlockM, kBlockN, kHeadDim, kThreads> schedule(p, batch_begin, b, head_kv, kv_tile);
+  using Schedule = KeyTileSteps<kBlockM, kBlockN, kHeadDim, kThreads>;
+  using Step = typename Schedule::Step;
+  const Schedule schedule(p, batch_begin, b, head_kv, kv_tile);
   const int steps = schedule.steps;
-  const auto next_visit = [&](int step) { return schedule.next_visit(step); };
-  const auto load_step = [&](int step, int buffer) {
+  const auto load_step = [&](const Step& step, int buffer) {
     schedule.load(step, sQ_buffers + buffer * kQTile, sdO_buffers + buffer * kQTile,
                   sLse_buffers + buffer * kBlockM, sD_buffers + buffer * kBlockM);
   };
 
-  int step = next_visit(0);
-  if (step < steps) load_step(step, 0);
-  for (int buffer = 0; step < steps; buffer ^= 1) {
+  Step step = schedule.first_visit();
+  if (step.number < steps) load_step(step, 0);
+  for (int buffer = 0; step.number < steps; buffer ^= 1) {
     cp_async_wait<0>();  // this step's copies (and, the first time, K and V) have landed ...
     __syncthreads();     // ... everyone's; and the step before is done with P, dS and the other buffers
     // The next step's copy runs under this step's products. Its buffer's last readers were the step
     // before's dV and dK products, after that step's second barrier: only the barrier above orders them.
-    const int next = next_visit(step + 1);
-    if (next < steps) load_step(next, buffer ^ 1);
-    const int head = schedule.head(step), row0 = schedule.row0(step);
-    const BlockMask block = schedule.block(step);
+    const Step next = schedule.next_visit(step);
+    if (next.number < steps) load_step(next, buffer ^ 1);
+    const int head = step.head, row0 = step.row0;
     const Element* const sQ = sQ_buffers + buffer * kQTile;
     const Element* const sdO = sdO_buffers + buffer * kQTile;
     const float* const sLse = sLse_buffers + buffer * kBlockM;
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
     // inside the mask's band and the rows' length (nearly every tile of a non-causal problem) forms no
     // element mask; the others record in `hidden` which of this thread's 32 elements are hidden.
     uint32_t hidden = 0;
-    if (block.tile_is_full<kBlockN>(key0) && row0 + kBlockM <= rows_q) {
+    if (step.full && row0 + kBlockM <= rows_q) {
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -236,6 +236,7 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
             s[mt][nt][e] = recomputed_probability<true>(s[mt][nt][e], scale, lse);
         }
     } else {
+      const BlockMask block = schedule.block(step);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll

@@ -80,7 +80,10 @@ __device__ inline void load_key_tile(Element* sK, Element* sV, const SplitQParam
 // The steps of key tile kv_tile's block, kBlockM query rows a step. Step s takes query head head_kv *
 // group_size + s / q_tiles (GQA: the group's query heads all add into this kv head's dK and dV) and Q tile
 // s % q_tiles. The forward's block skipping, seen from the key side: a step's Q tile visits key tile j when j
-// is one of its tiles (the forward's BlockMask, with the backward's tiles); the other steps are skipped.
+// is one of its tiles (the forward's BlockMask, with the backward's tiles); the other steps are skipped. A
+// kernel walks the visited steps with first_visit and next_visit, which carry the head and the first row
+// from step to step (a division by q_tiles, a run-time value, takes tens of instructions) and form each
+// step's mask once.
 template <int kBlockM, int kBlockN, int kHeadDim, int kThreads>
 struct KeyTileSteps {
   const SplitQBackwardParams& p;
@@ -99,39 +102,62 @@ struct KeyTileSteps {
         steps(group_size * q_tiles),
         rows_q(cuda::rows_q(params.forward, batch)) {}
 
-  __device__ int head(int step) const { return head_kv * group_size + step / q_tiles; }
-  __device__ int row0(int step) const { return step % q_tiles * kBlockM; }
-  __device__ BlockMask block(int step) const {
-    return BlockMask::make<kBlockN>(p.forward, b, row0(step), row0(step) + kBlockM);
-  }
-  __device__ bool visits(int step) const {
-    const BlockMask mask = block(step);
-    return kv_tile >= mask.tile_begin && kv_tile < mask.tile_end;  // the same for the whole block
-  }
-  __device__ int next_visit(int step) const {
-    while (step < steps && !visits(step)) ++step;
-    return step;
+  // A step: its number (steps when there is none left), its query head and first row, and whether the key
+  // tile is full for its Q tile (BlockMask::tile_is_full: no element hidden by the mask's band).
+  struct Step {
+    int number, head, row0;
+    bool full;
+  };
+  __device__ Step first_visit() const { return visit_from({0, head_kv * group_size, 0, false}); }
+  __device__ Step next_visit(Step step) const { return visit_from(following(step)); }
+  // The step's Q tile's mask, for the element masks of a tile that is not full.
+  __device__ BlockMask block(const Step& step) const {
+    return BlockMask::make<kBlockN>(p.forward, b, step.row0, step.row0 + kBlockM);
   }
 
   // Q_i, dO_i, LSE_i and D_i (line 8) of a step into the given buffers, as one cp.async group. Padded rows
   // are zero and take no part (their LSE and D are never read: every element of theirs is hidden).
   template <typename Element>
-  __device__ void load(int step, Element* sQ, Element* sdO, float* sLse, float* sD) const {
+  __device__ void load(const Step& step, Element* sQ, Element* sdO, float* sLse, float* sD) const {
     const SplitQParams& f = p.forward;
-    const int head_q = head(step), first = row0(step);
+    const int head_q = step.head, first = step.row0;
     const Element* const q = static_cast<const Element*>(f.q) + batch_begin[0] + head_q * f.q_head_stride;
     const Element* const d_out =
         static_cast<const Element*>(p.d_out) + batch_begin[1] + head_q * f.o_head_stride;
     load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, f.q_row_stride, first, rows_q, f.head_dim);
     load_tile_async<kBlockM, kHeadDim, kThreads>(sdO, d_out, f.o_row_stride, first, rows_q, f.head_dim);
     const float* const lse = f.lse + batch_begin[2] + head_q * batch_begin[3];
-    for (int r = threadIdx.x; r < kBlockM; r += kThreads) {
+    // A thread's rows are a count known when compiling, as for_each_chunk's chunks are (tensor_core.cuh):
+    // looping from threadIdx.x, ptxas kept a general loop with a remainder, about 140 instructions a step.
+#pragma unroll
+    for (int i = 0; i < (kBlockM + kThreads - 1) / kThreads; ++i) {
+      const int r = static_cast<int>(threadIdx.x) + i * kThreads;
+      if (kBlockM % kThreads != 0 && r >= kBlockM) break;
       const int row = first + r;
       const bool valid = row < rows_q;
       ptx::cp_async_4(sLse + r, valid ? lse + row : lse, valid);
       ptx::cp_async_4(sD + r, valid ? p.d_sum + row_index(f, b, head_q, row) : p.d_sum, valid);
     }
     cp_async_commit();
+  }
+
+ private:
+  __device__ Step following(Step step) const {
+    ++step.number;
+    step.row0 += kBlockM;
+    if (step.row0 == q_tiles * kBlockM) step.row0 = 0, ++step.head;
+    return step;
+  }
+  // The first step from `step` on whose Q tile visits the key tile (the same for all its rows).
+  __device__ Step visit_from(Step step) const {
+    for (; step.number < steps; step = following(step)) {
+      const BlockMask mask = block(step);
+      if (kv_tile >= mask.tile_begin && kv_tile < mask.tile_end) {
+        step.full = mask.tile_is_full<kBlockN>(kv_tile * kBlockN);
+        return step;
+      }
+    }
+    return step;
   }
 };
 
