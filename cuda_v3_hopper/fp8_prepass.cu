@@ -330,15 +330,16 @@ __global__ void __launch_bounds__(kThreads) v_quantize_kernel(Fp8PrepassParams p
   const int valid_keys = left <= 0 ? 0 : left < bc ? static_cast<int>(left) : bc;
   const uint16_t* tile_in = p.v + ((b * p.seqlen_k + j0) * p.heads_kv + hk) * kDim;
   const int key_stride = static_cast<int>(p.heads_kv * kDim);
-  // Load `index` of the tile's row-major order: key index / kLoads, channels 8 (index % kLoads) on.
-  auto load8 = [&](int index, float(&x)[8]) {
-    load_bf16s(tile_in + static_cast<int64_t>(index / kLoads) * key_stride + index % kLoads * 8, x);
+  // The 16-byte load `index` of the tile's keys from `first` on, in row-major order: key first + index /
+  // kLoads, channels 8 (index % kLoads) on.
+  auto chunk = [&](int first, int index) {
+    return tile_in + static_cast<int64_t>(first + index / kLoads) * key_stride + index % kLoads * 8;
   };
 
   float amax = 0.0f;
   for (int index = static_cast<int>(threadIdx.x); index < valid_keys * kLoads; index += kThreads) {
     float x[8];
-    load8(index, x);
+    load_bf16s(chunk(0, index), x);
     for (int e = 0; e < 8; ++e)
       if (isfinite(x[e])) amax = fmaxf(amax, fabsf(x[e]));
   }
@@ -351,8 +352,7 @@ __global__ void __launch_bounds__(kThreads) v_quantize_kernel(Fp8PrepassParams p
   for (int k0 = 0; k0 < bc; k0 += kVChunk) {
     const int keys = min(kVChunk, bc - k0), staged_keys = max(0, min(keys, valid_keys - k0));
     for (int index = static_cast<int>(threadIdx.x); index < staged_keys * kLoads; index += kThreads) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(
-          tile_in + static_cast<int64_t>(k0 + index / kLoads) * key_stride + index % kLoads * 8);
+      const uint4 raw = *reinterpret_cast<const uint4*>(chunk(k0, index));
       uint32_t* const at =
           reinterpret_cast<uint32_t*>(staged + index / kLoads * kStagedRow + index % kLoads * 8);
       at[0] = raw.x, at[1] = raw.y, at[2] = raw.z, at[3] = raw.w;  // a row is 4-byte aligned, not 16
