@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """tools/sass_loop.py on a hand-written listing: the loop is the widest backward branch, the skip the widest
-forward branch inside it, guards are stripped, and a function without a loop is refused."""
+forward branch inside it (or one named by address), guards are stripped, and a function without a loop or a
+named address that is no forward branch inside it is refused."""
 import pathlib
 import subprocess
 import sys
@@ -40,6 +41,12 @@ def main():
     assert "less 3-5; counted: 5" in full.stdout, full.stdout
     assert "LDG" not in full.stdout.splitlines()[-1] and "FSEL" not in full.stdout, full.stdout
     assert "MUFU 1" in full.stdout and "BRA 2" in full.stdout, full.stdout
+    # --skip-branch names a forward branch by its address: the one at 0x20 jumps over 3-5, as above.
+    named = run("kernel", "--skip-branch", "0x20")
+    assert "less 3-5; counted: 5" in named.stdout, named.stdout
+    # A backward branch, or an address outside the loop, is refused.
+    wrong = run("kernel", "--skip-branch", "0x80")
+    assert wrong.returncode != 0 and "no forward branch inside the loop at 0x80" in wrong.stderr, wrong
     refused = run("other")
     assert refused.returncode != 0 and "no backward branch" in refused.stderr, refused
     absent = run("nothing_like_it")
