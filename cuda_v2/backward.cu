@@ -182,8 +182,9 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>,
   const int group = lane / 4, quad_lane = lane % 4;  // mma fragment coordinates (tensor_core.cuh)
   const int key0 = kv_tile * kBlockN, warp_key = 16 * warp;
   const int rows_q = cuda::rows_q(f, b), rows_k = cuda::rows_k(f, b);
-  __shared__ int64_t batch_begin[4];  // backward_steps.cuh
-  note_batch_begin(f, b, batch_begin);
+  using Schedule = KeyTileSteps<kBlockM, kBlockN, kHeadDim, kBlockThreads>;
+  __shared__ typename Schedule::Notes notes;  // backward_steps.cuh
+  Schedule::note(p, b, kv_tile, notes);
   __syncthreads();
   load_key_tile<kBlockN, kHeadDim, kBlockThreads>(sK, sV, f, b, head_kv, key0);
 
@@ -193,9 +194,8 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>,
 
   // The steps of this key tile (backward_steps.cuh). A step's Q_i, dO_i, LSE_i and D_i go into one of two
   // buffers: the next step's copy is in flight while this one is computed, as in FlashAttention-2's backward.
-  using Schedule = KeyTileSteps<kBlockM, kBlockN, kHeadDim, kBlockThreads>;
   using Step = typename Schedule::Step;
-  const Schedule schedule(p, batch_begin, b, head_kv, kv_tile);
+  const Schedule schedule(p, notes, b, head_kv);
   const int steps = schedule.steps;
   const auto load_step = [&](const Step& step, int buffer) {
     schedule.load(step, sQ_buffers + buffer * kQTile, sdO_buffers + buffer * kQTile,

@@ -182,8 +182,9 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
   const int warp_rows = kWarpRows * (warp / 4), warp_keys = kWarpKeys * (warp % 4);
   const int dkv_dims = kHeadDim / 2 * (warp / 4), dq_dims = kHeadDim / 4 * (warp % 4);
   const int rows_q = cuda::rows_q(f, b);
-  __shared__ int64_t batch_begin[4];  // backward_steps.cuh
-  note_batch_begin(f, b, batch_begin);
+  using Schedule = KeyTileSteps<kBlockM, kBlockN, kHeadDim, kThreads>;
+  __shared__ typename Schedule::Notes notes;  // backward_steps.cuh
+  Schedule::note(p, b, kv_tile, notes);
   __syncthreads();
   load_key_tile<kBlockN, kHeadDim, kThreads>(sK, sV, f, b, head_kv, key0);
 
@@ -192,9 +193,8 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
 
   // The steps of this key tile, as backward.cu's kernel takes them (backward_steps.cuh), 64 rows a step; a
   // step's Q_i, dO_i, LSE_i and D_i into one of two buffers.
-  using Schedule = KeyTileSteps<kBlockM, kBlockN, kHeadDim, kThreads>;
   using Step = typename Schedule::Step;
-  const Schedule schedule(p, batch_begin, b, head_kv, kv_tile);
+  const Schedule schedule(p, notes, b, head_kv);
   const int steps = schedule.steps;
   const auto load_step = [&](const Step& step, int buffer) {
     schedule.load(step, sQ_buffers + buffer * kQTile, sdO_buffers + buffer * kQTile,

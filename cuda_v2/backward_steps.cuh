@@ -52,18 +52,6 @@ __device__ inline float score_gradient(float p, float dp, float d, float scale) 
   return p * (dp - d) * scale;
 }
 
-// Where batch element b's rows begin in Q, dO and the LSE (common/cuda/sequences.hpp: padded or packed), for
-// a main kernel to keep in shared memory: read where needed, they hold no register through its loops (the
-// head-dim-128 kernels have none to spare: ptxas -v). [0] Q, [1] dO, [2] the LSE of head 0, [3] the LSE's
-// head stride. Thread 0 writes them; the caller's barrier publishes them.
-__device__ inline void note_batch_begin(const SplitQParams& f, int b, int64_t (&batch_begin)[4]) {
-  if (threadIdx.x != 0) return;
-  batch_begin[0] = cuda::q_begin(f, b);
-  batch_begin[1] = cuda::o_begin(f, b);
-  batch_begin[2] = cuda::lse_begin(f, b, 0);
-  batch_begin[3] = cuda::lse_begin(f, b, 1) - batch_begin[2];
-}
-
 // K_j and V_j of the key tile from key0 (Algorithm 2 line 6) into swizzled shared memory, as one cp.async
 // group; keys past the batch's length are zero.
 template <int kBlockN, int kHeadDim, int kThreads, typename Element>
@@ -77,30 +65,46 @@ __device__ inline void load_key_tile(Element* sK, Element* sV, const SplitQParam
   cp_async_commit();
 }
 
-// The steps of key tile kv_tile's block, kBlockM query rows a step. Step s takes query head head_kv *
-// group_size + s / q_tiles (GQA: the group's query heads all add into this kv head's dK and dV) and Q tile
-// s % q_tiles. The forward's block skipping, seen from the key side: a step's Q tile visits key tile j when j
-// is one of its tiles (the forward's BlockMask, with the backward's tiles); the other steps are skipped. A
-// kernel walks the visited steps with first_visit and next_visit, which carry the head and the first row
-// from step to step (a division by q_tiles, a run-time value, takes tens of instructions) and form each
-// step's mask once.
+// The steps of key tile kv_tile's block, kBlockM query rows a step: for each query head of kv head head_kv's
+// group (GQA: they all add into this kv head's dK and dV), the Q tiles that visit the key tile, which are the
+// forward's block skipping seen from the key side (block_mask.cuh, query_tiles_of: found once a block, as
+// FlashAttention-2's backward forms m_block_min and m_block_max). A kernel walks them with first_visit and
+// next_visit, which carry the step's head, first row and whether the key tile is full for its Q tile from
+// step to step: a step forms no mask unless its tile is cut.
 template <int kBlockM, int kBlockN, int kHeadDim, int kThreads>
 struct KeyTileSteps {
-  const SplitQBackwardParams& p;
-  const int64_t (&batch_begin)[4];  // note_batch_begin's, in shared memory
-  int b, head_kv, kv_tile, group_size, q_tiles, steps, rows_q;
+  // What the block's steps read and no register holds through the loops (the head-dim-128 kernels have none
+  // to spare: ptxas -v): where batch element b's rows begin in Q, dO and the LSE (common/cuda/sequences.hpp:
+  // padded or packed; [0] Q, [1] dO, [2] the LSE of head 0, [3] the LSE's head stride), and the visiting Q
+  // tiles. In shared memory: thread 0 notes them, and the caller's barrier publishes them.
+  struct Notes {
+    int64_t batch_begin[4];
+    QueryTileRun run;
+  };
+  __device__ static void note(const SplitQBackwardParams& p, int b, int kv_tile, Notes& notes) {
+    if (threadIdx.x != 0) return;
+    const SplitQParams& f = p.forward;
+    notes.batch_begin[0] = cuda::q_begin(f, b);
+    notes.batch_begin[1] = cuda::o_begin(f, b);
+    notes.batch_begin[2] = cuda::lse_begin(f, b, 0);
+    notes.batch_begin[3] = cuda::lse_begin(f, b, 1) - notes.batch_begin[2];
+    notes.run = query_tiles_of<kBlockM, kBlockN>(f, b, kv_tile);
+  }
 
-  __device__ KeyTileSteps(const SplitQBackwardParams& params, const int64_t (&begin)[4], int batch,
-                          int kv_head, int tile)
+  const SplitQBackwardParams& p;
+  const Notes& notes;
+  int b, head_kv, rows_q;
+  int steps;  // visits: the group's query heads times the visiting Q tiles
+
+  __device__ KeyTileSteps(const SplitQBackwardParams& params, const Notes& block_notes, int batch,
+                          int kv_head)
       : p(params),
-        batch_begin(begin),
+        notes(block_notes),
         b(batch),
         head_kv(kv_head),
-        kv_tile(tile),
-        group_size(params.forward.heads_q / params.forward.heads_kv),
-        q_tiles((params.forward.seqlen_q + kBlockM - 1) / kBlockM),
-        steps(group_size * q_tiles),
-        rows_q(cuda::rows_q(params.forward, batch)) {}
+        rows_q(cuda::rows_q(params.forward, batch)),
+        steps(params.forward.heads_q / params.forward.heads_kv *
+              (block_notes.run.end - block_notes.run.begin)) {}
 
   // A step: its number (steps when there is none left), its query head and first row, and whether the key
   // tile is full for its Q tile (BlockMask::tile_is_full: no element hidden by the mask's band).
@@ -108,8 +112,15 @@ struct KeyTileSteps {
     int number, head, row0;
     bool full;
   };
-  __device__ Step first_visit() const { return visit_from({0, head_kv * group_size, 0, false}); }
-  __device__ Step next_visit(Step step) const { return visit_from(following(step)); }
+  __device__ Step first_visit() const {
+    return at({0, head_kv * (p.forward.heads_q / p.forward.heads_kv), notes.run.begin * kBlockM, false});
+  }
+  __device__ Step next_visit(Step step) const {
+    ++step.number;
+    step.row0 += kBlockM;
+    if (step.row0 == notes.run.end * kBlockM) step.row0 = notes.run.begin * kBlockM, ++step.head;
+    return at(step);
+  }
   // The step's Q tile's mask, for the element masks of a tile that is not full.
   __device__ BlockMask block(const Step& step) const {
     return BlockMask::make<kBlockN>(p.forward, b, step.row0, step.row0 + kBlockM);
@@ -121,12 +132,13 @@ struct KeyTileSteps {
   __device__ void load(const Step& step, Element* sQ, Element* sdO, float* sLse, float* sD) const {
     const SplitQParams& f = p.forward;
     const int head_q = step.head, first = step.row0;
-    const Element* const q = static_cast<const Element*>(f.q) + batch_begin[0] + head_q * f.q_head_stride;
+    const Element* const q =
+        static_cast<const Element*>(f.q) + notes.batch_begin[0] + head_q * f.q_head_stride;
     const Element* const d_out =
-        static_cast<const Element*>(p.d_out) + batch_begin[1] + head_q * f.o_head_stride;
+        static_cast<const Element*>(p.d_out) + notes.batch_begin[1] + head_q * f.o_head_stride;
     load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, q, f.q_row_stride, first, rows_q, f.head_dim);
     load_tile_async<kBlockM, kHeadDim, kThreads>(sdO, d_out, f.o_row_stride, first, rows_q, f.head_dim);
-    const float* const lse = f.lse + batch_begin[2] + head_q * batch_begin[3];
+    const float* const lse = f.lse + notes.batch_begin[2] + head_q * notes.batch_begin[3];
     // A thread's rows are a count known when compiling, as for_each_chunk's chunks are (tensor_core.cuh):
     // looping from threadIdx.x, ptxas kept a general loop with a remainder, about 140 instructions a step.
 #pragma unroll
@@ -142,21 +154,8 @@ struct KeyTileSteps {
   }
 
  private:
-  __device__ Step following(Step step) const {
-    ++step.number;
-    step.row0 += kBlockM;
-    if (step.row0 == q_tiles * kBlockM) step.row0 = 0, ++step.head;
-    return step;
-  }
-  // The first step from `step` on whose Q tile visits the key tile (the same for all its rows).
-  __device__ Step visit_from(Step step) const {
-    for (; step.number < steps; step = following(step)) {
-      const BlockMask mask = block(step);
-      if (kv_tile >= mask.tile_begin && kv_tile < mask.tile_end) {
-        step.full = mask.tile_is_full<kBlockN>(kv_tile * kBlockN);
-        return step;
-      }
-    }
+  __device__ Step at(Step step) const {
+    step.full = step.row0 >= notes.run.full_begin * kBlockM && step.row0 < notes.run.full_end * kBlockM;
     return step;
   }
 };

@@ -85,6 +85,47 @@ struct BlockMask {
   }
 };
 
+// The same decisions seen from one key tile, as the backward takes them (one thread block per key tile): the
+// query tiles of kBlockM rows that visit key tile `tile` of kBlockN keys, [begin, end), and those among them
+// for which it is full, [full_begin, full_end) (empty with an explicit mask). FlashAttention-2's backward
+// forms the same bounds, m_block_min and m_block_max, once per key block.
+struct QueryTileRun {  // no initializers: a kernel keeps one in shared memory
+  int begin, end;
+  int full_begin, full_end;
+};
+
+// Found by binary search, with BlockMask::make's own decisions. A valid row's band only moves right as the
+// row grows (common/mask.hpp: band_key_range), and a band is empty only where its end is at or before key 0,
+// on the first rows. So along the query tiles each of make's four bounds (tile_begin, tile_end, full_begin,
+// full_end) grows, each test below turns from false to true once, and each run is contiguous: about
+// 4 log2(tiles) masks a key tile, where asking every query tile costs one a step. Query tiles past the
+// batch's rows visit nothing.
+template <int kBlockM, int kBlockN>
+FLASHLAB_HOST_DEVICE QueryTileRun query_tiles_of(const SplitQParams& p, int b, int tile) {
+  const int valid_tiles = (cuda::rows_q(p, b) + kBlockM - 1) / kBlockM;
+  // The first query tile in [0, valid_tiles) whose mask passes `test`, valid_tiles when none does.
+  const auto first_tile = [&](auto test) {
+    int lo = 0, hi = valid_tiles;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (test(BlockMask::make<kBlockN>(p, b, mid * kBlockM, (mid + 1) * kBlockM)))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    return lo;
+  };
+  const int key0 = tile * kBlockN;
+  QueryTileRun run{};
+  run.begin = first_tile([&](const BlockMask& m) { return m.tile_end > tile; });
+  run.end = first_tile([&](const BlockMask& m) { return m.tile_begin > tile; });
+  if (run.end < run.begin) run.end = run.begin;
+  run.full_begin = first_tile([&](const BlockMask& m) { return m.full_end >= key0 + kBlockN; });
+  run.full_end = first_tile([&](const BlockMask& m) { return m.full_begin > key0; });
+  if (run.full_end < run.full_begin) run.full_end = run.full_begin;
+  return run;
+}
+
 // Visibility of one element of a partial tile: the row's band (precomputed by the caller with
 // BlockMask::band) and the explicit mask. Out-of-range keys (>= rows_k) fall outside every band.
 FLASHLAB_HOST_DEVICE inline bool element_visible(const SplitQParams& p, const KeyRange& row_keys, int row,

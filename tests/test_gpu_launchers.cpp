@@ -76,6 +76,40 @@ std::string block_mask_disagreement(const Problem& p, int block_m) {
   return "";
 }
 
+// The backward's view of the same decisions (block_mask.cuh, query_tiles_of): for every key tile of kBlockN
+// keys, the runs of kBlockM-row Q tiles found by binary search are exactly the Q tiles that BlockMask::make,
+// asked tile by tile, visits and treats as full. Membership is compared tile by tile, so a run that is not
+// contiguous would show. "" when all agree, else the first disagreement.
+template <int kBlockM, int kBlockN>
+std::string query_run_disagreement(const Problem& p) {
+  std::vector<int> seqlens_q(p.seqlens_q.begin(), p.seqlens_q.end());
+  std::vector<int> seqlens_k(p.seqlens_k.begin(), p.seqlens_k.end());
+  cuda_v2::SplitQParams params = cuda_v2::split_q_params(p);  // host pointers, as above
+  params.seqlens_q = seqlens_q.empty() ? nullptr : seqlens_q.data();
+  params.seqlens_k = seqlens_k.empty() ? nullptr : seqlens_k.data();
+  params.mask = p.mask ? p.mask->data() : nullptr;
+  const int key_tiles = static_cast<int>((p.seqlen_k + kBlockN - 1) / kBlockN);
+  const int query_tiles = static_cast<int>((p.seqlen_q + kBlockM - 1) / kBlockM);
+  for (int b = 0; b < p.batch; ++b)
+    for (int tile = 0; tile < key_tiles; ++tile) {
+      const cuda_v2::QueryTileRun run = cuda_v2::query_tiles_of<kBlockM, kBlockN>(params, b, tile);
+      for (int t = 0; t < query_tiles; ++t) {
+        const cuda_v2::BlockMask block =
+            cuda_v2::BlockMask::make<kBlockN>(params, b, t * kBlockM, (t + 1) * kBlockM);
+        const bool visits = tile >= block.tile_begin && tile < block.tile_end;
+        const bool full = visits && block.tile_is_full<kBlockN>(tile * kBlockN);
+        const std::string where = "b " + std::to_string(b) + ", key tile " + std::to_string(tile) +
+                                  ", Q tile " + std::to_string(t) + " (" + std::to_string(kBlockM) + " x " +
+                                  std::to_string(kBlockN) + "): ";
+        if (visits != (t >= run.begin && t < run.end))
+          return where + (visits ? "visits, outside the run" : "does not visit, inside the run");
+        if (full != (t >= run.full_begin && t < run.full_end))
+          return where + (full ? "full, outside the full run" : "not full, inside the full run");
+      }
+    }
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("cuda_v2's tile decisions (skip, full, element mask) agree with the mask rules") {
@@ -108,6 +142,15 @@ TEST_CASE("cuda_v2's tile decisions (skip, full, element mask) agree with the ma
       CHECK(block_mask_disagreement<64>(p, block_m) == "");
       CHECK(block_mask_disagreement<128>(p, block_m) == "");  // the backward's wide key tiles
     }
+  // The backward's tiles (cuda_v2/backward.hpp: 32 x 64, 32 x 128, 64 x 128), and two more shapes.
+  for (const Problem& p : problems) {
+    INFO(p.describe());
+    CHECK(query_run_disagreement<32, 64>(p) == "");
+    CHECK(query_run_disagreement<32, 128>(p) == "");
+    CHECK(query_run_disagreement<64, 128>(p) == "");
+    CHECK(query_run_disagreement<16, 32>(p) == "");
+    CHECK(query_run_disagreement<128, 64>(p) == "");
+  }
 }
 
 TEST_CASE("cuda_v2's launchers refuse what their kernels cannot do, naming the field") {
