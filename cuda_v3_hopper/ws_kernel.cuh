@@ -529,8 +529,11 @@ struct Consumer : ConsumerRows<Config> {
     }
   }
 
-  // FA2 Algorithm 1 line 10: O <- diag(exp(m_old - m_new)) O.
+  // FA2 Algorithm 1 line 10: O <- diag(exp(m_old - m_new)) O. Where a row's max did not grow, its correction
+  // is exp2(0), exactly 1, and the multiply would leave the row as it is: a warp none of whose 16 rows grew
+  // skips the rescale (a uniform branch; O is the same to the bit either way).
   __device__ void rescale_o(const float (&correction)[2]) {
+    if (!__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) return;
 #pragma unroll
     for (int i = 0; i < kD / 8; ++i)
 #pragma unroll
