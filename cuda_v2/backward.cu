@@ -197,10 +197,8 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>,
   using Step = typename Schedule::Step;
   const Schedule schedule(p, notes, b, head_kv);
   const int steps = schedule.steps;
-  const auto load_step = [&](const Step& step, int buffer) {
-    schedule.load(step, sQ_buffers + buffer * kQTile, sdO_buffers + buffer * kQTile,
-                  sLse_buffers + buffer * kBlockM, sD_buffers + buffer * kBlockM);
-  };
+  const StepBuffers<Element, kBlockM, kHeadDim> buffers{sQ_buffers, sdO_buffers, sLse_buffers, sD_buffers};
+  const auto load_step = [&](const Step& step, int buffer) { schedule.load(step, buffers[buffer]); };
 
   Step step = schedule.first_visit();
   if (step.number < steps) load_step(step, 0);
@@ -214,10 +212,7 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>,
     cp_async_wait<1>();  // this step's copies (and, the first time, K and V) have landed ...
     __syncthreads();     // ... everyone's; and the step before is done with sdS
     const int head = step.head, row0 = step.row0;
-    const Element* const sQ = sQ_buffers + buffer * kQTile;
-    const Element* const sdO = sdO_buffers + buffer * kQTile;
-    const float* const sLse = sLse_buffers + buffer * kBlockM;
-    const float* const sD = sD_buffers + buffer * kBlockM;
+    const auto [sQ, sdO, sLse, sD] = buffers[buffer];
 
     // S^T = K_j Q_i^T (line 9), the forward's products in the forward's order over head_dim.
     float st[kNTilesM][4] = {};

@@ -196,10 +196,8 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
   using Step = typename Schedule::Step;
   const Schedule schedule(p, notes, b, head_kv);
   const int steps = schedule.steps;
-  const auto load_step = [&](const Step& step, int buffer) {
-    schedule.load(step, sQ_buffers + buffer * kQTile, sdO_buffers + buffer * kQTile,
-                  sLse_buffers + buffer * kBlockM, sD_buffers + buffer * kBlockM);
-  };
+  const StepBuffers<Element, kBlockM, kHeadDim> buffers{sQ_buffers, sdO_buffers, sLse_buffers, sD_buffers};
+  const auto load_step = [&](const Step& step, int buffer) { schedule.load(step, buffers[buffer]); };
 
   Step step = schedule.first_visit();
   if (step.number < steps) load_step(step, 0);
@@ -211,10 +209,7 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
     const Step next = schedule.next_visit(step);
     if (next.number < steps) load_step(next, buffer ^ 1);
     const int head = step.head, row0 = step.row0;
-    const Element* const sQ = sQ_buffers + buffer * kQTile;
-    const Element* const sdO = sdO_buffers + buffer * kQTile;
-    const float* const sLse = sLse_buffers + buffer * kBlockM;
-    const float* const sD = sD_buffers + buffer * kBlockM;
+    const auto [sQ, sdO, sLse, sD] = buffers[buffer];
     const auto square_row = [&](int mt, int e) { return warp_rows + 16 * mt + group + 8 * (e / 2); };
 
     // S = Q_i K_j^T (line 9).

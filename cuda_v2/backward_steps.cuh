@@ -65,6 +65,25 @@ __device__ inline void load_key_tile(Element* sK, Element* sV, const SplitQParam
   cp_async_commit();
 }
 
+// A step's Q_i, dO_i, LSE_i and D_i in shared memory (line 8), in one buffer.
+template <typename Element>
+struct StepBuffer {
+  Element *q, *d_out;  // [kBlockM][kHeadDim], swizzled
+  float *lse, *d;      // [kBlockM]
+};
+
+// Two of them: the next step's copy lands in one buffer while the other is computed on, as in
+// FlashAttention-2's backward. Views into a kernel's dynamic shared memory; buffers[i] is buffer i.
+template <typename Element, int kBlockM, int kHeadDim>
+struct StepBuffers {
+  Element *q, *d_out;  // [2][kBlockM][kHeadDim], swizzled
+  float *lse, *d;      // [2][kBlockM]
+  __device__ StepBuffer<Element> operator[](int buffer) const {
+    return {q + buffer * kBlockM * kHeadDim, d_out + buffer * kBlockM * kHeadDim, lse + buffer * kBlockM,
+            d + buffer * kBlockM};
+  }
+};
+
 // The steps of key tile kv_tile's block, kBlockM query rows a step: for each query head of kv head head_kv's
 // group (GQA: they all add into this kv head's dK and dV), the Q tiles that visit the key tile, which are the
 // forward's block skipping seen from the key side (block_mask.cuh, query_tiles_of: found once a block, as
@@ -126,10 +145,14 @@ struct KeyTileSteps {
     return BlockMask::make<kBlockN>(p.forward, b, step.row0, step.row0 + kBlockM);
   }
 
-  // Q_i, dO_i, LSE_i and D_i (line 8) of a step into the given buffers, as one cp.async group. Padded rows
+  // Q_i, dO_i, LSE_i and D_i (line 8) of a step into one of its buffers, as one cp.async group. Padded rows
   // are zero and take no part (their LSE and D are never read: every element of theirs is hidden).
   template <typename Element>
-  __device__ void load(const Step& step, Element* sQ, Element* sdO, float* sLse, float* sD) const {
+  __device__ void load(const Step& step, const StepBuffer<Element>& into) const {
+    Element* const sQ = into.q;
+    Element* const sdO = into.d_out;
+    float* const sLse = into.lse;
+    float* const sD = into.d;
     const SplitQParams& f = p.forward;
     const int head_q = step.head, first = step.row0;
     const Element* const q =
