@@ -28,6 +28,7 @@
 #include "common/cuda/launch.cuh"
 #include "common/cuda/ptx.cuh"
 #include "common/cuda/tile_width.hpp"
+#include "common/cuda/warp_reduce.cuh"
 #include "cuda_v2/block_mask.cuh"
 #include "cuda_v2/split_q.hpp"
 #include "cuda_v2/tensor_core.cuh"
@@ -300,9 +301,8 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung>::kThreads, 1)
       const float max_used = new_max == -INFINITY ? 0.0f : new_max;
       const float rescale = fast_exp2(old_max - max_used);  // 0 when old_max was -inf: nothing to keep
       row_sum[i] *= rescale;
-      // Where the row's max did not grow, rescale is exp2(0) = 1 exactly, and O's row would be multiplied by
-      // 1: a warp none of whose rows i grew leaves O as it is, to the bit (a uniform branch, no divergence).
-      if (__any_sync(0xffffffffu, rescale != 1.0f)) {
+      // A warp none of whose rows i grew leaves O as it is, to the bit (common/cuda/warp_reduce.cuh).
+      if (cuda::warp_must_rescale(rescale)) {
 #pragma unroll
         for (int nt = 0; nt < kNTilesO; ++nt) {
           o_acc[mt][nt][2 * r] *= rescale;

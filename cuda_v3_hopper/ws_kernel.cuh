@@ -32,6 +32,7 @@
 #include "common/cuda/exact_rows.cuh"
 #include "common/cuda/launch.cuh"
 #include "common/cuda/ptx.cuh"
+#include "common/cuda/warp_reduce.cuh"
 #include "common/mask.hpp"
 #include "cuda_v3_hopper/pipeline.cuh"
 #include "cuda_v3_hopper/tma.cuh"
@@ -529,11 +530,10 @@ struct Consumer : ConsumerRows<Config> {
     }
   }
 
-  // FA2 Algorithm 1 line 10: O <- diag(exp(m_old - m_new)) O. Where a row's max did not grow, its correction
-  // is exp2(0), exactly 1, and the multiply would leave the row as it is: a warp none of whose 16 rows grew
-  // skips the rescale (a uniform branch; O is the same to the bit either way).
+  // FA2 Algorithm 1 line 10: O <- diag(exp(m_old - m_new)) O. A warp none of whose 16 rows' max grew skips
+  // it, O the same to the bit (common/cuda/warp_reduce.cuh).
   __device__ void rescale_o(const float (&correction)[2]) {
-    if (!__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) return;
+    if (!cuda::warp_must_rescale(correction)) return;
 #pragma unroll
     for (int i = 0; i < kD / 8; ++i)
 #pragma unroll

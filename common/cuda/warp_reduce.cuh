@@ -1,6 +1,7 @@
 // Reductions across the 32 lanes of a warp (butterfly shuffles: every lane ends with the result), written
 // once for the kernels that reduce a row over a warp (cuda_v1, split_q_simt, the decoding kernels). The
-// tensor-core kernels reduce over the four lanes of a quad instead (cuda_v2/tensor_core.cuh).
+// tensor-core kernels reduce over the four lanes of a quad instead (cuda_v2/tensor_core.cuh), and ask the
+// warp whether its online-softmax rescale can be skipped (warp_must_rescale: split_q, ws).
 #pragma once
 
 #include "common/cuda/target.hpp"
@@ -33,6 +34,23 @@ __device__ inline float warp_sum(float x) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
+}
+
+// Whether any lane of the warp must rescale its accumulator by the online softmax's factors exp(m_old -
+// m_new) (common/softmax_state.hpp, raise_max). Where a row's max did not grow its factor is exp2(0), exactly
+// 1 (ex2.approx returns 1 for 0), and the multiply would leave the row as it is: a warp in which every factor
+// is 1 may skip the multiplies, and its accumulator is the same to the bit (x 1 changes no value, NaN and Inf
+// included). The answer is the warp's, so the branch on it does not diverge.
+template <int kRows>
+__device__ inline bool warp_must_rescale(const float (&factors)[kRows]) {
+  bool any = false;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) any |= factors[i] != 1.0f;
+  return __any_sync(0xffffffffu, any);
+}
+__device__ inline bool warp_must_rescale(float factor) {
+  const float factors[1] = {factor};
+  return warp_must_rescale(factors);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET
