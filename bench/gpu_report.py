@@ -61,6 +61,7 @@ ALL_BUDGET = 540
 PRIORITY = ["cuda_v3_hopper/ws", "cuda_v3_hopper/ws_bc176", "cuda_v3_hopper/ws_m192",
             "cuda_v3_hopper/ws_persistent", "cuda_v3_hopper/ws_no_overlap", "cuda_v3_hopper/ws_no_pingpong",
             "cuda_v3_hopper/ws_no_producer", "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "decoding/cuda_split_kv_mma", "cuda_v2/split_q", "cuda_v2/split_q_4warps",
+            "cuda_v2/split_q_bc128",
             "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd128", "cuda_v2/split_q_simt", "cuda_v1/split_k"]
 # Entries whose forward is another entry's kernel (cuda_v2/split_q_bwd128's and split_q_bwd64x128's are
 # split_q's): timed in the backward shapes only.
@@ -730,6 +731,8 @@ PROFILED = [
       "bf16"]),
     ("cuda_v2/split_q_4warps", "split_q_kernel",
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
+    ("cuda_v2/split_q_bc128", "split_q_kernel",  # its tiles are 64 wide
+     ["--batch", "2", "--heads", "32", "--seqlen-q", "8192", "--head-dim", "64"]),
     ("cuda_v3_hopper/ws_persistent", "ws_attention_kernel",
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
     ("cuda_v3_hopper/ws_m192", "ws_attention_kernel",  # its tiles are 64 wide

@@ -30,6 +30,9 @@ std::string rung_supports(const Problem& p) {
 std::string four_warps_supports(const Problem& p) {
   return refusal(check_split_q_4warps, p);
 }
+std::string wide_keys_supports(const Problem& p) {
+  return refusal(check_split_q_bc128, p);
+}
 
 // Both kernels' global traffic: FA2's Q-block-outer order (common/flops.hpp), K/V tiles read by cp.async up
 // to the batch's last key. `flashlab profile` counts it in the emulator (tests/test_counters.cpp holds them
@@ -39,10 +42,17 @@ double simt_bytes_moved(const Problem& p) {
   return q_block_outer_bytes(p, tile.block_m, tile.block_n, 4.0, TileLoads::cp_async) +
          cuda::exact_rows_scan_bytes(p, 4.0);  // the special-value pass reads O once (docs/08)
 }
-double tensor_core_bytes_moved(const Problem& p) {
-  const QueryKeyTile tile = split_q_tile(static_cast<int>(p.head_dim));
+double tensor_core_bytes(const Problem& p, QueryKeyTile tile) {
   return q_block_outer_bytes(p, tile.block_m, tile.block_n, 2.0, TileLoads::cp_async) +
          cuda::exact_rows_flag_bytes();  // the special-value pass reads its flag (docs/08)
+}
+double tensor_core_bytes_moved(const Problem& p) {
+  return tensor_core_bytes(p, split_q_tile(static_cast<int>(p.head_dim)));
+}
+// split_q_bc128's 128-key tiles: under a mask, the keys of a tile that a valid row sees are read in tiles of
+// 128, so the cut tiles read more keys no row needs.
+double wide_keys_bytes_moved(const Problem& p) {
+  return tensor_core_bytes(p, split_q_bc128_tile());
 }
 
 // The tensor-core ladder's first rung (mma.cu): Br = Bc = 64, every key tile up to the batch's last key, and
@@ -133,6 +143,21 @@ const Registration split_q_4warps{gpu_implementation(
      .supports = four_warps_supports,
      .bytes_moved = tensor_core_bytes_moved},
     FLASHLAB_DEVICE_BUILDS(launch_split_q_4warps, workspace_bytes))};
+
+// Beside split_q: the same kernel at the 64 tile width with FA2's key tile for d = 64, 128 keys a tile
+// (split_q.cu, WideKeysRung), a candidate for the GPU to judge against split_q's 64.
+const Registration split_q_bc128{gpu_implementation(
+    {.name = "cuda_v2/split_q_bc128",
+     .summary =
+         "split_q at d 64 with FA2's key tile: 128 x 128, 4 warps of two 16-row tiles (split_q: 128 x 64)",
+     .dtypes = {DType::bf16},
+     .constraints = "bf16; head_dim a multiple of 8 from 40 to 64; every mask, GQA, any length, packed "
+                    "varlen; no score modification or dropout",
+     .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V mma
+     .packed = true,
+     .supports = wide_keys_supports,
+     .bytes_moved = wide_keys_bytes_moved},
+    FLASHLAB_DEVICE_BUILDS(launch_split_q_bc128, workspace_bytes))};
 
 // An entry beside split_q whose forward is split_q's kernel and whose backward takes another tile, a
 // candidate for the GPU to judge against split_q's: bf16, head dims 64 and 128, no score modification or

@@ -75,35 +75,59 @@ struct SplitQConfig<192> : SplitQConfig<256> {};
 struct LdmatrixRung {                        // cuda_v2/mma_ldmatrix
   static constexpr bool kAsyncCopy = false;  // synchronous copies of the K/V tiles, one stage
   static constexpr bool kSkipTiles = false;  // every key tile up to the batch's last key, masked element-wise
+  static constexpr int kWidth = 0;           // every tile width (SplitQConfig)
 };
 struct CpAsyncRung {                        // cuda_v2/mma_cp_async
   static constexpr bool kAsyncCopy = true;  // + cp.async double buffering: tile j + 1 loads while j is used
   static constexpr bool kSkipTiles = false;
+  static constexpr int kWidth = 0;
 };
 struct SplitQRung {  // cuda_v2/split_q
   static constexpr bool kAsyncCopy = true;
   static constexpr bool kSkipTiles = true;  // + FA2's block skipping: only the tiles a valid row sees
+  static constexpr int kWidth = 0;
 };
 
-// Beside the ladder, cuda_v2/split_q_4warps: split_q at the 128 tile width with FlashAttention-2's warp
-// layout for d = 128 on H100 (its flash_fwd_launch_template.h: 128 x 64, 4 warps): 4 warps of two row tiles
-// instead of 8 warps of one. Each K or V fragment then feeds two mma, so a warp reads 160 shared-memory bytes
-// per mma instead of 288. The price is registers: ptxas (nvcc 13) gives it all 255 and spills 76 bytes for
-// sm_90a (the H100 and H200) and 80 for sm_80; two blocks of 128 threads fit an SM. bf16 only; no score
-// modification or dropout (check_split_q_4warps): with the variants it would not fit (SplitQConfig<128>).
+// Beside the ladder, two entries of split_q's kernel with FlashAttention-2's own tiles for H100 (its
+// flash_fwd_launch_template.h), each built for one tile width, bf16 only, with no score modification or
+// dropout (check_one_width, split_q_params.cpp): with the variants they would not fit.
+//
+// cuda_v2/split_q_4warps, at the 128 width: FA2's 128 x 64 tile with 4 warps of two row tiles instead of 8
+// warps of one. Each K or V fragment then feeds two mma, so a warp reads 160 shared-memory bytes per mma
+// instead of 288. The price is registers: ptxas (nvcc 13) gives it all 255 and spills 76 bytes for sm_90a
+// (the H100 and H200) and 80 for sm_80; two blocks of 128 threads fit an SM.
 struct FourWarpsRung {
   static constexpr bool kAsyncCopy = true;
   static constexpr bool kSkipTiles = true;
+  static constexpr int kWidth = 128;
 };
-struct FourWarpsConfig {
+// cuda_v2/split_q_bc128, at the 64 width: FA2's 128 x 128 tile, split_q's 4 warps of two row tiles over 128
+// keys a tile instead of 64. Per 128 keys a warp then loads its Q fragments, reduces its rows' max, rescales
+// O and waits at the barriers once instead of twice. The price is registers again: S is 128 fp32 a thread,
+// and ptxas gives it all 255 and spills 172 bytes for sm_90a, 176 for sm_80 (FA2's own kernel: 272); still
+// two blocks of 128 threads an SM.
+struct WideKeysRung {
+  static constexpr bool kAsyncCopy = true;
+  static constexpr bool kSkipTiles = true;
+  static constexpr int kWidth = 64;
+};
+
+// The tiles a rung takes in a tile width: split_q's, but for the entries built for one width.
+template <int kHeadDim, class Rung>
+struct RungConfig : SplitQConfig<kHeadDim> {};
+template <>
+struct RungConfig<128, FourWarpsRung> {
   static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_tile(128).block_n;
+};
+template <>
+struct RungConfig<64, WideKeysRung> {
+  static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_bc128_tile().block_n;
 };
 
 template <int kHeadDim, class Rung = SplitQRung>
 struct SplitQShape {
-  using Config =
-      std::conditional_t<std::is_same_v<Rung, FourWarpsRung>, FourWarpsConfig, SplitQConfig<kHeadDim>>;
-  static_assert(!std::is_same_v<Rung, FourWarpsRung> || kHeadDim == 128, "split_q_4warps: the 128 width");
+  using Config = RungConfig<kHeadDim, Rung>;
+  static_assert(Rung::kWidth == 0 || Rung::kWidth == kHeadDim, "an entry built for one tile width");
   static constexpr int kWarps = Config::kWarps;
   static constexpr int kMTiles = Config::kMTiles;
   static constexpr int kThreads = 32 * kWarps;
@@ -418,8 +442,8 @@ void launch_kernel(const SplitQParams& p, cudaStream_t stream) {
                                                                         Shape::kSmemBytes, stream, p);
 }
 
-// The full kernel with the variants where the problem has one; the ladder's lower rungs and split_q_4warps
-// take none.
+// The full kernel with the variants where the problem has one; the ladder's lower rungs and the entries of
+// one tile width take none.
 template <typename Element, int kHeadDim, class Rung>
 void launch(const SplitQParams& p, cudaStream_t stream) {
   if constexpr (std::is_same_v<Rung, SplitQRung>)
@@ -432,8 +456,8 @@ void launch(const SplitQParams& p, cudaStream_t stream) {
 template <class Rung, typename Element>
 void dispatch_head_dim(const SplitQParams& p, cudaStream_t stream) {
   constexpr bool kFull = std::is_same_v<Rung, SplitQRung>;
-  if constexpr (std::is_same_v<Rung, FourWarpsRung>) {
-    launch<Element, 128, Rung>(p, stream);  // its one tile width (check_split_q_4warps)
+  if constexpr (Rung::kWidth != 0) {
+    launch<Element, Rung::kWidth, Rung>(p, stream);  // its one tile width (check_one_width)
   } else {
     switch (cuda::tile_width(p.head_dim)) {
       case 32:
@@ -461,7 +485,7 @@ void dispatch_head_dim(const SplitQParams& p, cudaStream_t stream) {
 template <class Rung>
 void forward_rung(SplitQParams params, unsigned* special_rows, cudaStream_t stream) {
   params.special_rows = special_rows;
-  if constexpr (!std::is_same_v<Rung, FourWarpsRung>)  // split_q_4warps is built for bf16 only
+  if constexpr (Rung::kWidth == 0)  // the entries of one tile width are built for bf16 only
     if (params.dtype == DType::f16) {
       dispatch_head_dim<Rung, __half>(params, stream);
       cuda::exact_rows<__half>(cuda::exact_rows_params(params), stream);
@@ -518,6 +542,13 @@ void launch_split_q_4warps(const Problem& problem, const DeviceTensors& tensors)
   const SplitQParams params = split_q_params(problem, tensors);
   check_split_q_4warps(params);
   forward_rung<FourWarpsRung>(
+      params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream), tensors.stream);
+}
+
+void launch_split_q_bc128(const Problem& problem, const DeviceTensors& tensors) {
+  const SplitQParams params = split_q_params(problem, tensors);
+  check_split_q_bc128(params);
+  forward_rung<WideKeysRung>(
       params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream), tensors.stream);
 }
 

@@ -32,6 +32,10 @@ struct QueryKeyTile {
 constexpr QueryKeyTile split_q_tile(int head_dim) {
   return head_dim > 128 ? QueryKeyTile{64, 32} : QueryKeyTile{128, 64};
 }
+// cuda_v2/split_q_bc128's, at the 64 tile width: FlashAttention-2's for d 64, twice split_q's keys a tile.
+constexpr QueryKeyTile split_q_bc128_tile() {
+  return {128, 128};
+}
 constexpr QueryKeyTile split_q_simt_tile() {
   return {32, 32};
 }
@@ -103,6 +107,7 @@ void check_split_q(const SplitQParams& params, Checks checks = Checks::launch);
 void check_mma(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_rung(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_4warps(const SplitQParams& params, Checks checks = Checks::launch);
+void check_split_q_bc128(const SplitQParams& params, Checks checks = Checks::launch);
 using Check = void (*)(const SplitQParams&, Checks);
 
 // An implementation's supports(): "" when `check` passes the problem's parameters, else its reason.
@@ -138,6 +143,8 @@ FLASHLAB_FOR_EACH_TARGET(
     void launch_mma_cp_async(const Problem& problem, const DeviceTensors& tensors);
     // Beside the ladder: split_q with FA2's warp layout at the 128 tile width, 4 warps of two row tiles
     // (bf16).
-    void launch_split_q_4warps(const Problem& problem, const DeviceTensors& tensors);)
+    void launch_split_q_4warps(const Problem& problem, const DeviceTensors& tensors);
+    // Beside the ladder: split_q with FA2's key tile at the 64 tile width, 128 keys a tile (bf16).
+    void launch_split_q_bc128(const Problem& problem, const DeviceTensors& tensors);)
 
 }  // namespace flashlab::cuda_v2

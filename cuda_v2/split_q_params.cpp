@@ -152,13 +152,30 @@ void check_split_q_rung(const SplitQParams& p, Checks checks) {
   check_common(p, 8, checks);
 }
 
-void check_split_q_4warps(const SplitQParams& p, Checks checks) {
+namespace {
+// The entries beside the ladder built for one tile width of split_q's, in bf16, without the variants: the
+// head dims that run in that width (common/cuda/tile_width.hpp), from the one past the narrower width.
+void check_one_width(const SplitQParams& p, Checks checks, const char* name, int width) {
   if (checks == Checks::launch && p.dtype != DType::bf16)
-    fail("dtype (", to_string(p.dtype), ") must be bf16 for cuda_v2/split_q_4warps");
-  if (cuda::tile_width(p.head_dim) != 128)
-    fail("head_dim (", p.head_dim, ") must be a multiple of 8 from 104 to 128 for cuda_v2/split_q_4warps");
-  if (p.has_variants()) fail("cuda_v2/split_q_4warps takes no score modification or dropout (split_q does)");
+    fail("dtype (", to_string(p.dtype), ") must be bf16 for ", name);
+  if (cuda::tile_width(p.head_dim) != width) {
+    int narrower = 0;
+    for (int w : cuda::kTileWidths)
+      if (w < width) narrower = w;
+    fail("head_dim (", p.head_dim, ") must be a multiple of 8 from ", narrower + 8, " to ", width, " for ",
+         name);
+  }
+  if (p.has_variants()) fail(name, " takes no score modification or dropout (split_q does)");
   check_common(p, 8, checks);
+}
+}  // namespace
+
+void check_split_q_4warps(const SplitQParams& p, Checks checks) {
+  check_one_width(p, checks, "cuda_v2/split_q_4warps", 128);
+}
+
+void check_split_q_bc128(const SplitQParams& p, Checks checks) {
+  check_one_width(p, checks, "cuda_v2/split_q_bc128", 64);
 }
 
 void check_mma(const SplitQParams& p, Checks checks) {

@@ -101,6 +101,17 @@ TEST_CASE("GPU stages refuse what their kernels cannot do, naming the field") {
   for (int64_t d : {40, 80, 160, 256})
     CHECK(entry("cuda_v2/split_q").supports_backward(shape(4, 2, 97, 203, d)).find("head_dim") !=
           std::string::npos);
+  // split_q's entries of one tile width are built for bf16 and for the head dims that width holds
+  // (check_one_width, split_q_params.cpp).
+  const std::map<std::string, std::pair<std::vector<int64_t>, std::vector<int64_t>>> one_width{
+      {"cuda_v2/split_q_4warps", {{104, 112, 128}, {64, 96, 136, 256}}},
+      {"cuda_v2/split_q_bc128", {{40, 48, 64}, {8, 32, 72, 128}}}};
+  for (const auto& [name, dims] : one_width) {
+    const Implementation& impl = entry(name.c_str());
+    CHECK(impl.dtypes == std::vector<DType>{DType::bf16});
+    for (int64_t d : dims.first) check_supports(impl, shape(2, 2, 200, 203, d), "");
+    for (int64_t d : dims.second) check_supports(impl, shape(2, 2, 200, 203, d), "head_dim");
+  }
   // FA3's 192-row tile is built for bf16 and the 64 tile width alone (ws.hpp).
   const Implementation& tall = entry("cuda_v3_hopper/ws_m192");
   CHECK(tall.dtypes == std::vector<DType>{DType::bf16});

@@ -63,6 +63,10 @@ TEST_CASE("the GPU stages move the global bytes their traffic models say") {
       Expected{"cuda_v3_hopper/ws", shaped(4, 2, 300, 333, 64, DType::f16, true)},
       Expected{"cuda_v3_hopper/ws", windowed(shaped(2, 1, 400, 400, 64, DType::bf16, false, 2), 100, 30)},
       Expected{"cuda_v3_hopper/ws", shaped(2, 2, 300, 100, 64, DType::f16, true)},
+      // FA2's 128-key tile at d 64: under a causal mask its model reads keys in tiles of 128, so a launch of
+      // split_q's 64-key kernel in its place would fail here.
+      Expected{"cuda_v2/split_q_bc128", shaped(2, 2, 300, 333, 64, DType::bf16, true)},
+      Expected{"cuda_v2/split_q_bc128", windowed(shaped(2, 1, 400, 400, 64, DType::bf16, false, 2), 100, 30)},
       // FA3's 192-row tile: its model counts K and V once per 192 rows, so a launch of the 128-row kernel in
       // its place would fail here.
       Expected{"cuda_v3_hopper/ws_m192", shaped(2, 2, 300, 333, 64, DType::bf16, true)},
