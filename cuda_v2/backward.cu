@@ -364,8 +364,8 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>,
     }
 }
 
-// dQ in the input format: the accumulator, or the key tiles' partials summed in order of j (deterministic).
-// One warp per query row; padded rows are 0.
+// dQ in the input format: the accumulator, or the key tiles' partials summed in order of j (deterministic),
+// times the scale where the main kernel left it out of dS. One warp per query row; padded rows are 0.
 template <typename Element, int kBlockN>
 __global__ void __launch_bounds__(kThreads) dq_kernel(const SplitQBackwardParams p) {
   const SplitQParams& f = p.forward;
@@ -384,10 +384,12 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const SplitQBackwardParams
   }
   Element* const dq =
       static_cast<Element*>(p.dq) + cuda::q_begin(f, b) + row * f.q_row_stride + head * f.q_head_stride;
+  const float scale = dq_accumulator_scale(p);
   for (int c = lane; c < f.head_dim; c += 32) {
     float value = 0.0f;
     if (valid && !p.deterministic) value = p.dq_accum[at + c];
     for (int j = first; j < last; ++j) value += p.dq_accum[j * partial_elements + at + c];
+    value *= scale;
     dq[c] = cuda::from_float<Element>(value);
     if (!isfinite(value)) atomicExch(p.nonfinite, 1);
   }

@@ -8,11 +8,13 @@
 //   S     = Q_i K_j^T               64 x 128; warps 2 (rows) x 4 (keys), each a 32 x 32 square
 //   P     = exp(S scale - LSE_i)    in registers, exactly 0 where hidden; to shared memory as bf16
 //   dP    = dO_i V_j^T              as S
-//   dS    = P (dP - D_i) scale      in registers, exactly 0 where hidden; to shared memory as bf16
+//   dS    = P (dP - D_i)            in registers, exactly 0 where hidden; to shared memory as bf16
 //   -- barrier: P and dS are the whole block's now
 //   dV_j += P^T dO_i                128 x d; warps 4 (keys) x 2 (dims), each 32 keys x d/2, in registers
 //   dQ_i += dS K_j                  64 x d; warps 2 (rows) x 4 (dims), each 32 x d/4; fp32 atomics
 //   dK_j += dS^T Q_i                as dV
+// and at the end dK_j scale; dQ's accumulator takes the scale where it is converted (FlashAttention-2's
+// order: the scale left out of dS saves a multiply an element, backward_steps.cuh).
 // A warp owns a square of S and dP, not every query row of its keys, so no warp holds a whole column of P
 // or dS: both pass through shared memory, and ldmatrix.trans hands out P^T's and dS^T's fragments. In
 // exchange each fragment a warp loads feeds more mma (per 16-wide k-step, 4 loads for 8 mma in S and dP,
@@ -257,14 +259,14 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
     float dp[2][4][4] = {};
     rows_by_keys<Element, kHeadDim>(dp, sdO, sV, warp_rows, warp_keys, lane);
 
-    // dS = P (dP - D) scale (line 13). It replaces P in s.
+    // dS = P (dP - D) (line 13), its scale left to dK's and dQ's sums. It replaces P in s.
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float d = sD[square_row(mt, e)];
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) s[mt][nt][e] = score_gradient(s[mt][nt][e], dp[mt][nt][e], d, scale);
+        for (int nt = 0; nt < 4; ++nt) s[mt][nt][e] = unscaled_score_gradient(s[mt][nt][e], dp[mt][nt][e], d);
       }
     // Exactly 0 where hidden, so that a NaN or Inf in a hidden dP (from dO or V) cannot come through as
     // 0 x NaN. Only a thread with a hidden element selects: on a full tile, one branch (selecting every
@@ -308,7 +310,7 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
   }
   cp_async_wait<0>();  // K and V, when no Q tile saw this key tile
 
-  // dK_j, dV_j (line 17), once; padded keys past the batch's length hold 0 (packed, they do not exist).
+  // dK_j scale, dV_j (line 17), once; padded keys past the batch's length hold 0 (packed, they do not exist).
   const int stored_keys = cuda::stored_rows_k(f, b);
   Element* const dk_out = static_cast<Element*>(p.dk) + cuda::k_begin(f, b) + head_kv * f.k_head_stride;
   Element* const dv_out = static_cast<Element*>(p.dv) + cuda::v_begin(f, b) + head_kv * f.v_head_stride;
@@ -321,7 +323,7 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
         const int key = key0 + warp_keys + 16 * mt + group + 8 * half,
                   col = dkv_dims + nt * 8 + 2 * quad_lane;
         if (key >= stored_keys) continue;
-        const float dk0 = dk[mt][nt][2 * half], dk1 = dk[mt][nt][2 * half + 1];
+        const float dk0 = dk[mt][nt][2 * half] * scale, dk1 = dk[mt][nt][2 * half + 1] * scale;
         const float dv0 = dv[mt][nt][2 * half], dv1 = dv[mt][nt][2 * half + 1];
         *reinterpret_cast<uint32_t*>(dk_out + key * f.k_row_stride + col) = pack_pair<Element>(dk0, dk1);
         *reinterpret_cast<uint32_t*>(dv_out + key * f.v_row_stride + col) = pack_pair<Element>(dv0, dv1);
