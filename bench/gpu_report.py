@@ -737,6 +737,11 @@ PROFILED = [
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
     ("cuda_v3_hopper/ws_m192", "ws_attention_kernel",  # its tiles are 64 wide
      ["--batch", "2", "--heads", "32", "--seqlen-q", "8192", "--head-dim", "64"]),
+    # The decode's combine, 82 partials a row at 64k keys: the second H200 run bounded it and the launch gap
+    # together (25 us of the median call's 139), not it alone.
+    ("decoding/cuda_split_kv", "combine_kernel",
+     ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "65536", "--head-dim",
+      "128"]),
 ]
 # What each profile reads: achieved occupancy, the pipes' utilization (the tensor pipe among them), shared-memory
 # bank conflicts, DRAM throughput, and what the warps wait on (WarpStateStats: the stall reasons, which the
