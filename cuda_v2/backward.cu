@@ -9,10 +9,11 @@
 //   P^T  = exp(S^T scale - LSE_i)           recomputed from the forward's LSE; exactly 0 where hidden
 //   dV_j += P^T dO_i                        P^T straight from the accumulators into the A fragment
 //   dP^T = V_j dO_i^T
-//   dS^T = P^T (dP^T - D_i) scale           exactly 0 where hidden
+//   dS^T = P^T (dP^T - D_i)                 exactly 0 where hidden; the scale is left to dK's and dQ's sums
 //   dK_j += dS^T Q_i
 //   dQ_i += dS K_j                          dS^T through shared memory (ldmatrix.trans gives dS's fragment);
 //                                           fp32 atomics into dQ's accumulator, or tile j's own partial
+// and at the end dK_j scale here, dQ_i scale in dq_kernel (backward_steps.cuh, score_gradient).
 // Everything is transposed against the forward (keys are the rows here), so that dK_j and dV_j are row tiles
 // of accumulators that stay in their warp, and no product needs a transpose in registers.
 #include <cuda_bf16.h>
@@ -268,10 +269,10 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>,
     float dpt[kNTilesM][4] = {};
     keys_by_queries<Element, kHeadDim>(dpt, sV, sdO, warp_key, lane);
 
-    // dS^T = P^T (dP^T - D) scale (line 13), exactly 0 where hidden (so that a NaN in a hidden dP cannot
-    // come through as 0 * NaN), times the modification's derivative. It replaces P^T in st. Dropout
-    // (common/ dropout.hpp): the mask Z recomputed, dP is Z dO V^T, and dV takes P Z, which replaces dP^T
-    // in dpt.
+    // dS^T = P^T (dP^T - D) (line 13, its scale left to the sums), exactly 0 where hidden (so that a NaN in a
+    // hidden dP cannot come through as 0 * NaN), times the modification's derivative. It replaces P^T in st.
+    // Dropout (common/ dropout.hpp): the mask Z recomputed, dP is Z dO V^T, and dV takes P Z, which replaces
+    // dP^T in dpt.
 #pragma unroll
     for (int nt = 0; nt < kNTilesM; ++nt)
 #pragma unroll
@@ -282,7 +283,7 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>,
           keep = f.dropout.factor<float>(b, head, row0 + r, key0 + warp_key + group + 8 * (e / 2));
         const float p_ij = st[nt][e];
         st[nt][e] =
-            visible[nt][e] ? score_gradient(p_ij, dpt[nt][e] * keep, sD[r], scale) * derivative[nt][e] : 0.0f;
+            visible[nt][e] ? score_gradient(p_ij, dpt[nt][e] * keep, sD[r]) * derivative[nt][e] : 0.0f;
         if constexpr (kVariants) dpt[nt][e] = p_ij * keep;
       }
     if constexpr (kVariants) accumulate_keys_by_dims<Element, kHeadDim>(dv, dpt, sdO, lane);
@@ -345,7 +346,7 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>,
   }
   cp_async_wait<0>();  // the last, empty group; or K and V, when no Q tile saw this key tile
 
-  // dK_j, dV_j (line 17), once; padded keys past the batch's length hold 0 (packed, they do not exist).
+  // dK_j scale, dV_j (line 17), once; padded keys past the batch's length hold 0 (packed, they do not exist).
   const int stored_keys = cuda::stored_rows_k(f, b);
   Element* const dk_out = static_cast<Element*>(p.dk) + cuda::k_begin(f, b) + head_kv * f.k_head_stride;
   Element* const dv_out = static_cast<Element*>(p.dv) + cuda::v_begin(f, b) + head_kv * f.v_head_stride;
@@ -355,17 +356,16 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>,
     for (int half = 0; half < 2; ++half) {
       const int key = key0 + warp_key + group + 8 * half, col = nt * 8 + 2 * quad_lane;
       if (key >= stored_keys) continue;
-      *reinterpret_cast<uint32_t*>(dk_out + key * f.k_row_stride + col) =
-          pack_pair<Element>(dk[nt][2 * half], dk[nt][2 * half + 1]);
-      *reinterpret_cast<uint32_t*>(dv_out + key * f.v_row_stride + col) =
-          pack_pair<Element>(dv[nt][2 * half], dv[nt][2 * half + 1]);
-      if (!isfinite(dk[nt][2 * half] + dk[nt][2 * half + 1] + dv[nt][2 * half] + dv[nt][2 * half + 1]))
-        atomicExch(p.nonfinite, 1);  // exact_kernel's cue
+      const float dk0 = dk[nt][2 * half] * scale, dk1 = dk[nt][2 * half + 1] * scale;
+      const float dv0 = dv[nt][2 * half], dv1 = dv[nt][2 * half + 1];
+      *reinterpret_cast<uint32_t*>(dk_out + key * f.k_row_stride + col) = pack_pair<Element>(dk0, dk1);
+      *reinterpret_cast<uint32_t*>(dv_out + key * f.v_row_stride + col) = pack_pair<Element>(dv0, dv1);
+      if (!isfinite(dk0 + dk1 + dv0 + dv1)) atomicExch(p.nonfinite, 1);  // exact_kernel's cue
     }
 }
 
 // dQ in the input format: the accumulator, or the key tiles' partials summed in order of j (deterministic),
-// times the scale where the main kernel left it out of dS. One warp per query row; padded rows are 0.
+// times the scale the main kernels left out of dS. One warp per query row; padded rows are 0.
 template <typename Element, int kBlockN>
 __global__ void __launch_bounds__(kThreads) dq_kernel(const SplitQBackwardParams p) {
   const SplitQParams& f = p.forward;
@@ -384,12 +384,11 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const SplitQBackwardParams
   }
   Element* const dq =
       static_cast<Element*>(p.dq) + cuda::q_begin(f, b) + row * f.q_row_stride + head * f.q_head_stride;
-  const float scale = dq_accumulator_scale(p);
   for (int c = lane; c < f.head_dim; c += 32) {
     float value = 0.0f;
     if (valid && !p.deterministic) value = p.dq_accum[at + c];
     for (int j = first; j < last; ++j) value += p.dq_accum[j * partial_elements + at + c];
-    value *= scale;
+    value *= f.softmax_scale;
     dq[c] = cuda::from_float<Element>(value);
     if (!isfinite(value)) atomicExch(p.nonfinite, 1);
   }
@@ -432,7 +431,7 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
     p_out = recomputed_probability(s, f.softmax_scale, lse);
     const float keep =
         f.dropout.factor<float>(b, head, row, key);  // dropout's Z: dP is Z dO V^T, dV takes P Z
-    const float d_score = score_gradient(p_out, dp * keep, d, f.softmax_scale) * derivative;
+    const float d_score = score_gradient(p_out, dp * keep, d) * derivative;
     p_out *= keep;
     return d_score;
   };
@@ -475,7 +474,8 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
             if (seen[e]) sum += ds[e] * cuda::to_float(*at(f.k, k_offset + (j0 + e) * f.k_row_stride + c));
         __syncthreads();
       }
-      if (c < kHeadDim && !isfinite(cuda::to_float(out[c]))) out[c] = cuda::from_float<Element>(sum);
+      if (c < kHeadDim && !isfinite(cuda::to_float(out[c])))
+        out[c] = cuda::from_float<Element>(sum * f.softmax_scale);
     } else {  // dK_j and dV_j: sums over the (head, row) pairs of the group that see key j
       const int64_t key_job = job - dq_rows;
       const int b = static_cast<int>(key_job / (int64_t(f.heads_kv) * f.seqlen_k));
@@ -520,7 +520,8 @@ __global__ void __launch_bounds__(kThreads) exact_kernel(const SplitQBackwardPar
           __syncthreads();
         }
       }
-      if (c < kHeadDim && !isfinite(cuda::to_float(dk_out[c]))) dk_out[c] = cuda::from_float<Element>(dk_sum);
+      if (c < kHeadDim && !isfinite(cuda::to_float(dk_out[c])))
+        dk_out[c] = cuda::from_float<Element>(dk_sum * f.softmax_scale);
       if (c < kHeadDim && !isfinite(cuda::to_float(dv_out[c]))) dv_out[c] = cuda::from_float<Element>(dv_sum);
     }
     __syncthreads();  // row_a and row_b are the next row's

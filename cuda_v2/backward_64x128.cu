@@ -13,8 +13,8 @@
 //   dV_j += P^T dO_i                128 x d; warps 4 (keys) x 2 (dims), each 32 keys x d/2, in registers
 //   dQ_i += dS K_j                  64 x d; warps 2 (rows) x 4 (dims), each 32 x d/4; fp32 atomics
 //   dK_j += dS^T Q_i                as dV
-// and at the end dK_j scale; dQ's accumulator takes the scale where it is converted (FlashAttention-2's
-// order: the scale left out of dS saves a multiply an element, backward_steps.cuh).
+// and at the end dK_j scale; dQ's accumulator takes the scale where it is converted (backward_steps.cuh,
+// score_gradient).
 // A warp owns a square of S and dP, not every query row of its keys, so no warp holds a whole column of P
 // or dS: both pass through shared memory, and ldmatrix.trans hands out P^T's and dS^T's fragments. In
 // exchange each fragment a warp loads feeds more mma (per 16-wide k-step, 4 loads for 8 mma in S and dP,
@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
       for (int e = 0; e < 4; ++e) {
         const float d = sD[square_row(mt, e)];
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) s[mt][nt][e] = unscaled_score_gradient(s[mt][nt][e], dp[mt][nt][e], d);
+        for (int nt = 0; nt < 4; ++nt) s[mt][nt][e] = score_gradient(s[mt][nt][e], dp[mt][nt][e], d);
       }
     // Exactly 0 where hidden, so that a NaN or Inf in a hidden dP (from dO or V) cannot come through as
     // 0 x NaN. Only a thread with a hidden element selects: on a full tile, one branch (selecting every

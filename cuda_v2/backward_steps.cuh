@@ -46,21 +46,14 @@ __device__ inline float recomputed_probability(float s, float scale, float lse) 
   return ptx::ex2_approx<kFlushSubnormals>((__fmul_rn(s, scale) - lse) * kLog2e);
 }
 
-// dS_ij = P_ij (dP_ij - D_i) scale (line 13), evaluated left to right in every kernel, so that the exact pass
-// (backward.cu's exact_kernel) forms the tensor-core kernels' value. FlashAttention-2 leaves the scale out of
-// dS and multiplies the sums by it instead, dK's in the epilogue and dQ's where its accumulator is converted:
-// backward_64x128.cu's kernel does so (unscaled_score_gradient: one multiply an element less, 32 of a step's
-// instructions), and dq_kernel then takes dq_accumulator_scale.
-__device__ inline float unscaled_score_gradient(float p, float dp, float d) {
+// dS_ij = P_ij (dP_ij - D_i) (line 13 without its scale), evaluated left to right in every kernel, so that
+// the exact pass (backward.cu's exact_kernel) forms the tensor-core kernels' value. The scale is one number
+// for the whole problem, so it waits for the sums, as in FlashAttention-2: dK_j is multiplied by it once in
+// each main kernel's epilogue, dQ_i where dq_kernel converts its accumulator, and exact_kernel's sums
+// likewise. That is one multiply an element less: 32 of a 64 x 128 step's instructions, 16 of a 32-row step's
+// (sm_90a SASS).
+__device__ inline float score_gradient(float p, float dp, float d) {
   return p * (dp - d);
-}
-__device__ inline float score_gradient(float p, float dp, float d, float scale) {
-  return unscaled_score_gradient(p, dp, d) * scale;
-}
-// The factor of dQ's accumulator: the scale where the main kernel left it out of dS (the 64-row steps of
-// backward_64x128.cu), else 1.
-__device__ inline float dq_accumulator_scale(const SplitQBackwardParams& p) {
-  return p.block_m == kBackwardWideBlockM ? p.forward.softmax_scale : 1.0f;
 }
 
 // K_j and V_j of the key tile from key0 (Algorithm 2 line 6) into swizzled shared memory, as one cp.async
