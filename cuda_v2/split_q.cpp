@@ -130,33 +130,36 @@ const Registration split_q{with_gpu_backward(
         FLASHLAB_DEVICE_BUILDS(launch_split_q, workspace_bytes)),
     FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_backward, backward_workspace), split_q_backward_supports)};
 
-// Beside split_q: the same kernel and tiles with FA2's warp layout at d = 128, 4 warps of two row tiles
-// (split_q.cu, FourWarpsRung), a candidate for the GPU to judge against split_q's 8 warps of one.
-const Registration split_q_4warps{gpu_implementation(
-    {.name = "cuda_v2/split_q_4warps",
-     .summary = "split_q at d 128 with FA2's warp layout: 4 warps of two 16-row tiles (split_q: 8 of one)",
-     .dtypes = {DType::bf16},
-     .constraints = "bf16; head_dim a multiple of 8 from 104 to 128; every mask, GQA, any length, packed "
-                    "varlen; no score modification or dropout",
-     .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V mma
-     .packed = true,
-     .supports = four_warps_supports,
-     .bytes_moved = tensor_core_bytes_moved},
+// An entry of split_q's kernel with FlashAttention-2's own tiles in one tile width (split_q.cu), bf16, no
+// score modification or dropout: a candidate for the GPU to judge against split_q's tiles.
+Implementation one_width_entry(const char* name, const char* summary, const char* head_dims,
+                               std::string (*supports)(const Problem&), double (*bytes_moved)(const Problem&),
+                               DeviceBuilds builds) {
+  return gpu_implementation(
+      {.name = name,
+       .summary = summary,
+       .dtypes = {DType::bf16},
+       .constraints = std::string("bf16; head_dim ") + head_dims +
+                      "; every mask, GQA, any length, packed varlen; no score modification or dropout",
+       .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V mma
+       .packed = true,
+       .supports = supports,
+       .bytes_moved = bytes_moved},
+      builds);
+}
+
+// At d = 128, FA2's warp layout: 4 warps of two row tiles (FourWarpsRung), against split_q's 8 warps of one.
+const Registration split_q_4warps{one_width_entry(
+    "cuda_v2/split_q_4warps",
+    "split_q at d 128 with FA2's warp layout: 4 warps of two 16-row tiles (split_q: 8 of one)",
+    "a multiple of 8 from 104 to 128", four_warps_supports, tensor_core_bytes_moved,
     FLASHLAB_DEVICE_BUILDS(launch_split_q_4warps, workspace_bytes))};
 
-// Beside split_q: the same kernel at the 64 tile width with FA2's key tile for d = 64, 128 keys a tile
-// (split_q.cu, WideKeysRung), a candidate for the GPU to judge against split_q's 64.
-const Registration split_q_bc128{gpu_implementation(
-    {.name = "cuda_v2/split_q_bc128",
-     .summary =
-         "split_q at d 64 with FA2's key tile: 128 x 128, 4 warps of two 16-row tiles (split_q: 128 x 64)",
-     .dtypes = {DType::bf16},
-     .constraints = "bf16; head_dim a multiple of 8 from 40 to 64; every mask, GQA, any length, packed "
-                    "varlen; no score modification or dropout",
-     .rounds_p = true,  // P is rounded to bf16: it is the A operand of the P V mma
-     .packed = true,
-     .supports = wide_keys_supports,
-     .bytes_moved = wide_keys_bytes_moved},
+// At d = 64, FA2's key tile: 128 keys a tile (WideKeysRung), against split_q's 64.
+const Registration split_q_bc128{one_width_entry(
+    "cuda_v2/split_q_bc128",
+    "split_q at d 64 with FA2's key tile: 128 x 128, 4 warps of two 16-row tiles (split_q: 128 x 64)",
+    "a multiple of 8 from 40 to 64", wide_keys_supports, wide_keys_bytes_moved,
     FLASHLAB_DEVICE_BUILDS(launch_split_q_bc128, workspace_bytes))};
 
 // An entry beside split_q whose forward is split_q's kernel and whose backward takes another tile, a
