@@ -153,10 +153,7 @@ struct KeyTileSteps {
   // are zero and take no part (their LSE and D are never read: every element of theirs is hidden).
   template <typename Element>
   __device__ void load(const Step& step, const StepBuffer<Element>& into) const {
-    Element* const sQ = into.q;
-    Element* const sdO = into.d_out;
-    float* const sLse = into.lse;
-    float* const sD = into.d;
+    const auto [sQ, sdO, sLse, sD] = into;
     const SplitQParams& f = p.forward;
     const int head_q = step.head, first = step.row0;
     const Element* const q =
