@@ -155,7 +155,7 @@ const Registration ws_m192{
          FLASHLAB_DEVICE_BUILDS(launch_ws_m192, ws_workspace_bytes),
          "bf16; sm_90a; head_dim a multiple of 8 up to 64; causal, window, padding, GQA; no explicit mask",
          tall_supports, tall_bytes_moved, {DType::bf16})};
-// Beside the ladder: the full kernel with FA3's persistent tile scheduler (ws.hpp, WsTileOrder).
+// Beside the ladder: the full kernel with FA3's persistent tile scheduler (common/cuda/tile_order.hpp).
 const Registration ws_persistent{
     rung("cuda_v3_hopper/ws_persistent",
          "the full FA3 kernel, persistent: one CTA per SM, tiles in L2 sections, longest first",

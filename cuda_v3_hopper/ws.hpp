@@ -14,6 +14,7 @@
 #include "common/cuda/exact_rows.hpp"
 #include "common/cuda/stream.hpp"
 #include "common/cuda/target.hpp"
+#include "common/cuda/tile_order.hpp"
 #include "common/cuda/tile_width.hpp"
 #include "common/host_device.hpp"
 #include "common/problem.hpp"
@@ -46,40 +47,9 @@ constexpr int kWsWideBlockN = 176;
 // each K and V block that the CTA loads. The full kernel in the 64 tile width only (ws_m192, ws.cpp).
 constexpr int kWsTallBlockM = 192;
 
-// A tile of the grid: kWsBlockM (or kWsTallBlockM) query rows of one (batch, head).
-struct WsTile {
-  int m_block, head, batch;
-};
-
-// The order in which the persistent kernel (HopperParams::persistent) hands out its tiles: CTA c computes
-// tiles c, c + CTAs, c + 2 CTAs, ... of it (a static schedule, FA3's for non-causal attention). The (batch,
-// head) pairs are cut into sections of `section` pairs, whose K and V fit in L2 together; a section's tiles
-// come before the next section's, row block by row block from the last (under a causal mask, the longest)
-// to the first, and at each row block every pair of the section. So the CTAs running at one time read the K
-// and V of a few heads, which stay in L2, and under a causal mask the long tiles start first and the short
-// ones fill the end of the last wave.
-struct WsTileOrder {
-  int num_m_blocks = 1;  // row blocks per (batch, head)
-  int heads = 1;         // heads_q
-  int batches = 1;
-  int section = 1;  // (batch, head) pairs per section, >= 1
-
-  FLASHLAB_HOST_DEVICE int tiles() const { return num_m_blocks * heads * batches; }
-  FLASHLAB_HOST_DEVICE WsTile operator()(int tile) const {
-    const int pairs = heads * batches;
-    const int section_tiles = section * num_m_blocks;  // tiles of a full section
-    const int first_pair = tile / section_tiles * section;
-    const int pairs_here =
-        pairs - first_pair < section ? pairs - first_pair : section;  // the last may be short
-    const int local = tile % section_tiles;
-    const int pair = first_pair + local % pairs_here;
-    return WsTile{num_m_blocks - 1 - local / pairs_here, pair % heads, pair / heads};
-  }
-};
-
-// The L2 that a section's K and V may fill (WsTileOrder): H100 and H200 have 50 MB; the rest is left to Q, O
-// and the other sections' last tiles.
-inline constexpr int64_t kWsL2SectionBytes = int64_t{32} << 20;
+// The persistent kernel's tiles: a block of kWsBlockM (or kWsTallBlockM) query rows of one (batch, head),
+// handed out in cuda::TileOrder's order (common/cuda/tile_order.hpp): CTA c computes tiles c, c + CTAs,
+// c + 2 CTAs, ... of it (a static schedule, FA3's for non-causal attention), longest first in L2 sections.
 
 enum class HopperDType { bf16, f16 };
 
@@ -129,7 +99,7 @@ struct HopperParams {
   // Query rows per CTA (Br): 0 takes kWsBlockM; kWsTallBlockM takes FA3's 192 x 128 (the full kernel, tile
   // width 64, its own block_n, not persistent).
   int block_m = 0;
-  // FA3's persistent kernel: a grid of `ctas` CTAs (0: one per SM), each computing tiles in WsTileOrder's
+  // FA3's persistent kernel: a grid of `ctas` CTAs (0: one per SM), each computing tiles in cuda::TileOrder's
   // order, its pipeline running on from one tile to the next. The full kernel, bf16, head dims up to 128.
   bool persistent = false;
   int ctas = 0;
@@ -143,8 +113,8 @@ inline int ws_block_m(const HopperParams& params) {
   return params.block_m != 0 ? params.block_m : kWsBlockM;
 }
 
-// The persistent kernel's order for these parameters (sections sized by kWsL2SectionBytes).
-WsTileOrder ws_tile_order(const HopperParams& params);
+// The persistent kernel's order for these parameters (sections sized by cuda::kL2SectionBytes).
+cuda::TileOrder ws_tile_order(const HopperParams& params);
 
 // Fills the strides of packed BSHD tensors from the sizes.
 void set_packed_strides(HopperParams& params);

@@ -18,8 +18,8 @@
 // Without warp specialization (the ablation's first rung) there is no producer warpgroup: one consumer thread
 // issues the same loads a few blocks ahead, between its own matrix products.
 // Persistent (WsConfig::kPersistent, FA3's tile scheduler): one CTA per SM computes tile after tile in
-// WsTileOrder's order (ws.hpp), its pipeline running on from one to the next (for_each_tile, PipelineStart);
-// its producer keeps 32 registers and its consumers take 232.
+// cuda::TileOrder's order (common/cuda/tile_order.hpp), its pipeline running on from one to the next
+// (for_each_tile, PipelineStart); its producer keeps 32 registers and its consumers take 232.
 #pragma once
 
 #include <cuda.h>
@@ -119,7 +119,7 @@ struct WsArgs {
   int num_m_blocks;
   float scale_log2;        // scale * log2(e): the softmax runs on exp2
   unsigned* special_rows;  // the exact pass's flag (HopperParams::special_rows), or null
-  WsTileOrder order;       // the persistent kernel's tiles (ws.hpp)
+  cuda::TileOrder order;   // the persistent kernel's tiles (common/cuda/tile_order.hpp)
 };
 
 // The CTA's view of shared memory (this kernel's and the FP8 kernel's: Q, kStages K and V tiles of
@@ -158,9 +158,9 @@ struct BlockWork {
 
 // The tile of a CTA of a grid of tiles (num_m_blocks, heads_q, batch). Tiles of later rows see more keys
 // under a causal mask: they are launched first so that the long ones do not trail.
-__device__ inline WsTile grid_tile(const WsArgs& args) {
-  return WsTile{args.num_m_blocks - 1 - static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y),
-                static_cast<int>(blockIdx.z)};
+__device__ inline cuda::Tile grid_tile(const WsArgs& args) {
+  return cuda::Tile{args.num_m_blocks - 1 - static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y),
+                    static_cast<int>(blockIdx.z)};
 }
 
 // Calls body(tile) for each tile this CTA computes: its grid tile, or, in the persistent kernel (one CTA per
@@ -188,9 +188,9 @@ struct PipelineStart {
 };
 
 template <class Config>
-__device__ inline BlockWork block_work(const WsArgs& args, const WsTile& tile) {
+__device__ inline BlockWork block_work(const WsArgs& args, const cuda::Tile& tile) {
   BlockWork work;
-  work.m_block = tile.m_block;
+  work.m_block = tile.block;
   work.head = tile.head;
   work.batch = tile.batch;
   work.kv_head = work.head / (args.heads_q / args.heads_kv);
@@ -317,7 +317,7 @@ struct Producer {
     if (threadIdx.x >= 32) return;
     const int lane = static_cast<int>(threadIdx.x);
     PipelineStart start;
-    for_each_tile<Config>(args, [&](const WsTile& tile) {
+    for_each_tile<Config>(args, [&](const cuda::Tile& tile) {
       const BlockWork work = block_work<Config>(args, tile);
       const int blocks = work.n_end - work.n_begin;
       const Tail tail = tail_of(work, start);
@@ -735,7 +735,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     const int consumer_index = warpgroup - 1;
     PingPong<Config>::start(consumer_index);
     PipelineStart start;
-    for_each_tile<Config>(args, [&](const WsTile& tile) {
+    for_each_tile<Config>(args, [&](const cuda::Tile& tile) {
       const BlockWork work = block_work<Config>(args, tile);
       Consumer<Config> consumer(tiles, args, work, consumer_index);
       consumer_mainloop(consumer, tiles, args, work, start, [](int) {});

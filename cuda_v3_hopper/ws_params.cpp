@@ -1,6 +1,5 @@
 // cuda_v3_hopper/ws's parameters and their checks, in plain C++ (compiled once): what both builds of the
 // launcher (ws_launch.cu) and the registration (ws.cpp) ask.
-#include <algorithm>
 #include <cstdint>
 
 #include "cuda_v3_hopper/ws.hpp"
@@ -16,17 +15,9 @@ void set_packed_strides(HopperParams& p) {
   p.k_batch_stride = p.v_batch_stride = p.k_row_stride * p.seqlen_k;
 }
 
-WsTileOrder ws_tile_order(const HopperParams& p) {
-  WsTileOrder order;
-  order.num_m_blocks = (p.seqlen_q + ws_block_m(p) - 1) / ws_block_m(p);
-  order.heads = p.heads_q;
-  order.batches = p.batch;
-  // A pair's K and V: 2 x seqlen_k x head_dim 16-bit elements (a GQA group's heads share theirs, which only
-  // makes the sections smaller than they could be).
-  const int64_t kv_bytes = std::max<int64_t>(int64_t{4} * p.seqlen_k * p.head_dim, 1);
-  order.section =
-      static_cast<int>(std::clamp<int64_t>(kWsL2SectionBytes / kv_bytes, 1, int64_t{p.heads_q} * p.batch));
-  return order;
+cuda::TileOrder ws_tile_order(const HopperParams& p) {
+  return cuda::l2_sectioned_order((p.seqlen_q + ws_block_m(p) - 1) / ws_block_m(p), p.heads_q, p.batch,
+                                  int64_t{4} * p.seqlen_k * p.head_dim);
 }
 
 HopperParams ws_params(const Problem& problem) {
@@ -88,7 +79,7 @@ const char* hopper_ws_unsupported(const HopperParams& p) {
         !full_kernel)
       return "persistent: the full kernel, bf16, head dims up to 128, its own block_n";
     if (p.ctas < 0) return "ctas must be >= 0 (0: one CTA per SM)";
-    // The tiles are numbered in an int (WsTileOrder).
+    // The tiles are numbered in an int (cuda::TileOrder).
     if (int64_t{(p.seqlen_q + ws_block_m(p) - 1) / ws_block_m(p)} * p.heads_q * p.batch > INT32_MAX)
       return "persistent: more than 2^31 - 1 tiles";
   }

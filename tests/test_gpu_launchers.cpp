@@ -321,23 +321,23 @@ TEST_CASE("the persistent kernel's tile order hands out every tile once, longest
   hopper::HopperParams params;
   params.batch = 3, params.heads_q = 7, params.heads_kv = 1;
   params.seqlen_q = 1000, params.seqlen_k = 8192, params.head_dim = 128;
-  const hopper::WsTileOrder order = hopper::ws_tile_order(params);
+  const cuda::TileOrder order = hopper::ws_tile_order(params);
   CHECK(order.section == 8);
-  CHECK(order.num_m_blocks == 8);
+  CHECK(order.blocks == 8);
   REQUIRE(order.tiles() == 8 * 7 * 3);
   std::vector<int> seen(static_cast<size_t>(order.tiles()), 0);
-  int last_section = 0, last_m_block = order.num_m_blocks;
+  int last_section = 0, last_block = order.blocks;
   for (int t = 0; t < order.tiles(); ++t) {
-    const hopper::WsTile tile = order(t);
-    INFO("tile ", t, ": m_block ", tile.m_block, ", head ", tile.head, ", batch ", tile.batch);
-    REQUIRE((tile.m_block >= 0 && tile.m_block < order.num_m_blocks && tile.head >= 0 && tile.head < 7 &&
+    const cuda::Tile tile = order(t);
+    INFO("tile ", t, ": block ", tile.block, ", head ", tile.head, ", batch ", tile.batch);
+    REQUIRE((tile.block >= 0 && tile.block < order.blocks && tile.head >= 0 && tile.head < 7 &&
              tile.batch >= 0 && tile.batch < 3));
-    ++seen[static_cast<size_t>((tile.batch * 7 + tile.head) * order.num_m_blocks + tile.m_block)];
+    ++seen[static_cast<size_t>((tile.batch * 7 + tile.head) * order.blocks + tile.block)];
     const int section = (tile.batch * 7 + tile.head) / order.section;
     CHECK(section >= last_section);  // sections one after another
-    if (section != last_section) last_m_block = order.num_m_blocks;
-    CHECK(tile.m_block <= last_m_block);  // within a section, the last row block first
-    last_section = section, last_m_block = tile.m_block;
+    if (section != last_section) last_block = order.blocks;
+    CHECK(tile.block <= last_block);  // within a section, the last row block first
+    last_section = section, last_block = tile.block;
   }
   CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
   // Short K and V: every pair in one section. Long: one pair a section.
