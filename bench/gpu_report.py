@@ -61,7 +61,7 @@ ALL_BUDGET = 540
 PRIORITY = ["cuda_v3_hopper/ws", "cuda_v3_hopper/ws_bc176", "cuda_v3_hopper/ws_m192",
             "cuda_v3_hopper/ws_persistent", "cuda_v3_hopper/ws_no_overlap", "cuda_v3_hopper/ws_no_pingpong",
             "cuda_v3_hopper/ws_no_producer", "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "decoding/cuda_split_kv_mma", "cuda_v2/split_q", "cuda_v2/split_q_4warps",
-            "cuda_v2/split_q_bc128",
+            "cuda_v2/split_q_bc128", "cuda_v2/split_q_longest_first",
             "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd128", "cuda_v2/split_q_simt", "cuda_v1/split_k"]
 # Entries whose forward is another entry's kernel (cuda_v2/split_q_bwd128's and split_q_bwd64x128's are
 # split_q's): timed in the backward shapes only.

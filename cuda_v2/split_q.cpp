@@ -33,6 +33,9 @@ std::string four_warps_supports(const Problem& p) {
 std::string wide_keys_supports(const Problem& p) {
   return refusal(check_split_q_bc128, p);
 }
+std::string longest_first_supports(const Problem& p) {
+  return refusal(check_split_q_longest_first, p);
+}
 
 // Both kernels' global traffic: FA2's Q-block-outer order (common/flops.hpp), K/V tiles read by cp.async up
 // to the batch's last key. `flashlab profile` counts it in the emulator (tests/test_counters.cpp holds them
@@ -161,6 +164,23 @@ const Registration split_q_bc128{one_width_entry(
     "split_q at d 64 with FA2's key tile: 128 x 128, 4 warps of two 16-row tiles (split_q: 128 x 64)",
     "a multiple of 8 from 40 to 64", wide_keys_supports, wide_keys_bytes_moved,
     FLASHLAB_DEVICE_BUILDS(launch_split_q_bc128, workspace_bytes))};
+
+// split_q's kernel and tiles, the grid's tiles handed out in another order (common/cuda/tile_order.hpp):
+// under a causal mask the longest first, in sections of heads whose K and V fit in L2. A candidate for the
+// GPU to judge against split_q's (q-block, head, batch) grid; the forward only.
+const Registration split_q_longest_first{gpu_implementation(
+    {.name = "cuda_v2/split_q_longest_first",
+     .summary = "split_q with its tiles launched longest first, in L2 sections of heads (FA3's order)",
+     .dtypes = {DType::f16, DType::bf16},
+     .constraints = "split_q's: f16, bf16; head_dim a multiple of 8 up to 256; every mask, GQA, any length; "
+                    "softcap, ALiBi, bias, dropout, packed varlen; the forward only",
+     .rounds_p = true,
+     .score_mods = true,
+     .dropout = true,
+     .packed = true,
+     .supports = longest_first_supports,
+     .bytes_moved = tensor_core_bytes_moved},
+    FLASHLAB_DEVICE_BUILDS(launch_split_q_longest_first, workspace_bytes))};
 
 // An entry beside split_q whose forward is split_q's kernel and whose backward takes another tile, a
 // candidate for the GPU to judge against split_q's: bf16, head dims 64 and 128, no score modification or

@@ -76,16 +76,21 @@ struct LdmatrixRung {                        // cuda_v2/mma_ldmatrix
   static constexpr bool kAsyncCopy = false;  // synchronous copies of the K/V tiles, one stage
   static constexpr bool kSkipTiles = false;  // every key tile up to the batch's last key, masked element-wise
   static constexpr int kWidth = 0;           // every tile width (SplitQConfig)
+  static constexpr bool kTileOrder = false;  // the grid's own order of tiles (SplitQRung below)
 };
 struct CpAsyncRung {                        // cuda_v2/mma_cp_async
   static constexpr bool kAsyncCopy = true;  // + cp.async double buffering: tile j + 1 loads while j is used
   static constexpr bool kSkipTiles = false;
   static constexpr int kWidth = 0;
+  static constexpr bool kTileOrder = false;
 };
 struct SplitQRung {  // cuda_v2/split_q
   static constexpr bool kAsyncCopy = true;
   static constexpr bool kSkipTiles = true;  // + FA2's block skipping: only the tiles a valid row sees
   static constexpr int kWidth = 0;
+  // Beside the ladder, its grid may also be numbered in another order (SplitQParams::longest_first,
+  // cuda_v2/split_q_longest_first); the other rungs keep the grid's own, so that their code is unchanged.
+  static constexpr bool kTileOrder = true;
 };
 
 // Beside the ladder, two entries of split_q's kernel with FlashAttention-2's own tiles for H100 (its
@@ -100,6 +105,7 @@ struct FourWarpsRung {
   static constexpr bool kAsyncCopy = true;
   static constexpr bool kSkipTiles = true;
   static constexpr int kWidth = 128;
+  static constexpr bool kTileOrder = false;
 };
 // cuda_v2/split_q_bc128, at the 64 width: FA2's 128 x 128 tile, split_q's 4 warps of two row tiles over 128
 // keys a tile instead of 64. Per 128 keys a warp then loads its Q fragments, reduces its rows' max, rescales
@@ -110,6 +116,7 @@ struct WideKeysRung {
   static constexpr bool kAsyncCopy = true;
   static constexpr bool kSkipTiles = true;
   static constexpr int kWidth = 64;
+  static constexpr bool kTileOrder = false;
 };
 
 // The tiles a rung takes in a tile width: split_q's, but for the entries built for one width.
@@ -153,6 +160,15 @@ __device__ inline float fast_exp2(float x) {
   return ptx::ex2_approx<true>(x);
 }
 
+// This block's tile: (blockIdx.x, blockIdx.y, blockIdx.z) of the grid (q-block, head, batch), or, where the
+// rung takes another order and the launch asks for it, tile blockIdx.x of p.order.
+template <class Rung>
+__device__ inline cuda::Tile tile_of_block(const SplitQParams& p) {
+  if constexpr (Rung::kTileOrder)
+    if (p.longest_first) return p.order(static_cast<int>(blockIdx.x));
+  return cuda::Tile{static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z)};
+}
+
 // kHeadDim: the tile width the kernel is compiled for; the problem's head dim p.head_dim is at most that, and
 // its lanes past p.head_dim are zeros (common/cuda/tile_width.hpp). Variant: NoVariant, or Variants for a
 // problem with a score modification or dropout (variants.cuh). Rung: the ladder's rung (LdmatrixRung,
@@ -172,8 +188,10 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung>::kThreads, 1)
   Element* const sK = sQ + kBlockM * kHeadDim;                   // [kStages][kBlockN][kHeadDim]
   Element* const sV = sK + Shape::kStages * kBlockN * kHeadDim;  // [kStages][kBlockN][kHeadDim]
 
-  // FA2 change 1: the grid is (q-block, head, batch).
-  const int q_block = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
+  // FA2 change 1: the grid is (q-block, head, batch). split_q_longest_first numbers the same tiles in
+  // p.order's order on a grid of one dimension: under a causal mask the longest first (tile_order.hpp).
+  const cuda::Tile mine = tile_of_block<Rung>(p);
+  const int q_block = mine.block, head = mine.head, b = mine.batch;
   const int head_kv = head / (p.heads_q / p.heads_kv);  // GQA/MQA by indexing: no K/V copies
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad_lane = lane % 4;  // mma fragment coordinates (tensor_core.cuh)
@@ -437,7 +455,9 @@ void launch_kernel(const SplitQParams& p, cudaStream_t stream) {
   // Above 48 KiB a kernel must opt in to dynamic shared memory (per device, so on every launch; it is cheap).
   FLASHLAB_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
-  const dim3 grid((p.seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM, p.heads_q, p.batch);
+  const dim3 grid = p.longest_first
+                        ? dim3(p.order.tiles())
+                        : dim3((p.seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM, p.heads_q, p.batch);
   cuda::launch_kernel<split_q_kernel<Element, kHeadDim, Variant, Rung>>(grid, dim3(Shape::kThreads),
                                                                         Shape::kSmemBytes, stream, p);
 }
@@ -550,6 +570,20 @@ void launch_split_q_bc128(const Problem& problem, const DeviceTensors& tensors) 
   check_split_q_bc128(params);
   forward_rung<WideKeysRung>(
       params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream), tensors.stream);
+}
+
+void launch_split_q_longest_first_sections(const Problem& problem, const DeviceTensors& tensors,
+                                           int section) {
+  SplitQParams params = split_q_params(problem, tensors);
+  params.longest_first = true;
+  params.order = split_q_longest_first_order(params, section);
+  check_split_q_longest_first(params);
+  forward_rung<SplitQRung>(params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream),
+                           tensors.stream);
+}
+
+void launch_split_q_longest_first(const Problem& problem, const DeviceTensors& tensors) {
+  launch_split_q_longest_first_sections(problem, tensors, 0);
 }
 
 void launch_mma_cp_async(const Problem& problem, const DeviceTensors& tensors) {

@@ -16,6 +16,7 @@
 #include "common/cuda/int_lengths.hpp"
 #include "common/cuda/stream.hpp"
 #include "common/cuda/target.hpp"
+#include "common/cuda/tile_order.hpp"
 #include "common/dropout.hpp"
 #include "common/problem.hpp"
 #include "common/registry.hpp"
@@ -87,6 +88,12 @@ struct SplitQParams {
   // Where split_q's epilogue notes that it wrote a NaN or an Inf, so that the exact pass after it repairs
   // those rows (common/cuda/exact_rows.hpp, flagged mode); null: the pass scans every row (split_q_simt).
   unsigned* special_rows = nullptr;
+  // The grid: split_q's is (q-block, head, batch), FA2's. With `longest_first`
+  // (cuda_v2/split_q_longest_first) it is one-dimensional, block i computing tile i of `order`
+  // (common/cuda/tile_order.hpp: under a causal mask the longest first, in L2 sections); the launcher sets
+  // both (split_q_longest_first_order).
+  bool longest_first = false;
+  cuda::TileOrder order;
 
   // Fills the strides for dense BSHD tensors of the sizes above (packed: the row and head strides).
   void set_dense_strides();
@@ -108,6 +115,7 @@ void check_mma(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_rung(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_4warps(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_bc128(const SplitQParams& params, Checks checks = Checks::launch);
+void check_split_q_longest_first(const SplitQParams& params, Checks checks = Checks::launch);
 using Check = void (*)(const SplitQParams&, Checks);
 
 // An implementation's supports(): "" when `check` passes the problem's parameters, else its reason.
@@ -116,6 +124,10 @@ std::string refusal(Check check, const Problem& problem);
 // A problem's launch parameters: dtype, sizes, dense BSHD strides, scale, causal and window. The pointers
 // (tensors, lengths, mask) are the caller's to set.
 SplitQParams split_q_params(const Problem& problem);
+
+// split_q_longest_first's order of split_q's tiles (split_q_tile) for these parameters: sections of the
+// (batch, head) pairs whose K and V fit cuda::kL2SectionBytes, or `section` pairs when it is given.
+cuda::TileOrder split_q_longest_first_order(const SplitQParams& params, int section = 0);
 
 // Scratch the registry launchers need: the int copies of the per-batch lengths, then split_q's flag of
 // special values (common/cuda/exact_rows.hpp).
@@ -145,6 +157,11 @@ FLASHLAB_FOR_EACH_TARGET(
     // (bf16).
     void launch_split_q_4warps(const Problem& problem, const DeviceTensors& tensors);
     // Beside the ladder: split_q with FA2's key tile at the 64 tile width, 128 keys a tile (bf16).
-    void launch_split_q_bc128(const Problem& problem, const DeviceTensors& tensors);)
+    void launch_split_q_bc128(const Problem& problem, const DeviceTensors& tensors);
+    // Beside the ladder: split_q with its grid's tiles handed out longest first, in L2 sections; or in
+    // sections of `section` (batch, head) pairs, so that a small problem has several.
+    void launch_split_q_longest_first(const Problem& problem, const DeviceTensors& tensors);
+    void launch_split_q_longest_first_sections(const Problem& problem, const DeviceTensors& tensors,
+                                               int section);)
 
 }  // namespace flashlab::cuda_v2

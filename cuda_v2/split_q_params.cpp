@@ -174,6 +174,24 @@ void check_split_q_4warps(const SplitQParams& p, Checks checks) {
   check_one_width(p, checks, "cuda_v2/split_q_4warps", 128);
 }
 
+cuda::TileOrder split_q_longest_first_order(const SplitQParams& p, int section) {
+  const int block_m = split_q_tile(p.head_dim).block_m;
+  cuda::TileOrder order = cuda::l2_sectioned_order((p.seqlen_q + block_m - 1) / block_m, p.heads_q, p.batch,
+                                                   int64_t{4} * p.seqlen_k * p.head_dim);
+  if (section > 0) order.section = std::min(section, p.heads_q * p.batch);
+  return order;
+}
+
+void check_split_q_longest_first(const SplitQParams& p, Checks checks) {
+  check_split_q(p, checks);
+  // The grid's blocks are numbered in an int (cuda::TileOrder), at most 2^31 - 1 of them.
+  const int block_m = split_q_tile(p.head_dim).block_m;
+  if (const int64_t tiles = int64_t{(p.seqlen_q + block_m - 1) / block_m} * p.heads_q * p.batch;
+      tiles > INT_MAX)
+    fail("batch x heads_q x query blocks (", tiles, ") must be at most ", INT_MAX,
+         " for cuda_v2/split_q_longest_first's grid");
+}
+
 void check_split_q_bc128(const SplitQParams& p, Checks checks) {
   check_one_width(p, checks, "cuda_v2/split_q_bc128", 64);
 }

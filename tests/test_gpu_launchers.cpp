@@ -430,6 +430,81 @@ TEST_CASE("cuda_v3_hopper/ws_persistent on 1, 2 and 5 CTAs computes every tile a
   }
 }
 
+// split_q_longest_first's order is split_q's tiles renumbered: sections sized by L2 unless given, and a grid
+// too large to number in an int refused by name.
+TEST_CASE("cuda_v2/split_q_longest_first's order: split_q's tiles in L2 sections, longest first") {
+  Problem p = problem_shape(3, 7, 7, 1000, 8192, 128);
+  p.dtype = DType::bf16;
+  cuda_v2::SplitQParams params = cuda_v2::split_q_params(p);
+  const cuda::TileOrder order = cuda_v2::split_q_longest_first_order(params);
+  CHECK(order.blocks == 8);  // split_q_tile(128): 128 rows a block
+  CHECK(order.heads == 7);
+  CHECK(order.batches == 3);
+  CHECK(order.section == 8);  // 4 MiB of K and V a pair in 32 MiB
+  CHECK(cuda_v2::split_q_longest_first_order(params, 3).section == 3);
+  CHECK(cuda_v2::split_q_longest_first_order(params, 100).section == 21);  // at most every pair
+  CHECK(order(0).block == 7);  // the last row block of the first pair first
+  CHECK(order(0).head == 0);
+  CHECK(order(order.tiles() - 1).block == 0);
+  CHECK(cuda_v2::split_q_longest_first_order(cuda_v2::split_q_params(problem_shape(1, 1, 1, 100, 100, 256)))
+            .blocks == 2);  // split_q_tile(256): 64 rows
+  CHECK(refusal(cuda_v2::check_split_q_longest_first, p).empty());
+  p.batch = 65535, p.heads_q = p.heads_kv = 65535, p.seqlen_q = 128;
+  CHECK(contains(refusal(cuda_v2::check_split_q_longest_first, p),
+                 "batch x heads_q x query blocks (4294836225) must be at most 2147483647"));
+  CHECK(refusal(cuda_v2::check_split_q, p).empty());  // split_q's three-dimensional grid takes it
+}
+
+// Each block of split_q_longest_first computes the tile its number names in the order, with split_q's code:
+// in sections of 1, 3 (the last one short) and every pair, over padding rows and keys with NaN in the
+// padding, GQA, a window, ALiBi and packed batches, its O and LSE must be split_q's bit for bit, on poisoned
+// outputs (a tile computed twice or never shows).
+TEST_CASE("cuda_v2/split_q_longest_first in sections of 1, 3 and every pair computes split_q's tiles") {
+  Problem causal = problem_shape(2, 4, 2, 300, 260, 64);
+  causal.dtype = DType::bf16;
+  causal.causal = true;
+  causal.seqlens_q = {300, 100};  // batch 1: two row blocks without a row
+  causal.seqlens_k = {260, 130};
+  causal.alibi_slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+  Problem window = problem_shape(1, 3, 3, 257, 200, 128);
+  window.dtype = DType::f16;
+  window.window_left = 90;
+  Problem packed = problem_shape(3, 2, 1, 1, 1, 96);
+  packed.dtype = DType::bf16;
+  packed.causal = true;
+  packed.cu_seqlens_q = {0, 200, 201, 330};
+  packed.cu_seqlens_k = {0, 231, 240, 390};
+  packed.seqlen_q = 200, packed.seqlen_k = 231;
+  const Implementation& split_q = *find_implementation("cuda_v2/split_q");
+  const Implementation& longest_first = *find_implementation("cuda_v2/split_q_longest_first");
+  for (const Problem& p : {causal, window, packed}) {
+    p.validate();
+    INFO(p.describe());
+    REQUIRE(why_cannot_run(longest_first, p).empty());
+    AttentionInputs inputs = random_inputs(p, Distribution::normal, 12);
+    if (!p.seqlens_k.empty())  // NaN in batch 1's padding keys, past its 130
+      for (int64_t key = 130; key < p.seqlen_k; ++key)
+        for (int64_t n = 0; n < p.heads_kv * p.head_dim; ++n) {
+          inputs.k.data[static_cast<size_t>(p.kv_offset(1, key, 0) + n)] = NAN;
+          inputs.v.data[static_cast<size_t>(p.kv_offset(1, key, 0) + n)] = NAN;
+        }
+    const size_t bytes = split_q.emulated_build.workspace(p);
+    AttentionOutputs expected = AttentionOutputs::poisoned(p);
+    cuda::emulated::run_on_device(p, inputs, expected, bytes, [&](const DeviceTensors& tensors) {
+      split_q.emulated_build.forward(p, tensors);
+    });
+    for (int section : {1, 3, 0}) {
+      INFO("sections of ", section, " pairs (0: every pair, as L2 sizes them here)");
+      AttentionOutputs out = AttentionOutputs::poisoned(p);
+      cuda::emulated::run_on_device(p, inputs, out, bytes, [&](const DeviceTensors& tensors) {
+        cuda_v2::emulated::launch_split_q_longest_first_sections(p, tensors, section);
+      });
+      CHECK(same_bits(out.o, expected.o));
+      CHECK(same_bits(out.lse, expected.lse));
+    }
+  }
+}
+
 namespace {
 
 // What a framework hands over: Q, K, V, O, LSE and the workspace on the device, without the problem's small
