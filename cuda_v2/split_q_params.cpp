@@ -178,7 +178,7 @@ cuda::TileOrder split_q_longest_first_order(const SplitQParams& p, int section) 
   const int block_m = split_q_tile(p.head_dim).block_m;
   cuda::TileOrder order = cuda::l2_sectioned_order((p.seqlen_q + block_m - 1) / block_m, p.heads_q, p.batch,
                                                    int64_t{4} * p.seqlen_k * p.head_dim);
-  if (section > 0) order.section = std::min(section, p.heads_q * p.batch);
+  if (section > 0) order.section = static_cast<int>(std::min<int64_t>(section, int64_t{p.heads_q} * p.batch));
   return order;
 }
 
