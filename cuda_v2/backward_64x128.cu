@@ -62,8 +62,8 @@ constexpr int smem_bytes() {
 // B = keys [key][dim]. The forward's product: the same mma in the same order over head_dim, so that S is the
 // forward's S to the bit (the recomputed P rests on it).
 template <typename Element, int kHeadDim>
-__device__ inline void rows_by_keys(float (&acc)[2][4][4], const Element* rows, const Element* keys, int row0,
-                                    int key0, int lane) {
+__device__ inline void rows_by_keys(float (&acc)[2][4][4], uint32_t rows, uint32_t keys, int row0, int key0,
+                                    int lane) {
   using Tile = SwizzledTile<kHeadDim>;
   const LdmatrixRow a_at = a_operand_row(lane), nk_at = b_operand_row_nk(lane);
   const int a0 = Tile::offset(row0 + a_at.row, a_at.col), b0 = Tile::offset(key0 + nk_at.row, nk_at.col);
@@ -71,11 +71,11 @@ __device__ inline void rows_by_keys(float (&acc)[2][4][4], const Element* rows, 
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
     uint32_t a[2][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], rows + Tile::step(a0, 16 * mt, 16 * kk));
+    for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], rows + 2 * Tile::step(a0, 16 * mt, 16 * kk));
 #pragma unroll
     for (int np = 0; np < 2; ++np) {
       uint32_t b[4];
-      ldmatrix_x4(b, keys + Tile::step(b0, 16 * np, 16 * kk));
+      ldmatrix_x4(b, keys + 2 * Tile::step(b0, 16 * np, 16 * kk));
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         mma_m16n8k16<Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
@@ -89,8 +89,8 @@ __device__ inline void rows_by_keys(float (&acc)[2][4][4], const Element* rows, 
 // step's 64 query rows. A = P^T (dS^T): .trans of the [query][key] score tile, its four 8 x 8 matrices
 // addressed as B's of a [n][k] tile (b_operand_row_nk); B = dO (Q) [query][dim], read with .trans.
 template <typename Element, int kHeadDim>
-__device__ inline void accumulate_keys_by_dims(float (&acc)[2][kHeadDim / 16][4], const Element* scores,
-                                               const Element* rows, int key0, int dim0, int lane) {
+__device__ inline void accumulate_keys_by_dims(float (&acc)[2][kHeadDim / 16][4], uint32_t scores,
+                                               uint32_t rows, int key0, int dim0, int lane) {
   using Tile = SwizzledTile<kHeadDim>;
   const LdmatrixRow t_at = b_operand_row_nk(lane), kn_at = b_operand_row_kn(lane);
   const int a0 = ScoreTile::offset(t_at.row, t_at.col), b0 = Tile::offset(kn_at.row, kn_at.col);
@@ -99,11 +99,11 @@ __device__ inline void accumulate_keys_by_dims(float (&acc)[2][kHeadDim / 16][4]
     uint32_t a[2][4];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
-      ldmatrix_x4_trans(a[mt], scores + ScoreTile::step(a0, 16 * kr, key0 + 16 * mt));
+      ldmatrix_x4_trans(a[mt], scores + 2 * ScoreTile::step(a0, 16 * kr, key0 + 16 * mt));
 #pragma unroll
     for (int np = 0; np < kHeadDim / 32; ++np) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, rows + Tile::step(b0, 16 * kr, dim0 + 16 * np));
+      ldmatrix_x4_trans(b, rows + 2 * Tile::step(b0, 16 * kr, dim0 + 16 * np));
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         mma_m16n8k16<Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
@@ -116,8 +116,8 @@ __device__ inline void accumulate_keys_by_dims(float (&acc)[2][kHeadDim / 16][4]
 // dQ's share dS K: this warp's 32 rows x head_dim / 4 columns, k = the tile's 128 keys. A = dS [query][key];
 // B = K [key][dim], read with .trans.
 template <typename Element, int kHeadDim>
-__device__ inline void rows_by_dims(float (&acc)[2][kHeadDim / 32][4], const Element* scores,
-                                    const Element* keys, int row0, int dim0, int lane) {
+__device__ inline void rows_by_dims(float (&acc)[2][kHeadDim / 32][4], uint32_t scores, uint32_t keys,
+                                    int row0, int dim0, int lane) {
   using Tile = SwizzledTile<kHeadDim>;
   const LdmatrixRow a_at = a_operand_row(lane), kn_at = b_operand_row_kn(lane);
   const int a0 = ScoreTile::offset(row0 + a_at.row, a_at.col), b0 = Tile::offset(kn_at.row, kn_at.col);
@@ -125,11 +125,11 @@ __device__ inline void rows_by_dims(float (&acc)[2][kHeadDim / 32][4], const Ele
   for (int kk = 0; kk < kBlockN / 16; ++kk) {
     uint32_t a[2][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], scores + ScoreTile::step(a0, 16 * mt, 16 * kk));
+    for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], scores + 2 * ScoreTile::step(a0, 16 * mt, 16 * kk));
 #pragma unroll
     for (int np = 0; np < kHeadDim / 64; ++np) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, keys + Tile::step(b0, 16 * kk, dim0 + 16 * np));
+      ldmatrix_x4_trans(b, keys + 2 * Tile::step(b0, 16 * kk, dim0 + 16 * np));
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         mma_m16n8k16<Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
@@ -216,7 +216,8 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
 
     // S = Q_i K_j^T (line 9).
     float s[2][4][4] = {};
-    rows_by_keys<Element, kHeadDim>(s, sQ, sK, warp_rows, warp_keys, lane);
+    rows_by_keys<Element, kHeadDim>(s, ptx::shared_address(sQ), ptx::shared_address(sK), warp_rows, warp_keys,
+                                    lane);
 
     // P = exp(S scale - LSE) (line 10) where the element is visible to a valid row, else exactly 0. A tile
     // inside the mask's band and the rows' length (nearly every tile of a non-causal problem) forms no
@@ -257,7 +258,8 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
 
     // dP = dO_i V_j^T (line 12), as S.
     float dp[2][4][4] = {};
-    rows_by_keys<Element, kHeadDim>(dp, sdO, sV, warp_rows, warp_keys, lane);
+    rows_by_keys<Element, kHeadDim>(dp, ptx::shared_address(sdO), ptx::shared_address(sV), warp_rows,
+                                    warp_keys, lane);
 
     // dS = P (dP - D) (line 13), its scale left to dK's and dQ's sums. It replaces P in s.
 #pragma unroll
@@ -284,12 +286,14 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
     __syncthreads();  // P and dS are the block's
 
     // dV_j += P^T dO_i (line 11).
-    accumulate_keys_by_dims<Element, kHeadDim>(dv, sP, sdO, warp_keys, dkv_dims, lane);
+    accumulate_keys_by_dims<Element, kHeadDim>(dv, ptx::shared_address(sP), ptx::shared_address(sdO),
+                                               warp_keys, dkv_dims, lane);
 
     // dQ_i += dS K_j (line 14): the race of docs/08, by fp32 atomics into dQ's accumulator. This lane's four
     // rows' addresses are formed once a step; each element adds a constant offset.
     float dq[2][kHeadDim / 32][4] = {};
-    rows_by_dims<Element, kHeadDim>(dq, sdS, sK, warp_rows, dq_dims, lane);
+    rows_by_dims<Element, kHeadDim>(dq, ptx::shared_address(sdS), ptx::shared_address(sK), warp_rows, dq_dims,
+                                    lane);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -305,7 +309,8 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
       }
 
     // dK_j += dS^T Q_i (line 15), as dV.
-    accumulate_keys_by_dims<Element, kHeadDim>(dk, sdS, sQ, warp_keys, dkv_dims, lane);
+    accumulate_keys_by_dims<Element, kHeadDim>(dk, ptx::shared_address(sdS), ptx::shared_address(sQ),
+                                               warp_keys, dkv_dims, lane);
     step = next;
   }
   cp_async_wait<0>();  // K and V, when no Q tile saw this key tile

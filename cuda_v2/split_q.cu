@@ -247,8 +247,12 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung>::kThreads, 1)
 
   for (int tile = block.tile_begin; tile < block.tile_end; ++tile) {
     const int stage = (tile - block.tile_begin) % Shape::kStages;
-    const Element* const sKj = sK + stage * kBlockN * kHeadDim;
-    const Element* const sVj = sV + stage * kBlockN * kHeadDim;
+    // K_j's and V_j's stage as shared-window addresses (bytes): a fragment's ldmatrix takes the base plus its
+    // offset. (From a generic pointer a fragment, ptxas formed each K and V address in three instructions
+    // more: the stage's offset, the scale to bytes and the base, for every XOR along the row; sm_90a SASS.)
+    constexpr uint32_t kElementBytes = sizeof(Element), kStageBytes = kBlockN * kHeadDim * kElementBytes;
+    const uint32_t kj = ptx::shared_address(sK) + stage * kStageBytes;
+    const uint32_t vj = ptx::shared_address(sV) + stage * kStageBytes;
     if constexpr (Rung::kAsyncCopy) {
       // Prefetch tile + 1 into the other stage (freed by the barrier that ended the previous iteration).
       if (tile + 1 < block.tile_end) {
@@ -283,7 +287,7 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung>::kThreads, 1)
 #pragma unroll
       for (int np = 0; np < kNTilesS / 2; ++np) {
         uint32_t bk[4];  // b0, b1 of n-tiles 2np and 2np + 1
-        ldmatrix_x4(bk, sKj + Tile::moved(k0, k_at.row, k_at.col, np * 16, kk * 16));
+        ldmatrix_x4(bk, kj + kElementBytes * Tile::moved(k0, k_at.row, k_at.col, np * 16, kk * 16));
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           mma_m16n8k16<Element>(s[mt][2 * np], a[mt], bk[0], bk[1]);
@@ -378,7 +382,7 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung>::kThreads, 1)
 #pragma unroll
       for (int np = 0; np < kNTilesO / 2; ++np) {
         uint32_t bv[4];  // V_j is [key][dim] = B row-major: ldmatrix.trans gives the column-major fragment
-        ldmatrix_x4_trans(bv, sVj + Tile::moved(v0, v_at.row, v_at.col, kk * 16, np * 16));
+        ldmatrix_x4_trans(bv, vj + kElementBytes * Tile::moved(v0, v_at.row, v_at.col, kk * 16, np * 16));
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           mma_m16n8k16<Element>(o_acc[mt][2 * np], a[mt], bv[0], bv[1]);

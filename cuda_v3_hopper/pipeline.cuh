@@ -15,7 +15,7 @@ namespace FLASHLAB_CUDA_TARGET {
 
 // The shared-window address that PTX's shared-memory operands take (32 bits).
 __device__ inline uint32_t smem_address(const void* pointer) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+  return ptx::shared_address(pointer);
 }
 
 // --- mbarrier: a 64-bit shared-memory barrier with a phase bit ---

@@ -152,6 +152,9 @@ __global__ void __launch_bounds__(kThreads)
     load_tile(tile + 1, slot ^ 1);
     const T* const k_tile = k_ring + slot * G::kTileElems;
     const T* const v_tile = v_ring + slot * G::kTileElems;
+    // The same as shared-window addresses (bytes): a fragment's ldmatrix takes one plus its offset.
+    constexpr uint32_t kElementBytes = sizeof(T);
+    const uint32_t k_addr = ptx::shared_address(k_tile), v_addr = ptx::shared_address(v_tile);
     const int key0 = tile * kBlockN + kWarpKeys * warp;
 
     // S = Q K^T for the 16 rows and this warp's 16 keys: element (nt, e) is row group + 8 (e / 2), key key0 +
@@ -160,7 +163,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t bk[4];
-      ptx::ldmatrix_x4(bk, k_tile + Tile::step(k_at, 0, 16 * kk));
+      ptx::ldmatrix_x4(bk, k_addr + kElementBytes * Tile::step(k_at, 0, 16 * kk));
       ptx::mma_m16n8k16<T>(s[0], q_frag[kk], bk[0], bk[1]);
       ptx::mma_m16n8k16<T>(s[1], q_frag[kk], bk[2], bk[3]);
     }
@@ -247,7 +250,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int np = 0; np < D / 16; ++np) {
         uint32_t bv[4];
-        ptx::ldmatrix_x4_trans(bv, v_tile + Tile::step(v_at, 0, 16 * np));
+        ptx::ldmatrix_x4_trans(bv, v_addr + kElementBytes * Tile::step(v_at, 0, 16 * np));
         ptx::mma_m16n8k16<T>(o_acc[2 * np], a, bv[0], bv[1]);
         ptx::mma_m16n8k16<T>(o_acc[2 * np + 1], a, bv[2], bv[3]);
       }

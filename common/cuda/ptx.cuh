@@ -26,6 +26,12 @@
 
 namespace flashlab::ptx {
 
+// The shared-window address (32 bits) of a pointer into shared memory: what the shared-memory operands of
+// PTX instructions take. A kernel may convert a tile's base once and add byte offsets to it.
+__device__ inline uint32_t shared_address(const void* smem) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(smem));  // the emulator's: emulator/cuda.hpp
+}
+
 // ---- cp.async ----
 
 // Copies 16 bytes global -> shared, asynchronously. When `in_range` is false nothing is read (src-size 0) and
@@ -34,7 +40,7 @@ __device__ inline void cp_async_16(void* smem, const void* gmem, bool in_range) 
 #if defined(FLASHLAB_EMULATED)
   emulator::cp_async(smem, gmem, 16, in_range ? 16 : 0);
 #else
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t dst = shared_address(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
                "r"(in_range ? 16 : 0));
 #endif
@@ -46,7 +52,7 @@ __device__ inline void cp_async_4(void* smem, const void* gmem, bool in_range) {
 #if defined(FLASHLAB_EMULATED)
   emulator::cp_async(smem, gmem, 4, in_range ? 4 : 0);
 #else
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t dst = shared_address(smem);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(in_range ? 4 : 0));
 #endif
 }
@@ -72,16 +78,15 @@ __device__ inline void cp_async_wait() {
 
 // ---- ldmatrix ----
 
-// kMatrices (1, 2 or 4) 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8. Register
-// r[m] of lane l then holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix m; with kTranspose, each
-// matrix transposed: rows 2 (l % 4), 2 (l % 4) + 1 of column l / 4.
+// kMatrices (1, 2 or 4) 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8, in the
+// shared window (shared_address). Register r[m] of lane l then holds row l / 4, columns 2 (l % 4) and 2 (l %
+// 4) + 1 of matrix m; with kTranspose, each matrix transposed: rows 2 (l % 4), 2 (l % 4) + 1 of column l / 4.
 template <int kMatrices, bool kTranspose>
-__device__ inline void ldmatrix(uint32_t (&r)[kMatrices], const void* smem_row) {
+__device__ inline void ldmatrix(uint32_t (&r)[kMatrices], uint32_t addr) {
   static_assert(kMatrices == 1 || kMatrices == 2 || kMatrices == 4);
 #if defined(FLASHLAB_EMULATED)
-  emulator::ldmatrix(r, kMatrices, kTranspose, smem_row);
+  emulator::ldmatrix(r, kMatrices, kTranspose, emulator::shared_pointer(addr, 16));
 #else
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
   if constexpr (kMatrices == 1 && !kTranspose)
     asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(addr));
   else if constexpr (kMatrices == 1)
@@ -104,12 +109,27 @@ __device__ inline void ldmatrix(uint32_t (&r)[kMatrices], const void* smem_row) 
                  : "r"(addr));
 #endif
 }
+// The same from a generic pointer into shared memory.
+template <int kMatrices, bool kTranspose>
+__device__ inline void ldmatrix(uint32_t (&r)[kMatrices], const void* smem_row) {
+#if defined(FLASHLAB_EMULATED)
+  emulator::ldmatrix(r, kMatrices, kTranspose, smem_row);
+#else
+  ldmatrix<kMatrices, kTranspose>(r, shared_address(smem_row));
+#endif
+}
 
 __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
   ldmatrix<4, false>(r, smem_row);
 }
 __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
   ldmatrix<4, true>(r, smem_row);
+}
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  ldmatrix<4, false>(r, addr);
+}
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  ldmatrix<4, true>(r, addr);
 }
 
 // ---- mma.sync m16n8k16 ----
