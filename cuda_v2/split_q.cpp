@@ -172,11 +172,9 @@ const Registration split_q_longest_first{gpu_implementation(
     {.name = "cuda_v2/split_q_longest_first",
      .summary = "split_q with its tiles launched longest first, in L2 sections of heads (FA3's order)",
      .dtypes = {DType::f16, DType::bf16},
-     .constraints = "split_q's: f16, bf16; head_dim a multiple of 8 up to 256; every mask, GQA, any length; "
-                    "softcap, ALiBi, bias, dropout, packed varlen; the forward only",
+     .constraints = "f16, bf16; head_dim a multiple of 8 up to 256; every mask, GQA, any length, packed "
+                    "varlen; no score modification or dropout; the forward only",
      .rounds_p = true,
-     .score_mods = true,
-     .dropout = true,
      .packed = true,
      .supports = longest_first_supports,
      .bytes_moved = tensor_core_bytes_moved},

@@ -184,6 +184,9 @@ cuda::TileOrder split_q_longest_first_order(const SplitQParams& p, int section) 
 
 void check_split_q_longest_first(const SplitQParams& p, Checks checks) {
   check_split_q(p, checks);
+  // Like the other entries beside the ladder, the plain kernel only: the order is the same with the variants.
+  if (p.has_variants())
+    fail("cuda_v2/split_q_longest_first takes no score modification or dropout (split_q does)");
   // The grid's blocks are numbered in an int (cuda::TileOrder), at most 2^31 - 1 of them.
   const int block_m = split_q_tile(p.head_dim).block_m;
   if (const int64_t tiles = int64_t{(p.seqlen_q + block_m - 1) / block_m} * p.heads_q * p.batch;

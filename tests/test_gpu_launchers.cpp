@@ -457,7 +457,7 @@ TEST_CASE("cuda_v2/split_q_longest_first's order: split_q's tiles in L2 sections
 
 // Each block of split_q_longest_first computes the tile its number names in the order, with split_q's code:
 // in sections of 1, 3 (the last one short) and every pair, over padding rows and keys with NaN in the
-// padding, GQA, a window, ALiBi and packed batches, its O and LSE must be split_q's bit for bit, on poisoned
+// padding, GQA, a window and packed batches, its O and LSE must be split_q's bit for bit, on poisoned
 // outputs (a tile computed twice or never shows).
 TEST_CASE("cuda_v2/split_q_longest_first in sections of 1, 3 and every pair computes split_q's tiles") {
   Problem causal = problem_shape(2, 4, 2, 300, 260, 64);
@@ -465,7 +465,6 @@ TEST_CASE("cuda_v2/split_q_longest_first in sections of 1, 3 and every pair comp
   causal.causal = true;
   causal.seqlens_q = {300, 100};  // batch 1: two row blocks without a row
   causal.seqlens_k = {260, 130};
-  causal.alibi_slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
   Problem window = problem_shape(1, 3, 3, 257, 200, 128);
   window.dtype = DType::f16;
   window.window_left = 90;
