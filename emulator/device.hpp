@@ -64,6 +64,10 @@ void cp_async_wait_group(int pending, Where where = Where::current());
 // ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16: registers[m] receives this lane's part of matrix m.
 void ldmatrix(uint32_t* registers, int matrices, bool transpose, const void* shared_row,
               Where where = Where::current());
+// The same with the row's address in the shared window, the operand as PTX takes it. Like a pointer's, the
+// address is checked only for the lanes whose rows the instruction reads (the ISA ignores the others').
+void ldmatrix(uint32_t* registers, int matrices, bool transpose, uint32_t shared_row,
+              Where where = Where::current());
 enum class MmaInput { f16, bf16 };
 // mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32: d = a * b + c with the fragment maps of
 // emulator/fragments.hpp.

@@ -327,6 +327,14 @@ void ldmatrix(uint32_t* registers, int matrices, bool transpose, const void* sha
   t.block->collective(t, names[transpose][matrices], 0xffffffffu, &lane, complete_ldmatrix, where);
 }
 
+void ldmatrix(uint32_t* registers, int matrices, bool transpose, uint32_t shared_row, Where where) {
+  const Entered entered("ldmatrix");
+  ThreadState& t = entered;
+  // Formed as an integer and left unchecked here: complete_ldmatrix checks the rows it reads.
+  const uintptr_t generic = reinterpret_cast<uintptr_t>(t.block->shared_base()) + shared_row;
+  ldmatrix(registers, matrices, transpose, reinterpret_cast<const void*>(generic), where);
+}
+
 // ---- mma.sync m16n8k16 ----
 
 namespace {

@@ -71,7 +71,8 @@ __global__ void syncthreads_kernel(int* out, int modulus) {
 }
 
 template <int kMatrices, bool kTranspose>
-__global__ void ldmatrix_kernel(uint32_t* out, const uint16_t* shared_init, int count, const int* rows) {
+__global__ void ldmatrix_kernel(uint32_t* out, const uint16_t* shared_init, int count, const int* rows,
+                                bool window_address) {
   uint16_t* shared = cuda::dynamic_shared_memory<uint16_t>();
   const int lane = static_cast<int>(threadIdx.x);
   for (int i = lane; i < count; i += 32) shared[i] = shared_init[i];
@@ -79,7 +80,10 @@ __global__ void ldmatrix_kernel(uint32_t* out, const uint16_t* shared_init, int 
   // Lanes past the rows the instruction reads still pass an address (it is not used).
   const int row = rows[lane < kMatrices * 8 ? lane : 0];
   uint32_t registers[kMatrices];
-  ptx::ldmatrix<kMatrices, kTranspose>(registers, shared + row * 8);
+  if (window_address)  // the operand as PTX takes it: the row's byte address in the shared window
+    ptx::ldmatrix<kMatrices, kTranspose>(registers, ptx::shared_address(shared) + row * 16);
+  else
+    ptx::ldmatrix<kMatrices, kTranspose>(registers, shared + row * 8);
   for (int m = 0; m < kMatrices; ++m) out[lane * kMatrices + m] = registers[m];
 }
 
@@ -246,14 +250,14 @@ std::vector<int> syncthreads_reductions(int threads, int modulus) {
 }
 
 std::vector<uint32_t> ldmatrix(int matrices, bool transpose, const std::vector<uint16_t>& shared,
-                               const std::vector<int>& rows) {
+                               const std::vector<int>& rows, bool window_address) {
   cuda::DeviceBuffer<uint32_t> out(32 * static_cast<size_t>(matrices));
   const cuda::DeviceBuffer<uint16_t> init = upload(shared);
   const cuda::DeviceBuffer<int> row_list = upload(rows);
   const auto run = [&]<int kMatrices, bool kTranspose>() {
     cuda::launch_kernel<ldmatrix_kernel<kMatrices, kTranspose>>(
         dim3(1), dim3(32), shared.size() * 2, nullptr, out.get(), init.get(), static_cast<int>(shared.size()),
-        row_list.get());
+        row_list.get(), window_address);
   };
   switch (matrices * 2 + transpose) {
     case 2:

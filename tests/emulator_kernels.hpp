@@ -46,9 +46,10 @@ FLASHLAB_FOR_EACH_TARGET(
     // __syncthreads_count, _and, _or over a block of `threads`, predicate thread % modulus == 0.
     std::vector<int> syncthreads_reductions(int threads, int modulus);
     // ldmatrix.x{matrices}[.trans] of `shared` (16-bit values, row r of matrix m at rows[m * 8 + r] * 8):
-    // the 32 lanes' registers, lane-major.
+    // the 32 lanes' registers, lane-major. The rows' addresses as generic pointers, or as shared-window
+    // addresses.
     std::vector<uint32_t> ldmatrix(int matrices, bool transpose, const std::vector<uint16_t>& shared,
-                                   const std::vector<int>& rows);
+                                   const std::vector<int>& rows, bool window_address);
     // mma.sync m16n8k16: the 32 lanes' registers a[4], b[2], c[4] in, d[4] out (lane-major).
     std::vector<float> mma(bool bf16, const std::vector<uint32_t>& a, const std::vector<uint32_t>& b,
                            const std::vector<float>& c);

@@ -190,11 +190,16 @@ TEST_CASE("the emulator groups a warp's lanes into instructions and counts their
   SUBCASE("ldmatrix.x4: 32 consecutive 16-byte rows, and rows 256 bytes apart") {
     std::vector<int> consecutive(32), apart(32);
     for (int r = 0; r < 32; ++r) consecutive[r] = r, apart[r] = 16 * r;
-    auto c =
-        counted([&] { k::emulated::ldmatrix(4, false, std::vector<uint16_t>(512 * 8, 0), consecutive); });
-    CHECK(units_of(c[Access::ldmatrix]) == units_of(1, 4, 4));
-    c = counted([&] { k::emulated::ldmatrix(4, true, std::vector<uint16_t>(512 * 8, 0), apart); });
-    CHECK(units_of(c[Access::ldmatrix]) == units_of(1, 32, 4));
+    for (bool window_address : {false, true}) {  // the rows as pointers or as shared-window addresses
+      INFO((window_address ? "window addresses" : "pointers"));
+      auto c = counted([&] {
+        k::emulated::ldmatrix(4, false, std::vector<uint16_t>(512 * 8, 0), consecutive, window_address);
+      });
+      CHECK(units_of(c[Access::ldmatrix]) == units_of(1, 4, 4));
+      c = counted(
+          [&] { k::emulated::ldmatrix(4, true, std::vector<uint16_t>(512 * 8, 0), apart, window_address); });
+      CHECK(units_of(c[Access::ldmatrix]) == units_of(1, 32, 4));
+    }
   }
   SUBCASE("barriers: one __syncthreads of a 64-thread block is one per warp") {
     const auto c = counted([] { k::emulated::neighbours(64, k::Mistake::none); });

@@ -132,19 +132,23 @@ TEST_CASE("ldmatrix .x1, .x2, .x4, with and without .trans, gives each lane the 
     std::vector<int> rows(32);
     for (int lane = 0; lane < 32; ++lane) rows[lane] = (lane * 37 + 5) % 64;  // scattered rows
     for (int matrices : {1, 2, 4})
-      for (bool transpose : {false, true}) {
-        const std::vector<uint32_t> out = ldmatrix(matrices, transpose, shared, rows);
-        auto element = [&](int m, int row, int col) { return uint32_t{shared[rows[m * 8 + row] * 8 + col]}; };
-        for (int lane = 0; lane < 32; ++lane)
-          for (int m = 0; m < matrices; ++m) {
-            const int group = lane / 4, pair = lane % 4;
-            const uint32_t expected =
-                transpose ? element(m, 2 * pair, group) | element(m, 2 * pair + 1, group) << 16
-                          : element(m, group, 2 * pair) | element(m, group, 2 * pair + 1) << 16;
-            INFO(".x", matrices, transpose ? ".trans" : "", " lane ", lane, " matrix ", m);
-            CHECK(out[lane * matrices + m] == expected);
-          }
-      }
+      for (bool transpose : {false, true})
+        for (bool window_address : {false, true}) {
+          const std::vector<uint32_t> out = ldmatrix(matrices, transpose, shared, rows, window_address);
+          auto element = [&](int m, int row, int col) {
+            return uint32_t{shared[rows[m * 8 + row] * 8 + col]};
+          };
+          for (int lane = 0; lane < 32; ++lane)
+            for (int m = 0; m < matrices; ++m) {
+              const int group = lane / 4, pair = lane % 4;
+              const uint32_t expected =
+                  transpose ? element(m, 2 * pair, group) | element(m, 2 * pair + 1, group) << 16
+                            : element(m, group, 2 * pair) | element(m, group, 2 * pair + 1) << 16;
+              INFO(".x", matrices, transpose ? ".trans" : "", window_address ? " at a window address" : "",
+                   " lane ", lane, " matrix ", m);
+              CHECK(out[lane * matrices + m] == expected);
+            }
+        }
   });
 }
 

@@ -85,7 +85,7 @@ template <int kMatrices, bool kTranspose>
 __device__ inline void ldmatrix(uint32_t (&r)[kMatrices], uint32_t addr) {
   static_assert(kMatrices == 1 || kMatrices == 2 || kMatrices == 4);
 #if defined(FLASHLAB_EMULATED)
-  emulator::ldmatrix(r, kMatrices, kTranspose, emulator::shared_pointer(addr, 16));
+  emulator::ldmatrix(r, kMatrices, kTranspose, addr);
 #else
   if constexpr (kMatrices == 1 && !kTranspose)
     asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(addr));
