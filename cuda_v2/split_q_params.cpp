@@ -188,11 +188,10 @@ void check_split_q_longest_first(const SplitQParams& p, Checks checks) {
   if (p.has_variants())
     fail("cuda_v2/split_q_longest_first takes no score modification or dropout (split_q does)");
   // The grid's blocks are numbered in an int (cuda::TileOrder), at most 2^31 - 1 of them.
-  const int block_m = split_q_tile(p.head_dim).block_m;
-  if (const int64_t tiles = int64_t{(p.seqlen_q + block_m - 1) / block_m} * p.heads_q * p.batch;
-      tiles > INT_MAX)
-    fail("batch x heads_q x query blocks (", tiles, ") must be at most ", INT_MAX,
-         " for cuda_v2/split_q_longest_first's grid");
+  if (const cuda::TileOrder order = split_q_longest_first_order(p);
+      !cuda::numbered_in_an_int(order.blocks, order.heads, order.batches))
+    fail("batch x heads_q x query blocks (", int64_t{order.blocks} * order.heads * order.batches,
+         ") must be at most ", INT_MAX, " for cuda_v2/split_q_longest_first's grid");
 }
 
 void check_split_q_bc128(const SplitQParams& p, Checks checks) {

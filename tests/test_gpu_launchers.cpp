@@ -453,6 +453,10 @@ TEST_CASE("cuda_v2/split_q_longest_first's order: split_q's tiles in L2 sections
   CHECK(contains(refusal(cuda_v2::check_split_q_longest_first, p),
                  "batch x heads_q x query blocks (4294836225) must be at most 2147483647"));
   CHECK(refusal(cuda_v2::check_split_q, p).empty());  // split_q's three-dimensional grid takes it
+  CHECK(cuda::numbered_in_an_int(INT32_MAX, 1, 1));
+  CHECK(cuda::numbered_in_an_int(1073741823, 2, 1));  // 2^31 - 2
+  CHECK(!cuda::numbered_in_an_int(1073741824, 2, 1));
+  CHECK(!cuda::numbered_in_an_int(65536, 65535, 65535));
 }
 
 // Each block of split_q_longest_first computes the tile its number names in the order, with split_q's code:

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "common/host_device.hpp"
@@ -45,14 +46,19 @@ struct TileOrder {
   }
 };
 
+// Whether `blocks` x `heads` x `batches` tiles (each at least 1) can be numbered in an int, as TileOrder
+// numbers them: every launcher of an order checks it.
+constexpr bool numbered_in_an_int(int64_t blocks, int64_t heads, int64_t batches) {
+  return blocks <= INT32_MAX / heads / batches;
+}
+
 // The L2 that a section's K and V may fill: H100 and H200 have 50 MB; the rest is left to Q, O and the other
 // sections' last tiles.
 inline constexpr int64_t kL2SectionBytes = int64_t{32} << 20;
 
 // The order for `blocks` row blocks of `heads` x `batches` pairs whose K and V take `kv_bytes` each (2 x
 // seqlen_k x head_dim 16-bit elements: a GQA group's heads share theirs, which only makes the sections
-// smaller than they could be). Host code (the launchers); the tile count must fit an int, as each launcher
-// checks.
+// smaller than they could be). Host code (the launchers), for a tile count numbered_in_an_int.
 inline TileOrder l2_sectioned_order(int blocks, int heads, int batches, int64_t kv_bytes,
                                     int64_t l2_bytes = kL2SectionBytes) {
   TileOrder order;
