@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""How long a GPU waits on the last blocks of a grid: a model of the forward's tiles, in two orders.
+"""How long a GPU waits on the last blocks of a grid: a model of a kernel's tiles, in two orders.
 
     python3 tools/wave_model.py [--batch 2 --heads 16 --seqlen 8192 --block-m 128 --block-n 64]
                                 [--blocks-per-sm 1] [--sms 132] [--fixed 1] [--causal] [--section 8]
-    python3 tools/wave_model.py --report      # the report's forward shapes, causal, for split_q's tiles
+                                [--pass backward [--kv-heads 16]]
+    python3 tools/wave_model.py --report      # the report's shapes, causal, for split_q's tiles and the
+                                              # 64 x 128 backward's
     python3 tools/wave_model.py --check       # the model's own checks (a test runs them)
 
 A forward kernel of split-Q (cuda_v2/split_q and its entries) launches one block per tile: a block of
@@ -16,7 +18,17 @@ launch orders of the same tiles:
   longest  common/cuda/tile_order.hpp's: heads in L2 sections, within a section row block by row block from
            the last (the longest) to the first: cuda_v2/split_q_longest_first, and FA3's scheduler's rule.
 It prints each order's makespan against the ideal (all work spread evenly over the slots) and their ratio, the
-speed-up the model predicts. What it leaves out: that blocks sharing an SM slow each other (a lone block runs
+speed-up the model predicts.
+
+The backward (--pass backward; cuda_v2's backward kernels) launches one block per key tile of `block_n` keys
+of one (batch, kv head), which walks the Q tiles of `block_m` rows that see its keys: under a causal mask key
+tile j is visited from the row that sees key j block_n on, so the first key tile is the longest, and a block's
+time is taken to be its Q tiles plus `fixed` (its K and V load, dK and dV store). Its grid is (key tile, kv
+head, batch), the key tile fastest; the longest-first order (cuda_v2/split_q_bwd64x128_longest_first) hands out
+tile_order.hpp's row block b as key tile blocks - 1 - b, mirrored, so that the first key tiles start first. Its
+sections are sized by what every key tile of a pair reads: the Q, dO and fp32 dQ of the group's query heads.
+
+What it leaves out: that blocks sharing an SM slow each other (a lone block runs
 faster), cut tiles' masks (slower than full tiles), L2 and DRAM, and the hardware's real order of starting
 blocks, which CUDA does not document (the launch order is what is observed). It predicts; a GPU measures.
 """
@@ -32,6 +44,15 @@ def key_tiles(m, block_m, block_n, seqlen_q, seqlen_k, causal):
     last_row = min((m + 1) * block_m, seqlen_q) - 1
     keys = min(seqlen_k, last_row + 1 + seqlen_k - seqlen_q)
     return max(0, -(-keys // block_n))
+
+
+def query_tiles(j, block_m, block_n, seqlen_q, seqlen_k, causal):
+    """Q tiles that visit key tile j in the backward: those with a row that sees one of its keys."""
+    q_tiles = -(-seqlen_q // block_m)
+    if not causal:
+        return q_tiles
+    first_row = max(0, j * block_n - (seqlen_k - seqlen_q))  # the first row that sees key j * block_n
+    return max(0, q_tiles - first_row // block_m)
 
 
 def tile_order(blocks, pairs, section):
@@ -57,11 +78,22 @@ def makespan(costs, slots):
     return max(free)
 
 
-def model(batch, heads, seqlen_q, seqlen_k, block_m, block_n, causal, slots, fixed, section):
-    blocks, pairs = -(-seqlen_q // block_m), batch * heads
-    cost = [key_tiles(m, block_m, block_n, seqlen_q, seqlen_k, causal) + fixed for m in range(blocks)]
+def model(batch, heads, seqlen_q, seqlen_k, block_m, block_n, causal, slots, fixed, section, backward=False,
+          group=1):
+    """(grid order's makespan, longest first's, the ideal). `heads`: query heads, or kv heads for the backward,
+    whose block walks the Q tiles of the `group` query heads that share its kv head."""
+    pairs = batch * heads
+    if backward:
+        blocks = -(-seqlen_k // block_n)
+        cost = [group * query_tiles(j, block_m, block_n, seqlen_q, seqlen_k, causal) + fixed
+                for j in range(blocks)]
+        handed_out = [cost[blocks - 1 - b] for b in range(blocks)]  # the order's block b is key tile blocks-1-b
+    else:
+        blocks = -(-seqlen_q // block_m)
+        cost = [key_tiles(m, block_m, block_n, seqlen_q, seqlen_k, causal) + fixed for m in range(blocks)]
+        handed_out = cost
     grid = makespan((cost[m] for m, _ in grid_order(blocks, pairs)), slots)
-    longest = makespan((cost[m] for m, _ in tile_order(blocks, pairs, section)), slots)
+    longest = makespan((handed_out[b] for b, _ in tile_order(blocks, pairs, section)), slots)
     ideal = sum(cost) * pairs / slots
     return grid, longest, ideal
 
@@ -71,9 +103,15 @@ def l2_section(heads, batch, seqlen_k, head_dim, l2_bytes=32 << 20):
     return max(1, min(l2_bytes // max(4 * seqlen_k * head_dim, 1), heads * batch))
 
 
-def row(label, args, causal, slots):
+def backward_l2_section(kv_heads, batch, group, seqlen_q, head_dim, l2_bytes=32 << 20):
+    """cuda_v2's split_q_bwd_longest_first_order: pairs whose Q, dO (2 bytes each) and fp32 dQ of the group's
+    query heads fit l2_bytes together."""
+    return max(1, min(l2_bytes // max(8 * group * seqlen_q * head_dim, 1), kv_heads * batch))
+
+
+def row(label, args, causal, slots, backward=False, group=1):
     grid, longest, ideal = model(args.batch, args.heads, args.seqlen, args.seqlen, args.block_m, args.block_n,
-                                 causal, slots, args.fixed, args.section)
+                                 causal, slots, args.fixed, args.section, backward, group)
     print(f"| {label} | {grid / ideal:.3f} | {longest / ideal:.3f} | {grid / longest:.3f} |")
 
 
@@ -85,15 +123,33 @@ ENTRIES = {128: [("split_q (8 warps, 1 block a SM)", 128, 64, 1), ("split_q_4war
            64: [("split_q (2 blocks a SM)", 128, 64, 2), ("split_q_bc128 (2 blocks a SM)", 128, 128, 2)]}
 
 
+# The backward: the report's causal shape (`flashlab gpu-bench --list-shapes --shapes backward`) and its
+# neighbours, for the backward kernels' tiles (block_m query rows a step, block_n keys a block) and the blocks
+# a SM holds (ptxas, nvcc 13, sm_90a).
+BACKWARD_REPORT = [(2, 16, 8192, 128), (4, 16, 4096, 128), (1, 16, 16384, 128), (8, 16, 2048, 128),
+                   (2, 32, 8192, 64), (4, 32, 4096, 64)]
+BACKWARD_ENTRIES = {128: [("split_q_bwd64x128 (1 block a SM)", 64, 128, 1),
+                          ("split_q_bwd128 (1 block a SM)", 32, 128, 1)],
+                    64: [("split_q_bwd64x128 (1 block a SM)", 64, 128, 1)]}
+
+
 def report(sms, fixed):
-    print(f"Causal, {sms} SMs, a block's fixed part {fixed} key tile(s); makespan / ideal, and the ratio")
-    print("| shape, entry | grid order | longest first | predicted speed-up |")
-    print("|---|---:|---:|---:|")
-    for batch, heads, seqlen, head_dim in REPORT:
-        for name, block_m, block_n, per_sm in ENTRIES[head_dim]:
-            args = argparse.Namespace(batch=batch, heads=heads, seqlen=seqlen, block_m=block_m, block_n=block_n,
-                                      fixed=fixed, section=l2_section(heads, batch, seqlen, head_dim))
-            row(f"{batch} x {heads} x {seqlen // 1024}k, d {head_dim}, {name}", args, True, sms * per_sm)
+    tables = [(f"Causal, {sms} SMs, a block's fixed part {fixed} key tile(s); makespan / ideal, and the ratio",
+               REPORT, ENTRIES, False, l2_section),
+              (f"\nThe backward, causal: a block's fixed part {fixed} Q tile(s)", BACKWARD_REPORT,
+               BACKWARD_ENTRIES, True, lambda heads, batch, seqlen, head_dim:
+               backward_l2_section(heads, batch, 1, seqlen, head_dim))]
+    for title, shapes, entries, backward, section in tables:
+        print(title)
+        print("| shape, entry | grid order | longest first | predicted speed-up |")
+        print("|---|---:|---:|---:|")
+        for batch, heads, seqlen, head_dim in shapes:
+            for name, block_m, block_n, per_sm in entries[head_dim]:
+                args = argparse.Namespace(batch=batch, heads=heads, seqlen=seqlen, block_m=block_m,
+                                          block_n=block_n, fixed=fixed,
+                                          section=section(heads, batch, seqlen, head_dim))
+                row(f"{batch} x {heads} x {seqlen // 1024}k, d {head_dim}, {name}", args, True, sms * per_sm,
+                    backward)
 
 
 def check():
@@ -111,13 +167,31 @@ def check():
     assert len(tiles) == len(set(tiles)) == 8 * 21 and tiles[0] == (7, 0) and tiles[-1] == (0, 20)
     # Bottom-right aligned causal: with more keys than rows, the first row block sees the extra keys.
     assert key_tiles(0, 128, 64, 128, 256, True) == 4 and key_tiles(0, 128, 64, 256, 128, True) == 0
+    # The backward: key tile j of 128 keys is visited from row 128 j on (square causal), the first by every Q
+    # tile; bottom-right aligned, with more keys than rows every row sees the first keys, with fewer only the
+    # last rows see any.
+    assert [query_tiles(j, 64, 128, 512, 512, True) for j in range(4)] == [8, 6, 4, 2]
+    assert query_tiles(0, 64, 128, 100, 612, True) == query_tiles(4, 64, 128, 100, 612, True) == 2
+    assert query_tiles(0, 64, 128, 612, 100, True) == 2  # rows 512 to 611 of 10 Q tiles
+    assert query_tiles(3, 64, 128, 512, 512, False) == 8
+    # Its grid already starts each pair's longest key tile first, so with one pair the orders are the same;
+    # with many, longest first is within 4/3 of the ideal and the grid is not better.
+    assert model(1, 1, 2048, 2048, 64, 128, True, 132, 1, 1, True)[:2] == \
+        model(1, 1, 2048, 2048, 64, 128, True, 132, 1, 1, True)[1::-1]
+    grid, longest, ideal = model(2, 16, 8192, 8192, 64, 128, True, 132, 1, 4, True)
+    assert longest <= ideal * 4 / 3 and grid > longest
+    assert backward_l2_section(7, 3, 2, 1000, 128) == 16  # as tests/test_gpu_backward.cpp's order test
+    # GQA: a kv head's block walks its group's Q tiles, so 4 query heads over 1 kv head are 4 times the work.
+    assert model(1, 1, 512, 512, 64, 128, True, 1, 0, 1, True, 4)[0] == 4 * (8 + 6 + 4 + 2)
     print("wave_model: checks passed")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--heads", type=int, default=16, help="query heads (default: 16)")
+    parser.add_argument("--kv-heads", type=int, default=0, help="kv heads, the backward's pairs (default: --heads)")
+    parser.add_argument("--pass", dest="pass_", choices=["forward", "backward"], default="forward")
     parser.add_argument("--seqlen", type=int, default=8192)
     parser.add_argument("--head-dim", type=int, default=128, help="sizes the L2 sections (default: 128)")
     parser.add_argument("--block-m", type=int, default=128)
@@ -134,12 +208,21 @@ def main():
         return check()
     if args.report:
         return report(args.sms, args.fixed)
-    if args.section <= 0:
+    backward, group = args.pass_ == "backward", 1
+    if backward:  # the blocks are (batch, kv head) pairs' key tiles, each over its group's query heads
+        kv_heads = args.kv_heads or args.heads
+        if args.heads % kv_heads:
+            parser.error(f"--heads ({args.heads}) must be a multiple of --kv-heads ({kv_heads})")
+        group = args.heads // kv_heads
+        if args.section <= 0:
+            args.section = backward_l2_section(kv_heads, args.batch, group, args.seqlen, args.head_dim)
+        args.heads = kv_heads
+    elif args.section <= 0:
         args.section = l2_section(args.heads, args.batch, args.seqlen, args.head_dim)
     print("| shape | grid order | longest first | predicted speed-up |")
     print("|---|---:|---:|---:|")
-    row(f"{args.batch} x {args.heads} x {args.seqlen}, {'causal' if args.causal else 'non-causal'}", args,
-        args.causal, args.sms * args.blocks_per_sm)
+    row(f"{args.batch} x {args.heads} x {args.seqlen}, {'causal' if args.causal else 'non-causal'}"
+        f"{', backward' if backward else ''}", args, args.causal, args.sms * args.blocks_per_sm, backward, group)
 
 
 if __name__ == "__main__":
