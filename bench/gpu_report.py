@@ -62,10 +62,11 @@ PRIORITY = ["cuda_v3_hopper/ws", "cuda_v3_hopper/ws_bc176", "cuda_v3_hopper/ws_m
             "cuda_v3_hopper/ws_persistent", "cuda_v3_hopper/ws_no_overlap", "cuda_v3_hopper/ws_no_pingpong",
             "cuda_v3_hopper/ws_no_producer", "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "decoding/cuda_split_kv_mma", "cuda_v2/split_q", "cuda_v2/split_q_4warps",
             "cuda_v2/split_q_bc128", "cuda_v2/split_q_longest_first",
-            "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd128", "cuda_v2/split_q_simt", "cuda_v1/split_k"]
-# Entries whose forward is another entry's kernel (cuda_v2/split_q_bwd128's and split_q_bwd64x128's are
-# split_q's): timed in the backward shapes only.
-BACKWARD_RUNGS = {"cuda_v2/split_q_bwd128", "cuda_v2/split_q_bwd64x128"}
+            "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd64x128_longest_first", "cuda_v2/split_q_bwd128",
+            "cuda_v2/split_q_simt", "cuda_v1/split_k"]
+# Entries whose forward is another entry's kernel (cuda_v2/split_q_bwd128's, split_q_bwd64x128's and its
+# longest-first order's are split_q's): timed in the backward shapes only.
+BACKWARD_RUNGS = {"cuda_v2/split_q_bwd128", "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd64x128_longest_first"}
 PEERS = ["torch/sdpa_flash", "torch/sdpa_cudnn", "torch/sdpa_efficient", "torch/sdpa_math"]
 # The harness's test cases each sanitizer runs, in one process: every GPU implementation's small cases (forward
 # and backward, tests/test_small_cases.cpp); memcheck also the FP8 pre-pass and kernel checks.

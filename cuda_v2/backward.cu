@@ -599,8 +599,9 @@ void split_q_backward(const SplitQBackwardParams& params, cudaStream_t stream) {
 }
 
 namespace {
+// With `section` >= 0, the key tiles in split_q_bwd_longest_first_order (0: sections as L2 sizes them).
 void launch_backward(const Problem& problem, const BackwardTensors& tensors, bool deterministic, int block_n,
-                     int block_m = kBackwardBlockM) {
+                     int block_m = kBackwardBlockM, int section = -1) {
   SplitQBackwardParams params;
   params.forward =
       split_q_params(problem, tensors.forward);  // narrows the lengths into the workspace's start
@@ -616,6 +617,10 @@ void launch_backward(const Problem& problem, const BackwardTensors& tensors, boo
   params.deterministic = deterministic;
   params.block_n = block_n;
   params.block_m = block_m;
+  if (section >= 0) {
+    params.longest_first = true;
+    params.order = split_q_bwd_longest_first_order(params.forward, section);
+  }
   split_q_backward(params, tensors.forward.stream);
 }
 }  // namespace
@@ -631,6 +636,14 @@ void launch_split_q_bwd128_backward(const Problem& problem, const BackwardTensor
 }
 void launch_split_q_bwd64x128_backward(const Problem& problem, const BackwardTensors& tensors) {
   launch_backward(problem, tensors, false, kBackwardWideBlockN, kBackwardWideBlockM);
+}
+void launch_split_q_bwd64x128_longest_first_sections(const Problem& problem, const BackwardTensors& tensors,
+                                                     int section) {
+  if (section < 0) fail("section (", section, ") must be at least 0 (0: as L2 sizes them)");
+  launch_backward(problem, tensors, false, kBackwardWideBlockN, kBackwardWideBlockM, section);
+}
+void launch_split_q_bwd64x128_longest_first_backward(const Problem& problem, const BackwardTensors& tensors) {
+  launch_split_q_bwd64x128_longest_first_sections(problem, tensors, 0);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

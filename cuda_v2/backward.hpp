@@ -23,6 +23,7 @@
 
 #include "common/cuda/int_lengths.hpp"
 #include "common/cuda/target.hpp"
+#include "common/cuda/tile_order.hpp"
 #include "common/registry.hpp"
 #include "cuda_v2/split_q.hpp"
 
@@ -53,7 +54,19 @@ struct SplitQBackwardParams {
   int block_m = kBackwardBlockM;  // query rows a step: kBackwardBlockM, or kBackwardWideBlockM (with
                                   // kBackwardWideBlockN keys only)
   bool deterministic = false;
+  // The main kernel's grid: (key tile, kv head, batch). With `longest_first`
+  // (cuda_v2/split_q_bwd64x128_longest_first, the 64 x 128 kernel only) it is one-dimensional, block i
+  // computing key tile order.mirrored(i): common/cuda/tile_order.hpp hands out the last row block first, and
+  // mirrored that is the first key tile, which under a causal mask is the longest (fewer Q tiles see later
+  // keys), so the long blocks start first. The launcher sets both (split_q_bwd_longest_first_order).
+  bool longest_first = false;
+  cuda::TileOrder order;
 };
+
+// split_q_bwd64x128_longest_first's order: the backward's key tiles of 128 keys, per (batch, kv head) pair,
+// in sections of pairs whose Q, dO and fp32 dQ accumulator (what every key tile of a pair reads or adds to)
+// fit in L2 together; `section` > 0 sets the pairs a section instead (at most every pair).
+cuda::TileOrder split_q_bwd_longest_first_order(const SplitQParams& forward, int section = 0);
 
 // Key tiles of the backward (its grid's x extent).
 inline int backward_kv_tiles(const Problem& p, int block_n = kBackwardBlockN) {
@@ -92,6 +105,7 @@ void check_split_q_backward(const SplitQBackwardParams& params);
 std::string split_q_backward_supports(const Problem& problem);
 std::string split_q_bwd128_backward_supports(const Problem& problem);
 std::string split_q_bwd64x128_backward_supports(const Problem& problem);
+std::string split_q_bwd64x128_longest_first_backward_supports(const Problem& problem);
 
 FLASHLAB_FOR_EACH_TARGET(
     // The three kernels, enqueued on `stream`.
@@ -104,6 +118,12 @@ FLASHLAB_FOR_EACH_TARGET(
     // The same with 128 keys a block (cuda_v2/split_q_bwd128's), dQ by atomics.
     void launch_split_q_bwd128_backward(const Problem& problem, const BackwardTensors& tensors);
     // With 64 query rows a step over 128 keys (cuda_v2/split_q_bwd64x128's), dQ by atomics.
-    void launch_split_q_bwd64x128_backward(const Problem& problem, const BackwardTensors& tensors);)
+    void launch_split_q_bwd64x128_backward(const Problem& problem, const BackwardTensors& tensors);
+    // The same with its key tiles in split_q_bwd_longest_first_order
+    // (cuda_v2/split_q_bwd64x128_longest_first's), in sections of `section` pairs (0: as L2 sizes them).
+    void launch_split_q_bwd64x128_longest_first_backward(const Problem& problem,
+                                                         const BackwardTensors& tensors);
+    void launch_split_q_bwd64x128_longest_first_sections(const Problem& problem,
+                                                         const BackwardTensors& tensors, int section);)
 
 }  // namespace flashlab::cuda_v2

@@ -162,7 +162,20 @@ __device__ constexpr int square_bit(int mt, int nt, int e) {
   return (mt * 4 + nt) * 4 + e;
 }
 
-template <typename Element, int kHeadDim>
+// The key tile a block computes: the grid's (key tile, kv head, batch), or with kLongestFirst
+// (cuda_v2/split_q_bwd64x128_longest_first) the one its number names in p.order, mirrored
+// (SplitQBackwardParams::longest_first): the first key tiles, which the most Q tiles visit under a causal
+// mask, start first. A template flag, so that the grid's own kernel is unchanged.
+template <bool kLongestFirst>
+__device__ inline cuda::Tile key_tile_of_block(const SplitQBackwardParams& p) {
+  if constexpr (kLongestFirst) {
+    return p.order.mirrored(static_cast<int>(blockIdx.x));
+  } else {
+    return {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z)};
+  }
+}
+
+template <typename Element, int kHeadDim, bool kLongestFirst>
 __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQBackwardParams p) {
   const SplitQParams& f = p.forward;
   constexpr int kQTile = kBlockM * kHeadDim, kScores = kBlockM * kBlockN;
@@ -175,7 +188,8 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
   float* const sLse_buffers = reinterpret_cast<float*>(sdS + kScores);  // [2][kBlockM]
   float* const sD_buffers = sLse_buffers + 2 * kBlockM;                 // [2][kBlockM]
 
-  const int kv_tile = blockIdx.x, head_kv = blockIdx.y, b = blockIdx.z;
+  const cuda::Tile mine = key_tile_of_block<kLongestFirst>(p);
+  const int kv_tile = mine.block, head_kv = mine.head, b = mine.batch;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad_lane = lane % 4;  // mma fragment coordinates (tensor_core.cuh)
   const int key0 = kv_tile * kBlockN;
@@ -336,10 +350,17 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
       }
 }
 
+template <int kHeadDim, bool kLongestFirst>
+void launch_order(dim3 grid, const SplitQBackwardParams& p, cudaStream_t stream) {
+  launch_backward_tile<backward_64x128_kernel<__nv_bfloat16, kHeadDim, kLongestFirst>>(
+      grid, kThreads, smem_bytes<kHeadDim>(), kBlockM, kBlockN, kHeadDim, stream, p);
+}
+
+// The grid's blocks: (key tile, kv head, batch), or as many numbered in p.order.
 template <int kHeadDim>
 void launch_head_dim(dim3 grid, const SplitQBackwardParams& p, cudaStream_t stream) {
-  launch_backward_tile<backward_64x128_kernel<__nv_bfloat16, kHeadDim>>(
-      grid, kThreads, smem_bytes<kHeadDim>(), kBlockM, kBlockN, kHeadDim, stream, p);
+  if (p.longest_first) return launch_order<kHeadDim, true>(dim3(p.order.tiles()), p, stream);
+  launch_order<kHeadDim, false>(grid, p, stream);
 }
 
 }  // namespace

@@ -217,6 +217,14 @@ const Registration split_q_bwd64x128{backward_tile_entry(
     FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_bwd64x128_backward, backward_workspace),
     split_q_bwd64x128_backward_supports)};
 
+// The same kernel with its key tiles handed out longest first, in L2 sections of (batch, kv head) pairs
+// (SplitQBackwardParams::longest_first): under a causal mask the first key tiles are the longest.
+const Registration split_q_bwd64x128_longest_first{backward_tile_entry(
+    "cuda_v2/split_q_bwd64x128_longest_first",
+    "split_q_bwd64x128 with its key tiles launched longest first, in L2 sections of heads",
+    FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_bwd64x128_longest_first_backward, backward_workspace),
+    split_q_bwd64x128_longest_first_backward_supports)};
+
 }  // namespace
 
 }  // namespace flashlab::cuda_v2

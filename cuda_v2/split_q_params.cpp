@@ -246,7 +246,28 @@ void check_bwd64x128_backward(const SplitQParams& p, Checks checks) {
   check_wide_backward("cuda_v2/split_q_bwd64x128", p, checks);
 }
 
+// The 64 x 128 kernel's key tiles in split_q_bwd_longest_first_order, numbered in an int.
+void check_bwd64x128_longest_first_backward(const SplitQParams& p, Checks checks) {
+  check_wide_backward("cuda_v2/split_q_bwd64x128_longest_first", p, checks);
+  if (const cuda::TileOrder order = split_q_bwd_longest_first_order(p);
+      !cuda::numbered_in_an_int(order.blocks, order.heads, order.batches))
+    fail("batch x heads_kv x key tiles (", int64_t{order.blocks} * order.heads * order.batches,
+         ") must be at most ", INT_MAX, " for cuda_v2/split_q_bwd64x128_longest_first's grid");
+}
+
 }  // namespace
+
+cuda::TileOrder split_q_bwd_longest_first_order(const SplitQParams& f, int section) {
+  // Each key tile of a (batch, kv head) pair reads the Q and dO rows of the group's query heads and adds to
+  // their fp32 dQ accumulator: 2 + 2 + 4 bytes a row element, LSE and D aside.
+  const int64_t group = f.heads_q / std::max(f.heads_kv, 1);
+  cuda::TileOrder order =
+      cuda::l2_sectioned_order((f.seqlen_k + kBackwardWideBlockN - 1) / kBackwardWideBlockN, f.heads_kv,
+                               f.batch, int64_t{8} * group * f.seqlen_q * f.head_dim);
+  if (section > 0)
+    order.section = static_cast<int>(std::min<int64_t>(section, int64_t{f.heads_kv} * f.batch));
+  return order;
+}
 
 std::string split_q_backward_supports(const Problem& p) {
   return refusal(check_backward, p);
@@ -256,6 +277,9 @@ std::string split_q_bwd128_backward_supports(const Problem& p) {
 }
 std::string split_q_bwd64x128_backward_supports(const Problem& p) {
   return refusal(check_bwd64x128_backward, p);
+}
+std::string split_q_bwd64x128_longest_first_backward_supports(const Problem& p) {
+  return refusal(check_bwd64x128_longest_first_backward, p);
 }
 
 BackwardTraffic backward_traffic(const Problem& problem, int block_n, int block_m) {
@@ -292,7 +316,16 @@ void check_split_q_backward(const SplitQBackwardParams& p) {
   check_tile(p.block_m, p.block_n);
   if (p.block_n == kBackwardWideBlockN && p.deterministic)
     fail("deterministic (true) takes block_n ", kBackwardBlockN, ", not ", p.block_n);
-  if (p.block_m == kBackwardWideBlockM)
+  if (p.longest_first && p.block_m != kBackwardWideBlockM)
+    fail("longest_first (true) takes block_m ", kBackwardWideBlockM, ", not ", p.block_m);
+  if (p.longest_first) {  // the order first: it is the launcher's, the problem's device memory after it
+    const cuda::TileOrder& o = p.order;
+    if (o.blocks != (p.forward.seqlen_k + kBackwardWideBlockN - 1) / kBackwardWideBlockN ||
+        o.heads != p.forward.heads_kv || o.batches != p.forward.batch || o.section < 1)
+      fail("order (", o.blocks, " x ", o.heads, " x ", o.batches, " in sections of ", o.section,
+           ") must number the key tiles x heads_kv x batch of the problem, in sections of at least 1");
+    check_bwd64x128_longest_first_backward(p.forward, Checks::launch);
+  } else if (p.block_m == kBackwardWideBlockM)
     check_bwd64x128_backward(p.forward, Checks::launch);
   else if (p.block_n == kBackwardWideBlockN)
     check_bwd128_backward(p.forward, Checks::launch);

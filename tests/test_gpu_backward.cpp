@@ -3,9 +3,11 @@
 // shares reach dQ depends on the schedule; the deterministic mode stores each tile's share and sums them in
 // the order of the tiles, so its gradients are the same bits under every schedule. Both are held to the
 // gradient tolerance, and so are the kernels with 128 keys a block (cuda_v2/split_q_bwd128's, 32 query rows a
-// step, and cuda_v2/split_q_bwd64x128's, 64 in FlashAttention-2's warp layout) under both schedules.
+// step, and cuda_v2/split_q_bwd64x128's, 64 in FlashAttention-2's warp layout) under both schedules. Last,
+// cuda_v2/split_q_bwd64x128_longest_first's order of key tiles, and its blocks against the grid's kernel.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -111,6 +113,124 @@ TEST_CASE("the GPU backward's deterministic dQ is the same bits under every sche
              schedule.describe(), ": ", verdict.explain());
         CHECK(verdict.passed());
       }
+  }
+  cuda::force_emulation(forced);
+}
+
+// split_q_bwd64x128_longest_first's order is the 64 x 128 kernel's key tiles renumbered: (key tile, kv head,
+// batch), in sections of pairs whose Q, dO and dQ accumulator fit in L2 unless given, the first key tile
+// (under a causal mask the longest) first; a grid too large to number in an int is refused by name.
+TEST_CASE("cuda_v2/split_q_bwd64x128_longest_first's order: key tiles in L2 sections, the first first") {
+  Problem p = problem_shape(3, 14, 7, 1000, 1000, 128);
+  p.dtype = DType::bf16;
+  const cuda_v2::SplitQParams params = cuda_v2::split_q_params(p);
+  const cuda::TileOrder order = cuda_v2::split_q_bwd_longest_first_order(params);
+  CHECK(order.blocks == 8);  // 128 keys a key tile
+  CHECK(order.heads == 7);   // kv heads: a block computes one kv head's key tile
+  CHECK(order.batches == 3);
+  CHECK(order.section == 16);  // 8 bytes x 2 query heads x 1000 rows x 128 a pair in 32 MiB
+  CHECK(cuda_v2::split_q_bwd_longest_first_order(params, 3).section == 3);
+  CHECK(cuda_v2::split_q_bwd_longest_first_order(params, 100).section == 21);  // at most every pair
+  // Block i computes key tile order.mirrored(i) (backward_64x128.cu): a section's first blocks take key tile
+  // 0 of each of its pairs, the longest under a causal mask, then key tile 1, and so on; every tile once.
+  for (int i = 0; i < order.tiles(); ++i) {
+    const cuda::Tile tile = order.mirrored(i);
+    const int section_start = i / (order.section * order.blocks) * order.section;
+    const int pairs_here = std::min(order.section, order.heads * order.batches - section_start);
+    CHECK(tile.block == i % (order.section * order.blocks) / pairs_here);
+    CHECK(tile.block == order.blocks - 1 - order(i).block);
+  }
+  CHECK(order.mirrored(0).block == 0);
+  CHECK(order.mirrored(0).head == 0);
+  CHECK(order.mirrored(order.tiles() - 1).block == order.blocks - 1);
+  CHECK(order.mirrored(order.tiles() - 1).head == 6);
+  CHECK(order.mirrored(order.tiles() - 1).batch == 2);
+  CHECK(cuda_v2::split_q_bwd64x128_longest_first_backward_supports(p).empty());
+  p.batch = 65535, p.heads_q = p.heads_kv = 65535, p.seqlen_q = p.seqlen_k = 128;
+  CHECK(contains(cuda_v2::split_q_bwd64x128_longest_first_backward_supports(p),
+                 "batch x heads_kv x key tiles (4294836225) must be at most 2147483647"));
+  CHECK(cuda_v2::split_q_bwd64x128_backward_supports(p).empty());  // the three-dimensional grid takes it
+  // The launcher's parameters hold the order to the problem.
+  cuda_v2::SplitQBackwardParams backward;
+  backward.forward = params;
+  backward.block_n = cuda_v2::kBackwardWideBlockN;
+  backward.block_m = cuda_v2::kBackwardWideBlockM;
+  backward.longest_first = true;
+  backward.order = cuda_v2::split_q_bwd_longest_first_order(params);
+  // (Host parameters without device memory: the order passes, and the next check names a pointer.)
+  CHECK(contains(error_of([&] { cuda_v2::check_split_q_backward(backward); }), "must be a device pointer"));
+  const auto order_refusal = [&](int blocks, int heads, int batches, int section) {
+    backward.order.blocks = blocks, backward.order.heads = heads, backward.order.batches = batches;
+    backward.order.section = section;
+    return error_of([&] { cuda_v2::check_split_q_backward(backward); });
+  };
+  CHECK(contains(order_refusal(7, 7, 3, 16),
+                 "order (7 x 7 x 3 in sections of 16) must number the key tiles x heads_kv x batch"));
+  CHECK(contains(order_refusal(8, 14, 3, 16), "order (8 x 14 x 3 in sections of 16) must number"));
+  CHECK(contains(order_refusal(8, 7, 1, 16), "order (8 x 7 x 1 in sections of 16) must number"));
+  CHECK(contains(order_refusal(8, 7, 3, 0), "in sections of at least 1"));
+  backward.order = cuda_v2::split_q_bwd_longest_first_order(params);
+  backward.block_m = cuda_v2::kBackwardBlockM;
+  CHECK(contains(error_of([&] { cuda_v2::check_split_q_backward(backward); }),
+                 "longest_first (true) takes block_m 64, not 32"));
+}
+
+// Each block of split_q_bwd64x128_longest_first computes the key tile its number names in the order, with
+// split_q_bwd64x128's code. In sections of 1, 3 (the last one short) and every pair, over padded rows and
+// keys with NaN and Inf in the padding, GQA, a window and packed batches, on poisoned outputs: dK and dV,
+// which one block writes a key tile of, must be split_q_bwd64x128's bit for bit (a tile never computed shows
+// there); dQ, which every key tile adds to by atomics in the order the blocks run, must pass the gradient
+// tolerance (a tile computed twice adds its share twice).
+TEST_CASE("cuda_v2/split_q_bwd64x128_longest_first in sections of 1, 3 and every pair computes its tiles") {
+  Problem causal = problem_shape(2, 4, 2, 300, 400, 64);
+  causal.dtype = DType::bf16;
+  causal.causal = true;
+  causal.seqlens_q = {300, 100};
+  causal.seqlens_k = {400, 130};  // batch 1: two key tiles without a key
+  Problem window = problem_shape(1, 3, 3, 257, 300, 128);
+  window.dtype = DType::bf16;
+  window.window_left = 90;
+  Problem packed = problem_shape(3, 2, 1, 1, 1, 64);
+  packed.dtype = DType::bf16;
+  packed.causal = true;
+  packed.cu_seqlens_q = {0, 200, 201, 330};
+  packed.cu_seqlens_k = {0, 231, 240, 390};
+  packed.seqlen_q = 200, packed.seqlen_k = 231;
+  const Implementation& split_q = *find_implementation("cuda_v2/split_q");
+  const Implementation& longest_first = *find_implementation("cuda_v2/split_q_bwd64x128_longest_first");
+  const bool forced = cuda::emulation_forced();
+  cuda::force_emulation(true);
+  for (const Problem& p : {causal, window, packed}) {
+    p.validate();
+    INFO(p.describe());
+    REQUIRE(why_cannot_run_backward(longest_first, p).empty());
+    AttentionInputs inputs = random_inputs(p, Distribution::normal, 21);
+    poison_padding(p, inputs);
+    const HostTensor d_out = random_d_out(p, 22);
+    const AttentionOutputs forward = run_forward(split_q, p, inputs);
+    const ReferenceGradients reference = reference_backward(p, inputs, d_out);
+    const GradientTolerance tolerance = gradient_tolerance_from_baseline(
+        p.dtype, gradient_deviation(p, baseline_backward(p, inputs, d_out, p.dtype, longest_first.rounds_p),
+                                    reference));
+    const size_t bytes = cuda_v2::backward_workspace_bytes(p, false);
+    AttentionGradients expected = AttentionGradients::poisoned(p);
+    cuda::emulated::run_backward_on_device(p, inputs, forward, d_out, expected, bytes,
+                                           [&](const BackwardTensors& tensors) {
+                                             cuda_v2::emulated::launch_split_q_bwd64x128_backward(p, tensors);
+                                           });
+    for (int section : {1, 3, 0}) {
+      INFO("sections of ", section, " pairs (0: as L2 sizes them, here every pair)");
+      AttentionGradients gradients = AttentionGradients::poisoned(p);
+      cuda::emulated::run_backward_on_device(
+          p, inputs, forward, d_out, gradients, bytes, [&](const BackwardTensors& tensors) {
+            cuda_v2::emulated::launch_split_q_bwd64x128_longest_first_sections(p, tensors, section);
+          });
+      CHECK(same_bits(gradients.dk, expected.dk));
+      CHECK(same_bits(gradients.dv, expected.dv));
+      const GradientVerdict verdict = judge_gradients(p, gradients, reference, tolerance);
+      INFO(verdict.explain());
+      CHECK(verdict.passed());
+    }
   }
   cuda::force_emulation(forced);
 }

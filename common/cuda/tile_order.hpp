@@ -1,7 +1,9 @@
 // The order in which a forward kernel's tiles (a block of query rows of one (batch, head)) are handed out,
 // when not in the grid's own order: one definition for the kernels that take it, cuda_v3_hopper's persistent
 // kernel (ws_persistent, which walks it) and cuda_v2/split_q_longest_first (whose one-dimensional grid is
-// numbered in it). Plain C++, host and device.
+// numbered in it). cuda_v2/split_q_bwd64x128_longest_first numbers its backward's key tiles of one (batch, kv
+// head) in it too, mirrored: there the first key tile is the longest (cuda_v2/backward.hpp). Plain C++, host
+// and device.
 //
 // The (batch, head) pairs are cut into sections of `section` pairs whose K and V fit in L2 together. A
 // section's tiles come before the next section's, row block by row block from the last to the first, and at
@@ -43,6 +45,14 @@ struct TileOrder {
     const int local = tile % section_tiles;
     const int pair = first_pair + local % pairs_here;
     return Tile{blocks - 1 - local / pairs_here, pair % heads, pair / heads};
+  }
+  // The same with the row block mirrored, block blocks - 1 - b: the first block of a pair first. The backward
+  // of cuda_v2/split_q_bwd64x128_longest_first numbers its key tiles so, since under a causal mask its first
+  // key tile is the longest.
+  FLASHLAB_HOST_DEVICE Tile mirrored(int tile) const {
+    Tile t = (*this)(tile);
+    t.block = blocks - 1 - t.block;
+    return t;
   }
 };
 
