@@ -75,8 +75,8 @@ inline TileOrder l2_sectioned_order(int blocks, int heads, int batches, int64_t 
   order.blocks = blocks;
   order.heads = heads;
   order.batches = batches;
-  order.section = static_cast<int>(
-      std::clamp<int64_t>(l2_bytes / std::max<int64_t>(kv_bytes, 1), 1, int64_t{heads} * batches));
+  order.section = static_cast<int>(std::clamp<int64_t>(l2_bytes / std::max<int64_t>(kv_bytes, 1), 1,
+                                                       std::max<int64_t>(int64_t{heads} * batches, 1)));
   return order;
 }
 
