@@ -176,10 +176,9 @@ void check_split_q_4warps(const SplitQParams& p, Checks checks) {
 
 cuda::TileOrder split_q_longest_first_order(const SplitQParams& p, int section) {
   const int block_m = split_q_tile(p.head_dim).block_m;
-  cuda::TileOrder order = cuda::l2_sectioned_order((p.seqlen_q + block_m - 1) / block_m, p.heads_q, p.batch,
-                                                   int64_t{4} * p.seqlen_k * p.head_dim);
-  if (section > 0) order.section = static_cast<int>(std::min<int64_t>(section, int64_t{p.heads_q} * p.batch));
-  return order;
+  return cuda::in_sections_of(cuda::l2_sectioned_order((p.seqlen_q + block_m - 1) / block_m, p.heads_q,
+                                                       p.batch, int64_t{4} * p.seqlen_k * p.head_dim),
+                              section);
 }
 
 void check_split_q_longest_first(const SplitQParams& p, Checks checks) {
@@ -261,12 +260,10 @@ cuda::TileOrder split_q_bwd_longest_first_order(const SplitQParams& f, int secti
   // Each key tile of a (batch, kv head) pair reads the Q and dO rows of the group's query heads and adds to
   // their fp32 dQ accumulator: 2 + 2 + 4 bytes a row element, LSE and D aside.
   const int64_t group = f.heads_q / std::max(f.heads_kv, 1);
-  cuda::TileOrder order =
+  return cuda::in_sections_of(
       cuda::l2_sectioned_order((f.seqlen_k + kBackwardWideBlockN - 1) / kBackwardWideBlockN, f.heads_kv,
-                               f.batch, int64_t{8} * group * f.seqlen_q * f.head_dim);
-  if (section > 0)
-    order.section = static_cast<int>(std::min<int64_t>(section, int64_t{f.heads_kv} * f.batch));
-  return order;
+                               f.batch, int64_t{8} * group * f.seqlen_q * f.head_dim),
+      section);
 }
 
 std::string split_q_backward_supports(const Problem& p) {

@@ -80,4 +80,12 @@ inline TileOrder l2_sectioned_order(int blocks, int heads, int batches, int64_t 
   return order;
 }
 
+// `order` in sections of `section` pairs instead (at most every pair); a section of 0 leaves it as it is. The
+// launchers' tests take sections of a chosen size through it.
+inline TileOrder in_sections_of(TileOrder order, int section) {
+  if (section > 0)
+    order.section = static_cast<int>(std::min<int64_t>(section, int64_t{order.heads} * order.batches));
+  return order;
+}
+
 }  // namespace flashlab::cuda
