@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cuda/device.hpp"
@@ -177,10 +178,10 @@ TEST_CASE("cuda_v2/split_q_bwd64x128_longest_first's order: key tiles in L2 sect
 
 // Each block of split_q_bwd64x128_longest_first computes the key tile its number names in the order, with
 // split_q_bwd64x128's code. In sections of 1, 3 (the last one short) and every pair, over padded rows and
-// keys with NaN and Inf in the padding, GQA, a window and packed batches, on poisoned outputs: dK and dV,
-// which one block writes a key tile of, must be split_q_bwd64x128's bit for bit (a tile never computed shows
-// there); dQ, which every key tile adds to by atomics in the order the blocks run, must pass the gradient
-// tolerance (a tile computed twice adds its share twice).
+// keys with NaN and Inf in the padding, GQA, a window and packed batches, on poisoned outputs, in order and
+// (sections of 3) shuffled: dK and dV, which one block writes a key tile of, must be split_q_bwd64x128's bit
+// for bit (a tile never computed shows there); dQ, which every key tile adds to by atomics in the order the
+// blocks run, must pass the gradient tolerance (a tile computed twice adds its share twice).
 TEST_CASE("cuda_v2/split_q_bwd64x128_longest_first in sections of 1, 3 and every pair computes its tiles") {
   Problem causal = problem_shape(2, 4, 2, 300, 400, 64);
   causal.dtype = DType::bf16;
@@ -218,13 +219,20 @@ TEST_CASE("cuda_v2/split_q_bwd64x128_longest_first in sections of 1, 3 and every
                                            [&](const BackwardTensors& tensors) {
                                              cuda_v2::emulated::launch_split_q_bwd64x128_backward(p, tensors);
                                            });
-    for (int section : {1, 3, 0}) {
-      INFO("sections of ", section, " pairs (0: as L2 sizes them, here every pair)");
+    // The last run under the shuffled schedule too: this instantiation's 8 warps and barriers, and dK and dV
+    // the same bits whatever the order of the threads.
+    const emulator::ScheduleSetting in_order{false, 0}, shuffled{true, 7};
+    for (const auto& [section, schedule] :
+         {std::pair{1, in_order}, {3, in_order}, {0, in_order}, {3, shuffled}}) {
+      INFO("sections of ", section, " pairs (0: as L2 sizes them, here every pair), ", schedule.describe());
       AttentionGradients gradients = AttentionGradients::poisoned(p);
+      const emulator::ScheduleSetting before = emulator::schedule();
+      emulator::set_schedule(schedule);
       cuda::emulated::run_backward_on_device(
           p, inputs, forward, d_out, gradients, bytes, [&](const BackwardTensors& tensors) {
             cuda_v2::emulated::launch_split_q_bwd64x128_longest_first_sections(p, tensors, section);
           });
+      emulator::set_schedule(before);
       CHECK(same_bits(gradients.dk, expected.dk));
       CHECK(same_bits(gradients.dv, expected.dv));
       const GradientVerdict verdict = judge_gradients(p, gradients, reference, tolerance);
