@@ -10,7 +10,8 @@
 //   consumers  (warpgroups 1 and 2 at 240 registers; or 1 to 3 at 160): each owns 64 of the rows and runs
 //              FA2's loop on them with wgmma: S = Q K_j^T (both operands in shared memory), the online
 //              softmax in registers, O += P V_j (P from registers), normalization at the end; O goes back
-//              through shared memory with a TMA store.
+//              through shared memory with a TMA store. A consumer gives Q back (q_empty) as soon as its last
+//              S = Q K^T has completed, before the tile's last P V and its epilogue.
 // Ping-pong (FA3 section 3.1): named barriers make the consumers take turns issuing their matrix products,
 // round the ring, so one warpgroup's softmax runs while another's wgmma keep the tensor cores busy.
 // Intra-warpgroup overlap (FA3 Algorithm 2): a consumer issues S_next = Q K_j^T and O += P V_{j-1} together
@@ -19,7 +20,10 @@
 // issues the same loads a few blocks ahead, between its own matrix products.
 // Persistent (WsConfig::kPersistent, FA3's tile scheduler): one CTA per SM computes tile after tile in
 // cuda::TileOrder's order (common/cuda/tile_order.hpp), its pipeline running on from one to the next
-// (for_each_tile, PipelineStart); its producer keeps 32 registers and its consumers take 232.
+// (for_each_tile, PipelineStart); its producer keeps 32 registers and its consumers take 232. O has a
+// shared-memory tile of its own there, so that the next tile's K_0 and Q load while this tile's last P V,
+// its epilogue and its O store run (FA3's producer order), and a store's reads of that tile are waited for
+// only before the next epilogue writes it.
 #pragma once
 
 #include <cuda.h>
@@ -98,8 +102,13 @@ struct WsConfig {
   static constexpr uint32_t kQBytes = kQPanelBytes * kPanels;
   static constexpr uint32_t kKvTileBytes = kKvPanelBytes * kPanels;
   static constexpr uint32_t kKBytes = kKvTileBytes, kVBytes = kKvTileBytes;  // SharedTiles' names
-  // Shared memory: Q (reused for O at the end), K stages, V stages, then the barriers.
-  static constexpr uint32_t kKOffset = kQBytes;
+  // O's staging tile for its TMA store: in a CTA of one tile, Q's (every wgmma that read Q has completed by
+  // then); in the persistent kernel its own, where the next tile's Q loads during this tile's epilogue.
+  static constexpr bool kOwnOTile = kPersistent;
+  // Shared memory: Q, O's tile (kOwnOTile), K stages, V stages, then the barriers. At d 128 the persistent
+  // kernel takes 193 KiB, the others 161.
+  static constexpr uint32_t kOOffset = kQBytes;
+  static constexpr uint32_t kKOffset = kOOffset + (kOwnOTile ? kQBytes : 0);
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKvTileBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKvTileBytes;
   static constexpr uint32_t kBarrierCount =
@@ -132,6 +141,8 @@ struct SharedTiles {
       : base(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + kSwizzleAtomBytes - 1) &
                                         ~uintptr_t(kSwizzleAtomBytes - 1))) {}
   __device__ uint8_t* q() const { return base; }
+  // O's staging tile (WsConfig::kOwnOTile), the Q tile where it has none.
+  __device__ uint8_t* o() const { return Config::kOwnOTile ? base + Config::kOOffset : base; }
   __device__ uint8_t* k(int stage) const { return base + Config::kKOffset + stage * Config::kKBytes; }
   __device__ uint8_t* v(int stage) const { return base + Config::kVOffset + stage * Config::kVBytes; }
   __device__ uint64_t* barriers() const { return reinterpret_cast<uint64_t*>(base + Config::kBarrierOffset); }
@@ -143,8 +154,8 @@ struct SharedTiles {
   // Where the V block holding a batch's last keys lands before its padding rows are zeroed
   // (Producer::load_v).
   __device__ uint64_t* v_tail() const { return barriers() + 1 + 4 * Config::kStages; }
-  // Completed when every consumer has stored its O from the Q tile, so the producer may load the next
-  // tile's Q there (the persistent kernel).
+  // Completed when every consumer warp has finished reading the Q tile, its last S = Q K^T complete, so the
+  // producer may load the next tile's Q there (the persistent kernel).
   __device__ uint64_t* q_empty() const { return barriers() + 2 + 4 * Config::kStages; }
 };
 
@@ -307,11 +318,12 @@ struct Producer {
 
   // The producer warpgroup's whole job (warp-specialized kernel): lane 0 of its warp 0 issues every load, the
   // rest of that warp zeroes the tails' padding, the other three warps retire at once. For each tile of the
-  // CTA: Q, once the consumers have stored the last tile's O from its place (q_empty), then the key blocks
-  // in the order the consumers wait for them (consumer_mainloop): with the intra-warpgroup overlap, iteration
-  // j takes K_j and then V_{j-1}, so K_j is issued ahead of V_{j-1}, as FA3's producer does; without it, K_j
+  // CTA, in FA3's order: K_0, into a stage that an earlier S freed; Q, once every consumer has finished
+  // reading the last tile's (q_empty, given back after its last S = Q K^T); then the other key blocks in the
+  // order the consumers wait for them (consumer_mainloop): with the intra-warpgroup overlap, iteration j
+  // takes K_j and then V_{j-1}, so K_j is issued ahead of V_{j-1}, as FA3's producer does; without it, K_j
   // and then V_j. In the persistent kernel the next tile's loads follow at once, into the stages the
-  // consumers free.
+  // consumers free: its K_0 and Q land while the consumers finish this tile's last P V and its epilogue.
   __device__ static void run(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
                              const CUtensorMap* k_map, const CUtensorMap* v_map, const WsArgs& args) {
     if (threadIdx.x >= 32) return;
@@ -322,11 +334,12 @@ struct Producer {
       const int blocks = work.n_end - work.n_begin;
       const Tail tail = tail_of(work, start);
       if (lane == 0) {
+        if (blocks > 0) load_k(tiles, k_map, work, start, 0);
         mbarrier_wait(tiles.q_empty(), Ring<1>::empty_parity(start.tile));
         load_q(tiles, q_map, work);
         constexpr int lag = Config::kIntraWarpgroupOverlap ? 1 : 0;  // V's iteration behind K's
         for (int iteration = 0; iteration < blocks + lag && blocks > 0; ++iteration) {
-          if (iteration < blocks) load_k(tiles, k_map, work, start, iteration);
+          if (iteration > 0 && iteration < blocks) load_k(tiles, k_map, work, start, iteration);
           if (iteration >= lag)
             load_v(tiles, v_map, work, start, iteration - lag, iteration - lag == tail.iteration);
         }
@@ -563,9 +576,15 @@ __device__ inline void consumer_mainloop(Consumer<Config>& c, const SharedTiles<
   auto stage = [&](int it) { return Ring<Config::kStages>::stage(start.iteration + it); };
   auto phase = [&](int it) { return Ring<Config::kStages>::full_parity(start.iteration + it); };
   float correction[2];
+  // K_j's stage once S_j = Q K_j^T has completed, and with the tile's last S the Q tile (q_empty): the
+  // producer may load the next tile's Q while this tile's last P V and its epilogue run.
+  auto release_k = [&](int it) {
+    c.release(tiles.k_empty(stage(it)));
+    if (it == blocks - 1) c.release(tiles.q_empty());
+  };
   // Every tile's Q, or for a tile that sees no key its producer's word that there is none (Producer::load_q).
   mbarrier_wait(tiles.q_full(), Ring<1>::full_parity(start.tile));
-  if (blocks == 0) return;
+  if (blocks == 0) return c.release(tiles.q_empty());
 
   if constexpr (!Config::kIntraWarpgroupOverlap) {
     // FA2's order: S_j, softmax, O += P_j V_j, each product waited for before the next step.
@@ -576,7 +595,7 @@ __device__ inline void consumer_mainloop(Consumer<Config>& c, const SharedTiles<
       c.issue_qk(tiles.k(stage(it)));
       Schedule::pass_turn(c.consumer);
       wgmma_wait<0>();
-      c.release(tiles.k_empty(stage(it)));
+      release_k(it);
       c.softmax(work.n_begin + it, args.scale_log2, correction);
       c.rescale_o(correction);
       c.convert_p();
@@ -597,7 +616,7 @@ __device__ inline void consumer_mainloop(Consumer<Config>& c, const SharedTiles<
     c.issue_qk(tiles.k(stage(0)));
     Schedule::pass_turn(c.consumer);
     wgmma_wait<0>();
-    c.release(tiles.k_empty(stage(0)));
+    release_k(0);
     c.softmax(work.n_begin, args.scale_log2, correction);
     c.convert_p();
     for (int it = 1; it < blocks; ++it) {
@@ -612,7 +631,7 @@ __device__ inline void consumer_mainloop(Consumer<Config>& c, const SharedTiles<
       Schedule::pass_turn(c.consumer);
       // Lines 11 and 13: wait for S_next only; the softmax runs while P_cur V_{j-1} is in flight.
       wgmma_wait<1>();
-      c.release(tiles.k_empty(stage(it)));
+      release_k(it);
       c.softmax(work.n_begin + it, args.scale_log2, correction);
       // Line 14: wait for P_cur V_{j-1}, then rescale O by exp(m_old - m_new) and take P_next.
       wgmma_wait<0>();
@@ -633,8 +652,10 @@ __device__ inline void consumer_mainloop(Consumer<Config>& c, const SharedTiles<
 }
 
 // FA2 Algorithm 1 lines 12-13: O / l and LSE = m + log(l); then O through shared memory (this warpgroup's
-// rows of the Q tile, free now) and a TMA store, which drops rows past seqlen_q. Rows with no visible key
-// write O = 0 and LSE = -inf.
+// rows of O's staging tile, SharedTiles::o) and a TMA store, which drops rows past seqlen_q. Rows with no
+// visible key write O = 0 and LSE = -inf. The store is committed, not waited for: the thread that issued it
+// waits for its reads before the next epilogue writes the rows (consumer_epilogue) and before the kernel
+// ends (finish_o_stores).
 template <class Config>
 __device__ inline void consumer_epilogue(Consumer<Config>& c, const SharedTiles<Config>& tiles,
                                          const CUtensorMap* o_map, const WsArgs& args,
@@ -665,9 +686,12 @@ __device__ inline void consumer_epilogue(Consumer<Config>& c, const SharedTiles<
       args.lse[(static_cast<int64_t>(work.batch) * args.heads_q + work.head) * args.seqlen_q + row] = lse;
     }
   }
-  // Every wgmma of this warpgroup that read its Q rows has completed before the rows are overwritten.
+  // The rows are free once the barrier below is passed: the last tile's O store (the persistent kernel) has
+  // read them, its issuing thread having waited, and in a CTA of one tile, where they are the warpgroup's Q
+  // rows, every wgmma of the warpgroup that read them has completed.
+  if (threadIdx.x % 128 == 0) tma_store_wait_read();
   ptx::barrier_sync(barrier_id, 128);
-  uint8_t* o_tile = tiles.q() + c.consumer * 64 * kSwizzleRowBytes;
+  uint8_t* o_tile = tiles.o() + c.consumer * 64 * kSwizzleRowBytes;
   bool special = false;  // whether this thread writes a NaN or an Inf (the exact pass's flag, below)
 #pragma unroll
   for (int i = 0; i < kD / 8; ++i)
@@ -696,9 +720,12 @@ __device__ inline void consumer_epilogue(Consumer<Config>& c, const SharedTiles<
       tma_store_4d(o_map, o_tile + panel * Config::kQPanelBytes, 64 * panel, first_row, work.head,
                    work.batch);
     tma_store_commit();
-    tma_store_wait_read();             // shared memory must outlive the store's reads
-    mbarrier_arrive(tiles.q_empty());  // the producer may load the next tile's Q here
   }
+}
+
+// Before a consumer warpgroup ends: shared memory must outlive its last O store's reads.
+__device__ inline void finish_o_stores() {
+  if (threadIdx.x % 128 == 0) tma_store_wait_read();
 }
 
 template <class Config>
@@ -718,7 +745,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       mbarrier_init(tiles.v_empty(stage), 4 * Config::kConsumers);
     }
     mbarrier_init(tiles.v_tail(), 1);  // the loading warp's arrive.expect_tx; TMA completes the bytes
-    mbarrier_init(tiles.q_empty(), Config::kConsumers);  // one thread of each consumer, its O stored
+    mbarrier_init(tiles.q_empty(), 4 * Config::kConsumers);  // one arrival per consumer warp
     fence_barrier_init();
   }
   __syncthreads();
@@ -742,6 +769,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       consumer_epilogue(consumer, tiles, &o_map, args, work);
       start.pass(work.n_end - work.n_begin);
     });
+    finish_o_stores();
     PingPong<Config>::finish(consumer_index);
   } else {
     // No producer warpgroup: warp 0 (lane 0 issuing) loads Q and the first kStages blocks up front, then at
@@ -775,6 +803,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     };
     consumer_mainloop(consumer, tiles, args, work, start, prefetch);
     consumer_epilogue(consumer, tiles, &o_map, args, work);
+    finish_o_stores();
   }
 }
 
