@@ -9,6 +9,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cuda/device.hpp"
@@ -25,6 +26,7 @@
 #include "cuda_v3_hopper/ws.hpp"
 #include "cuda_v3_hopper/ws_stage.hpp"
 #include "decoding/cuda_split_kv.hpp"
+#include "emulator/launch.hpp"
 #include "tests/harness.hpp"
 
 namespace flashlab::testing {
@@ -381,9 +383,13 @@ TEST_CASE("cuda_v3_hopper/ws refuses block_m outside FA3's 192 x 128 tile, namin
 }
 
 // The persistent kernel carries its pipeline (the ring's stages, the barriers' phases, the Q tile, the
-// consumers' turns) from tile to tile. On 1, 2 and 5 CTAs each computes many tiles, among them tiles that
-// see no key (padding rows), tiles whose last V block holds NaN padding (the tail), and NaN in a visible
-// key (the exact pass): its O and LSE must be ws's bit for bit, and within the same-dtype tolerance.
+// consumers' turns) from tile to tile, and loads a tile's K_0 and Q while the last tile's P V, epilogue and
+// O store run. On 1, 2 and 5 CTAs each computes many tiles, among them tiles that see no key (padding rows),
+// tiles whose last V block holds NaN padding (the tail), and NaN in a visible key (the exact pass): its O
+// and LSE must be ws's bit for bit, and within the same-dtype tolerance. On 2 CTAs under the shuffled
+// schedule too, where the loads land at random points of the other warps' work. (The case matrix is no check
+// of this: with one CTA for each of the emulator's 132 SMs, its problems leave a CTA one tile or few, and it
+// passed with the first three of the bugs planted in docs/results/hopper-persistent-q-early-2026-12-04.)
 TEST_CASE("cuda_v3_hopper/ws_persistent on 1, 2 and 5 CTAs computes every tile as ws does") {
   Problem causal = problem_shape(2, 4, 2, 300, 260, 64);
   causal.causal = true;
@@ -415,12 +421,17 @@ TEST_CASE("cuda_v3_hopper/ws_persistent on 1, 2 and 5 CTAs computes every tile a
     const ReferenceResult reference = reference_attention(p, inputs);
     const Tolerance tolerance = tolerance_from_baseline(
         p.dtype, deviation(p, baseline_attention(p, inputs, p.dtype, true), reference));
-    for (int ctas : {1, 2, 5}) {
-      INFO(ctas, " CTAs");
+    const emulator::ScheduleSetting in_order{false, 0}, shuffled{true, 3};
+    for (const auto& [ctas, schedule] :
+         {std::pair{1, in_order}, {2, in_order}, {5, in_order}, {2, shuffled}}) {
+      INFO(ctas, " CTAs, ", schedule.describe());
       AttentionOutputs out = AttentionOutputs::poisoned(p);
+      const emulator::ScheduleSetting before = emulator::schedule();
+      emulator::set_schedule(schedule);
       cuda::emulated::run_on_device(p, inputs, out, bytes, [&](const DeviceTensors& tensors) {
         hopper::emulated::launch_ws_persistent_ctas(p, tensors, ctas);
       });
+      emulator::set_schedule(before);
       CHECK(same_bits(out.o, expected.o));
       CHECK(same_bits(out.lse, expected.lse));
       const Verdict verdict = judge(p, out, reference, tolerance);
