@@ -103,6 +103,9 @@ struct HopperParams {
   // order, its pipeline running on from one tile to the next. The full kernel, bf16, head dims up to 128.
   bool persistent = false;
   int ctas = 0;
+  // The persistent kernel's count of the tiles handed out after the CTAs' first (its dynamic tile
+  // scheduler), 0 when the kernel starts: the launcher clears it on the launch's stream.
+  unsigned* tile_counter = nullptr;
   // Where the kernel notes that it wrote a NaN or an Inf, so that the exact pass after it repairs those rows
   // (common/cuda/exact_rows.hpp, flagged mode); null: the pass scans every row.
   unsigned* special_rows = nullptr;

@@ -18,12 +18,12 @@
 // and runs the softmax of S_next while P V_{j-1} is still in flight.
 // Without warp specialization (the ablation's first rung) there is no producer warpgroup: one consumer thread
 // issues the same loads a few blocks ahead, between its own matrix products.
-// Persistent (WsConfig::kPersistent, FA3's tile scheduler): one CTA per SM computes tile after tile in
-// cuda::TileOrder's order (common/cuda/tile_order.hpp), its pipeline running on from one to the next
-// (for_each_tile, PipelineStart); its producer keeps 32 registers and its consumers take 232. O has a
-// shared-memory tile of its own there, so that the next tile's K_0 and Q load while this tile's last P V,
-// its epilogue and its O store run (FA3's producer order), and a store's reads of that tile are waited for
-// only before the next epilogue writes it.
+// Persistent (WsConfig::kPersistent, FA3's dynamic tile scheduler): one CTA per SM computes tile after tile
+// of cuda::TileOrder's order (common/cuda/tile_order.hpp), the next a CTA takes drawn from a counter that all
+// CTAs share (TileScheduler), its pipeline running on from one to the next (PipelineStart); its producer
+// keeps 32 registers and its consumers take 232. O has a shared-memory tile of its own there, so that the
+// next tile's K_0 and Q load while this tile's last P V, its epilogue and its O store run (FA3's producer
+// order), and a store's reads of that tile are waited for only before the next epilogue writes it.
 #pragma once
 
 #include <cuda.h>
@@ -64,7 +64,7 @@ struct WsConfig {
   static constexpr bool kWarpSpecialized = kWarpSpecialized_;
   static constexpr bool kPingPong = kPingPong_;
   static constexpr bool kIntraWarpgroupOverlap = kIntraWarpgroupOverlap_;
-  // One CTA per SM, each computing many tiles (for_each_tile below).
+  // One CTA per SM, each computing many tiles (TileScheduler below).
   static constexpr bool kPersistent = kPersistent_;
   static_assert(!kPingPong || kWarpSpecialized, "ping-pong needs a producer warpgroup");
   // Without a producer, the issuing consumer thread would wait for a V stage that it releases itself only
@@ -113,7 +113,9 @@ struct WsConfig {
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKvTileBytes;
   static constexpr uint32_t kBarrierCount =
       3 + 4 * kStages;  // SharedTiles: q_full, 4 a stage, v_tail, q_empty
-  static constexpr uint32_t kSharedBytes = kBarrierOffset + 8 * kBarrierCount + kSwizzleAtomBytes;  // + align
+  // After the barriers, 8 bytes for the number of the tile the producer hands out (SharedTiles::tile_number).
+  static constexpr uint32_t kSharedBytes =
+      kBarrierOffset + 8 * kBarrierCount + 8 + kSwizzleAtomBytes;  // + align
   static_assert(kSharedBytes <= 232448, "227 KB of shared memory per block on H100");
 };
 
@@ -129,6 +131,7 @@ struct WsArgs {
   float scale_log2;        // scale * log2(e): the softmax runs on exp2
   unsigned* special_rows;  // the exact pass's flag (HopperParams::special_rows), or null
   cuda::TileOrder order;   // the persistent kernel's tiles (common/cuda/tile_order.hpp)
+  unsigned* tile_counter;  // its count of the tiles handed out after each CTA's first, 0 at the launch
 };
 
 // The CTA's view of shared memory (this kernel's and the FP8 kernel's: Q, kStages K and V tiles of
@@ -155,8 +158,12 @@ struct SharedTiles {
   // (Producer::load_v).
   __device__ uint64_t* v_tail() const { return barriers() + 1 + 4 * Config::kStages; }
   // Completed when every consumer warp has finished reading the Q tile, its last S = Q K^T complete, so the
-  // producer may load the next tile's Q there (the persistent kernel).
+  // producer may load the next tile's Q there (the persistent kernel); there also when the lanes that zero
+  // the tails have read the tile's number (Producer::run).
   __device__ uint64_t* q_empty() const { return barriers() + 2 + 4 * Config::kStages; }
+  // The persistent kernel's: the number of the tile whose Q the producer loads, written before it arrives on
+  // q_full, read by the consumers once q_full has completed (TileScheduler).
+  __device__ int* tile_number() const { return reinterpret_cast<int*>(barriers() + Config::kBarrierCount); }
 };
 
 // Which rows and key blocks this CTA covers; every thread computes the same.
@@ -174,16 +181,26 @@ __device__ inline cuda::Tile grid_tile(const WsArgs& args) {
                     static_cast<int>(blockIdx.z)};
 }
 
-// Calls body(tile) for each tile this CTA computes: its grid tile, or, in the persistent kernel (one CTA per
-// SM, FA3's static tile scheduler), tiles blockIdx.x, blockIdx.x + gridDim.x, ... of args.order.
-template <class Config, class Body>
-__device__ inline void for_each_tile(const WsArgs& args, Body&& body) {
-  if constexpr (Config::kPersistent) {
-    for (int tile = blockIdx.x; tile < args.order.tiles(); tile += gridDim.x) body(args.order(tile));
-  } else {
-    body(grid_tile(args));
+// The persistent kernel's tiles (FA3's dynamic tile scheduler, which FA3 takes for causal and local masks):
+// the tiles are numbered in args.order, the longest first. A CTA's producer takes tile blockIdx.x first; as
+// it starts each tile it draws the number of its next from a counter that every CTA's producer draws from,
+// gridDim.x + (the counter's count so far), so a CTA that finished early takes the next tile of the order.
+// (A static schedule, tiles blockIdx.x, blockIdx.x + gridDim.x, ..., gives each CTA a fixed share: under a
+// causal mask the shares' sums differ, and the longest waits on the others; tools/wave_model.py puts that at
+// 1.09x and 1.15x the dynamic schedule at 8k and 16k keys, as the H200 measured it.) The producer hands each
+// number to its consumers in shared memory (SharedTiles::tile_number), written before it arrives on the
+// tile's q_full, where they read it; a number past the last tile tells them there is none. The slot is
+// written again only after q_empty, for which every consumer warp arrives after it read it.
+struct TileScheduler {
+  __device__ static int first() { return static_cast<int>(blockIdx.x); }
+  // The number of this CTA's next tile (args.order.tiles() or more: none left). One thread, once a tile.
+  __device__ static int next(const WsArgs& args) {
+    const unsigned drawn = atomicAdd(args.tile_counter, 1u);
+    const unsigned left =
+        static_cast<unsigned>(args.order.tiles()) - gridDim.x;  // order.tiles() >= gridDim.x
+    return drawn < left ? static_cast<int>(gridDim.x + drawn) : args.order.tiles();
   }
-}
+};
 
 // Where a CTA's pipeline stands when it starts a tile: the key blocks, tiles and V tails (Producer::Tail) of
 // the tiles it has already computed. All 0 for the only tile of a CTA; the persistent kernel carries them
@@ -316,38 +333,72 @@ struct Producer {
     if (lane == first_lane) mbarrier_arrive(tiles.v_full(tail.stage));
   }
 
-  // The producer warpgroup's whole job (warp-specialized kernel): lane 0 of its warp 0 issues every load, the
-  // rest of that warp zeroes the tails' padding, the other three warps retire at once. For each tile of the
-  // CTA, in FA3's order: K_0, into a stage that an earlier S freed; Q, once every consumer has finished
-  // reading the last tile's (q_empty, given back after its last S = Q K^T); then the other key blocks in the
-  // order the consumers wait for them (consumer_mainloop): with the intra-warpgroup overlap, iteration j
+  // One tile's loads, issued by one thread, in FA3's order: K_0, into a stage that an earlier S freed; Q,
+  // once every consumer warp has finished reading the last tile's (q_empty, given back after its last
+  // S = Q K^T), with the tile's number in the persistent kernel (TileScheduler); then the other key blocks in
+  // the order the consumers wait for them (consumer_mainloop): with the intra-warpgroup overlap, iteration j
   // takes K_j and then V_{j-1}, so K_j is issued ahead of V_{j-1}, as FA3's producer does; without it, K_j
-  // and then V_j. In the persistent kernel the next tile's loads follow at once, into the stages the
-  // consumers free: its K_0 and Q land while the consumers finish this tile's last P V and its epilogue.
+  // and then V_j.
+  __device__ static void issue_tile(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
+                                    const CUtensorMap* k_map, const CUtensorMap* v_map, const BlockWork& work,
+                                    const PipelineStart& start, int number) {
+    const int blocks = work.n_end - work.n_begin;
+    const Tail tail = tail_of(work, start);
+    if (blocks > 0) load_k(tiles, k_map, work, start, 0);
+    mbarrier_wait(tiles.q_empty(), Ring<1>::empty_parity(start.tile));
+    if constexpr (Config::kPersistent) *tiles.tile_number() = number;
+    load_q(tiles, q_map, work);
+    constexpr int lag = Config::kIntraWarpgroupOverlap ? 1 : 0;  // V's iteration behind K's
+    for (int iteration = 0; iteration < blocks + lag && blocks > 0; ++iteration) {
+      if (iteration > 0 && iteration < blocks) load_k(tiles, k_map, work, start, iteration);
+      if (iteration >= lag)
+        load_v(tiles, v_map, work, start, iteration - lag, iteration - lag == tail.iteration);
+    }
+  }
+
+  // The producer warpgroup's whole job (warp-specialized kernel): lane 0 of its warp 0 issues every load, the
+  // rest of that warp zeroes the tails' padding, the other three warps retire at once. In the persistent
+  // kernel the next tile's loads follow at once, into the stages the consumers free: its K_0 and Q land
+  // while the consumers finish this tile's last P V and its epilogue. There lane 0 is also the tile
+  // scheduler (TileScheduler): it hands each tile's number out with the tile's Q, and when no tile is left a
+  // number past the last; the lanes that zero the tails read the numbers as the consumers do, and one of
+  // them arrives on q_empty once they all have, so that lane 0 writes no number over one not yet read.
   __device__ static void run(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
                              const CUtensorMap* k_map, const CUtensorMap* v_map, const WsArgs& args) {
     if (threadIdx.x >= 32) return;
     const int lane = static_cast<int>(threadIdx.x);
     PipelineStart start;
-    for_each_tile<Config>(args, [&](const cuda::Tile& tile) {
-      const BlockWork work = block_work<Config>(args, tile);
-      const int blocks = work.n_end - work.n_begin;
-      const Tail tail = tail_of(work, start);
+    if constexpr (!Config::kPersistent) {  // a CTA of one tile
+      const BlockWork work = block_work<Config>(args, grid_tile(args));
       if (lane == 0) {
-        if (blocks > 0) load_k(tiles, k_map, work, start, 0);
-        mbarrier_wait(tiles.q_empty(), Ring<1>::empty_parity(start.tile));
-        load_q(tiles, q_map, work);
-        constexpr int lag = Config::kIntraWarpgroupOverlap ? 1 : 0;  // V's iteration behind K's
-        for (int iteration = 0; iteration < blocks + lag && blocks > 0; ++iteration) {
-          if (iteration > 0 && iteration < blocks) load_k(tiles, k_map, work, start, iteration);
-          if (iteration >= lag)
-            load_v(tiles, v_map, work, start, iteration - lag, iteration - lag == tail.iteration);
-        }
-      } else if (tail.iteration >= 0) {
+        issue_tile(tiles, q_map, k_map, v_map, work, start, 0);
+      } else if (const Tail tail = tail_of(work, start); tail.iteration >= 0) {
         zero_tail(tiles, tail, lane, 1);
       }
-      start.pass(blocks, tail.iteration >= 0);
-    });
+    } else if (lane == 0) {
+      for (int number = TileScheduler::first(); number < args.order.tiles();) {
+        const BlockWork work = block_work<Config>(args, args.order(number));
+        const int next = TileScheduler::next(args);  // drawn now, used once this tile's loads are issued
+        issue_tile(tiles, q_map, k_map, v_map, work, start, number);
+        start.pass(work.n_end - work.n_begin, tail_of(work, start).iteration >= 0);
+        number = next;
+      }
+      mbarrier_wait(tiles.q_empty(), Ring<1>::empty_parity(start.tile));
+      *tiles.tile_number() = args.order.tiles();  // none left
+      mbarrier_arrive(tiles.q_full());
+    } else {
+      for (;;) {
+        mbarrier_wait(tiles.q_full(), Ring<1>::full_parity(start.tile));
+        const int number = *tiles.tile_number();
+        __syncwarp(0xfffffffeu);  // lanes 1 to 31 have read it
+        if (lane == 1) mbarrier_arrive(tiles.q_empty());
+        if (number >= args.order.tiles()) return;
+        const BlockWork work = block_work<Config>(args, args.order(number));
+        const Tail tail = tail_of(work, start);
+        if (tail.iteration >= 0) zero_tail(tiles, tail, lane, 1);
+        start.pass(work.n_end - work.n_begin, tail.iteration >= 0);
+      }
+    }
   }
 };
 
@@ -745,7 +796,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       mbarrier_init(tiles.v_empty(stage), 4 * Config::kConsumers);
     }
     mbarrier_init(tiles.v_tail(), 1);  // the loading warp's arrive.expect_tx; TMA completes the bytes
-    mbarrier_init(tiles.q_empty(), 4 * Config::kConsumers);  // one arrival per consumer warp
+    // One arrival per consumer warp; in the persistent kernel one more from the lanes that zero the tails,
+    // once they have read the tile's number (Producer::run).
+    mbarrier_init(tiles.q_empty(), 4 * Config::kConsumers + (Config::kPersistent ? 1 : 0));
     fence_barrier_init();
   }
   __syncthreads();
@@ -762,13 +815,23 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     const int consumer_index = warpgroup - 1;
     PingPong<Config>::start(consumer_index);
     PipelineStart start;
-    for_each_tile<Config>(args, [&](const cuda::Tile& tile) {
+    for (;;) {
+      cuda::Tile tile = grid_tile(args);
+      if constexpr (Config::kPersistent) {
+        // The producer's word of which tile comes (TileScheduler) lands with its Q; consumer_mainloop's own
+        // wait on the same phase then returns at once.
+        mbarrier_wait(tiles.q_full(), Ring<1>::full_parity(start.tile));
+        const int number = *tiles.tile_number();
+        if (number >= args.order.tiles()) break;
+        tile = args.order(number);
+      }
       const BlockWork work = block_work<Config>(args, tile);
       Consumer<Config> consumer(tiles, args, work, consumer_index);
       consumer_mainloop(consumer, tiles, args, work, start, [](int) {});
       consumer_epilogue(consumer, tiles, &o_map, args, work);
       start.pass(work.n_end - work.n_begin);
-    });
+      if constexpr (!Config::kPersistent) break;  // a CTA of one tile
+    }
     finish_o_stores();
     PingPong<Config>::finish(consumer_index);
   } else {

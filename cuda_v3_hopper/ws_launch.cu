@@ -5,6 +5,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -63,7 +64,10 @@ void launch(const HopperParams& params, cudaStream_t stream) {
   args.num_m_blocks = num_m_blocks;
   args.scale_log2 = params.softmax_scale * 1.4426950408889634f;  // log2(e)
   args.special_rows = params.special_rows;
-  if constexpr (Config::kPersistent) args.order = ws_tile_order(params);
+  if constexpr (Config::kPersistent) {
+    args.order = ws_tile_order(params);
+    args.tile_counter = params.tile_counter;
+  }
 
   // More than 48 KB of dynamic shared memory must be asked for, once per kernel.
   static const bool configured = [] {
@@ -133,6 +137,12 @@ void launch_ablation(const Problem& problem, const DeviceTensors& tensors, Hoppe
   params.seqlens_q = lengths.seqlens_q;
   params.seqlens_k = lengths.seqlens_k;
   params.special_rows = cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream);
+  if (persistent) {
+    params.tile_counter =
+        reinterpret_cast<unsigned*>(static_cast<std::byte*>(tensors.workspace) +
+                                    cuda::int_lengths_bytes(problem) + cuda::kSpecialRowsFlagBytes);
+    FLASHLAB_CUDA_CHECK(cudaMemsetAsync(params.tile_counter, 0, sizeof(unsigned), tensors.stream));
+  }
   hopper_ws_forward(params, tensors.stream);
 }
 

@@ -79,6 +79,7 @@ const char* hopper_ws_unsupported(const HopperParams& p) {
         !full_kernel)
       return "persistent: the full kernel, bf16, head dims up to 128, its own block_n";
     if (p.ctas < 0) return "ctas must be >= 0 (0: one CTA per SM)";
+    if (p.tile_counter == nullptr) return "persistent: tile_counter must be a device pointer (cleared to 0)";
     // The tiles are numbered in an int (cuda::TileOrder).
     if (!cuda::numbered_in_an_int((p.seqlen_q + ws_block_m(p) - 1) / ws_block_m(p), p.heads_q, p.batch))
       return "persistent: more than 2^31 - 1 tiles";

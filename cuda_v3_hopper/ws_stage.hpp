@@ -13,10 +13,15 @@
 
 namespace flashlab::hopper {
 
+// The persistent kernel's tile counter (HopperParams::tile_counter) in a launch's workspace, after the flag:
+// 16 bytes, so that what follows stays aligned.
+inline constexpr size_t kTileCounterBytes = 16;
+
 // Scratch the launchers need: the int copies of the per-batch lengths (HopperParams holds them as int), then
-// the kernel's flag of special values (common/cuda/exact_rows.hpp).
+// the kernel's flag of special values (common/cuda/exact_rows.hpp), then the persistent kernel's tile
+// counter.
 inline size_t ws_workspace_bytes(const Problem& problem) {
-  return cuda::int_lengths_bytes(problem) + cuda::kSpecialRowsFlagBytes;
+  return cuda::int_lengths_bytes(problem) + cuda::kSpecialRowsFlagBytes + kTileCounterBytes;
 }
 
 // "" on a device of compute capability 9.0, else why the sm_90a kernels cannot run on this machine's GPU (no

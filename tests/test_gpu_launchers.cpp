@@ -349,6 +349,27 @@ TEST_CASE("the persistent kernel's tile order hands out every tile once, longest
   CHECK(hopper::ws_tile_order(params).section == 1);
 }
 
+// The persistent kernel's dynamic tile scheduler draws from a counter in device memory that the launcher
+// clears: a launch without one is refused by name, as are the tiles it is not built for.
+TEST_CASE("cuda_v3_hopper/ws_persistent refuses a launch without its tile counter, naming the field") {
+  hopper::HopperParams params;
+  params.seqlen_q = params.seqlen_k = 100, params.head_dim = 64, params.softmax_scale = 0.125f;
+  hopper::set_packed_strides(params);
+  params.persistent = true;
+  CHECK(contains(hopper::hopper_ws_unsupported(params), "tile_counter must be a device pointer"));
+  unsigned counter = 0;
+  params.tile_counter = &counter;
+  CHECK(std::string(hopper::hopper_ws_unsupported(params)).empty());
+  params.head_dim = 192;
+  hopper::set_packed_strides(params);
+  CHECK(contains(hopper::hopper_ws_unsupported(params),
+                 "persistent: the full kernel, bf16, head dims up to 128"));
+  params.head_dim = 64;
+  hopper::set_packed_strides(params);
+  params.ctas = -1;
+  CHECK(contains(hopper::hopper_ws_unsupported(params), "ctas must be >= 0"));
+}
+
 // The launcher's tile choices outside what it is built for are refused, naming the field, before anything
 // runs: FA3's 192 x 128 (block_m 192) is built for the full kernel, bf16, the 64 tile width alone.
 TEST_CASE("cuda_v3_hopper/ws refuses block_m outside FA3's 192 x 128 tile, naming the field") {
