@@ -4,8 +4,9 @@
     python3 tools/wave_model.py [--batch 2 --heads 16 --seqlen 8192 --block-m 128 --block-n 64]
                                 [--blocks-per-sm 1] [--sms 132] [--fixed 1] [--causal] [--section 8]
                                 [--pass backward [--kv-heads 16]]
-    python3 tools/wave_model.py --report      # the report's shapes, causal, for split_q's tiles and the
-                                              # 64 x 128 backward's
+    python3 tools/wave_model.py --persistent [--batch 2 --heads 16 --seqlen 8192 --block-m 128 --block-n 128]
+    python3 tools/wave_model.py --report      # the report's shapes, causal, for split_q's tiles, the 64 x 128
+                                              # backward's and cuda_v3_hopper/ws_persistent's
     python3 tools/wave_model.py --check       # the model's own checks (a test runs them)
 
 A forward kernel of split-Q (cuda_v2/split_q and its entries) launches one block per tile: a block of
@@ -27,6 +28,14 @@ time is taken to be its Q tiles plus `fixed` (its K and V load, dK and dV store)
 head, batch), the key tile fastest; the longest-first order (cuda_v2/split_q_bwd64x128_longest_first) hands out
 tile_order.hpp's row block b as key tile blocks - 1 - b, mirrored, so that the first key tiles start first. Its
 sections are sized by what every key tile of a pair reads: the Q, dO and fp32 dQ of the group's query heads.
+
+The persistent kernel (--persistent; cuda_v3_hopper/ws_persistent) launches one CTA per SM, each computing
+tiles of tile_order.hpp's order one after another. Two ways to hand them out: static, CTA c takes tiles c, c +
+sms, c + 2 sms, ... (a fixed share each, whatever its tiles' lengths), and dynamic, each CTA takes the next
+tile of the order when it finishes one (FA3's scheduler for causal masks, an atomic counter: greedy list
+scheduling in that order). The grid kernel (cuda_v3_hopper/ws) is a grid of tiles whose row block runs fastest
+from the last (its grid_tile), which the GPU starts in launch order as CTAs end. It prints the three against
+the ideal, and the static schedule's makespan over the dynamic one's.
 
 What it leaves out: that blocks sharing an SM slow each other (a lone block runs
 faster), cut tiles' masks (slower than full tiles), L2 and DRAM, and the hardware's real order of starting
@@ -69,6 +78,21 @@ def grid_order(blocks, pairs):
             yield m, pair
 
 
+def ws_grid_order(blocks, pairs):
+    """cuda_v3_hopper/ws's grid: (row block, head, batch), blockIdx.x fastest, row block blocks - 1 - x."""
+    for pair in range(pairs):
+        for x in range(blocks):
+            yield blocks - 1 - x, pair
+
+
+def static_makespan(costs, slots):
+    """Slot c takes costs c, c + slots, c + 2 slots, ...: the largest of the slots' sums."""
+    sums = [0.0] * slots
+    for i, cost in enumerate(costs):
+        sums[i % slots] += cost
+    return max(sums)
+
+
 def makespan(costs, slots):
     """Greedy list scheduling: each cost starts on the slot that frees first, in the order given."""
     free = [0.0] * slots
@@ -96,6 +120,15 @@ def model(batch, heads, seqlen_q, seqlen_k, block_m, block_n, causal, slots, fix
     longest = makespan((handed_out[b] for b, _ in tile_order(blocks, pairs, section)), slots)
     ideal = sum(cost) * pairs / slots
     return grid, longest, ideal
+
+
+def persistent_model(batch, heads, seqlen, block_m, block_n, causal, sms, fixed, section):
+    """(ws's grid, the persistent kernel static, dynamic, the ideal): makespans of the forward's tiles."""
+    pairs, blocks = batch * heads, -(-seqlen // block_m)
+    cost = [key_tiles(m, block_m, block_n, seqlen, seqlen, causal) + fixed for m in range(blocks)]
+    in_order = [cost[m] for m, _ in tile_order(blocks, pairs, section)]
+    grid = makespan((cost[m] for m, _ in ws_grid_order(blocks, pairs)), sms)
+    return grid, static_makespan(in_order, sms), makespan(in_order, sms), sum(cost) * pairs / sms
 
 
 def l2_section(heads, batch, seqlen_k, head_dim, l2_bytes=32 << 20):
@@ -133,6 +166,25 @@ BACKWARD_ENTRIES = {128: [("split_q_bwd64x128 (1 block a SM)", 64, 128, 1),
                     64: [("split_q_bwd64x128 (1 block a SM)", 64, 128, 1)]}
 
 
+# cuda_v3_hopper/ws_persistent's tiles (ws_block_n: 128 x 128 at d 64 and 128), one CTA a SM, on the report's
+# shapes with a causal mask.
+PERSISTENT_REPORT = [(2, 16, 8192, 128), (1, 16, 16384, 128), (4, 16, 4096, 128), (8, 16, 2048, 128),
+                     (16, 16, 1024, 128), (2, 32, 8192, 64), (1, 32, 16384, 64), (16, 32, 1024, 64)]
+
+
+def persistent_row(batch, heads, seqlen, head_dim, sms, fixed, causal=True, block_m=128, block_n=128):
+    grid, static, dynamic, ideal = persistent_model(batch, heads, seqlen, block_m, block_n, causal, sms, fixed,
+                                                    l2_section(heads, batch, seqlen, head_dim))
+    print(f"| {batch} x {heads} x {seqlen // 1024}k, d {head_dim}, {'causal' if causal else 'non-causal'} | "
+          f"{grid / ideal:.3f} | {static / ideal:.3f} | {dynamic / ideal:.3f} | {static / dynamic:.3f} |")
+
+
+def persistent_header(title):
+    print(title)
+    print("| shape | ws's grid | persistent, static | persistent, dynamic | static / dynamic |")
+    print("|---|---:|---:|---:|---:|")
+
+
 def report(sms, fixed):
     tables = [(f"Causal, {sms} SMs, a block's fixed part {fixed} key tile(s); makespan / ideal, and the ratio",
                REPORT, ENTRIES, False, l2_section),
@@ -150,6 +202,10 @@ def report(sms, fixed):
                                           section=section(heads, batch, seqlen, head_dim))
                 row(f"{batch} x {heads} x {seqlen // 1024}k, d {head_dim}, {name}", args, True, sms * per_sm,
                     backward)
+    persistent_header(f"\ncuda_v3_hopper: ws's grid and ws_persistent's two schedules, 128 x 128 tiles, {sms} "
+                      f"CTAs, a tile's fixed part {fixed} key tile(s); makespan / ideal")
+    for batch, heads, seqlen, head_dim in PERSISTENT_REPORT:
+        persistent_row(batch, heads, seqlen, head_dim, sms, fixed)
 
 
 def check():
@@ -183,6 +239,19 @@ def check():
     assert backward_l2_section(7, 3, 2, 1000, 128) == 16  # as tests/test_gpu_backward.cpp's order test
     # GQA: a kv head's block walks its group's Q tiles, so 4 query heads over 1 kv head are 4 times the work.
     assert model(1, 1, 512, 512, 64, 128, True, 1, 0, 1, True, 4)[0] == 4 * (8 + 6 + 4 + 2)
+    # The persistent kernel: equal tiles (non-causal) in a number of whole waves are the same in every
+    # schedule; one CTA takes them all in any; the dynamic schedule is greedy LPT in the order, within 4/3 of
+    # the ideal, and the static one is no better than it on the report's causal shapes.
+    grid, static, dynamic, ideal = persistent_model(2, 16, 8192, 128, 128, False, 128, 1, 8)
+    assert grid == static == dynamic == ideal
+    grid, static, dynamic, ideal = persistent_model(1, 2, 512, 128, 128, True, 1, 0, 1)
+    assert grid == static == dynamic == ideal == 2 * (1 + 2 + 3 + 4)
+    for batch, heads, seqlen, head_dim in PERSISTENT_REPORT:
+        grid, static, dynamic, ideal = persistent_model(batch, heads, seqlen, 128, 128, True, 132, 1,
+                                                        l2_section(heads, batch, seqlen, head_dim))
+        assert dynamic <= ideal * 4 / 3 and static >= dynamic
+    assert list(ws_grid_order(3, 2)) == [(2, 0), (1, 0), (0, 0), (2, 1), (1, 1), (0, 1)]
+    assert static_makespan([3, 1, 1, 1], 2) == 4 and makespan([3, 1, 1, 1], 2) == 3
     print("wave_model: checks passed")
 
 
@@ -201,6 +270,8 @@ def main():
     parser.add_argument("--fixed", type=float, default=1.0, help="a block's own cost, in key tiles (default 1)")
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--section", type=int, default=0, help="pairs a section (default: as L2 sizes them)")
+    parser.add_argument("--persistent", action="store_true",
+                        help="cuda_v3_hopper/ws_persistent's schedules beside ws's grid (--block-n 128 for it)")
     parser.add_argument("--report", action="store_true", help="the report's forward shapes, causal")
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
@@ -208,6 +279,10 @@ def main():
         return check()
     if args.report:
         return report(args.sms, args.fixed)
+    if args.persistent:
+        persistent_header(f"{args.sms} CTAs")
+        return persistent_row(args.batch, args.heads, args.seqlen, args.head_dim, args.sms, args.fixed,
+                              args.causal, args.block_m, args.block_n)
     backward, group = args.pass_ == "backward", 1
     if backward:  # the blocks are (batch, kv head) pairs' key tiles, each over its group's query heads
         kv_heads = args.kv_heads or args.heads
