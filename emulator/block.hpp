@@ -171,6 +171,7 @@ struct Barrier {
 struct Schedule {
   bool shuffled = false;  // seeded random order of threads, and yields between shared-memory accesses
   uint64_t seed = 0;
+  int tma_landing_odds = 4;  // shuffled: a TMA load lands at a scheduling point with probability 1 / odds
 };
 
 class BlockRunner {

@@ -83,7 +83,11 @@ void check_configuration(const Launch& launch) {
 }  // namespace
 
 std::string ScheduleSetting::describe() const {
-  return shuffled ? "shuffled:" + std::to_string(seed) : "in-order";
+  if (!shuffled) return "in-order";
+  const std::string text = "shuffled:" + std::to_string(seed);
+  return tma_landing_odds == ScheduleSetting{}.tma_landing_odds
+             ? text
+             : text + ", TMA landing 1/" + std::to_string(tma_landing_odds);
 }
 
 ScheduleSetting schedule() {
@@ -92,6 +96,8 @@ ScheduleSetting schedule() {
 }
 
 void set_schedule(const ScheduleSetting& setting) {
+  if (setting.tma_landing_odds < 1)
+    fail("emulator schedule: tma_landing_odds (", setting.tma_landing_odds, ") must be >= 1");
   std::lock_guard lock(settings_mutex);
   current_schedule() = setting;
 }
@@ -137,7 +143,8 @@ void run(const Launch& launch) {
                        static_cast<unsigned>(linear / (int64_t(launch.grid.x) * launch.grid.y))};
     try {
       count::block_started();
-      std::string error = runner().run(launch, index, {setting.shuffled, setting.seed});
+      std::string error =
+          runner().run(launch, index, {setting.shuffled, setting.seed, setting.tma_landing_odds});
       if (!error.empty()) record("emulator: " + std::move(error));
     } catch (const std::exception& e) {
       record(std::string("emulator: ") + e.what());

@@ -54,11 +54,14 @@ size_t max_dynamic_shared(const void* kernel_address);
 // also preempted at random between its shared-memory accesses, so that results which depend on a missing
 // barrier change from run to run; and the grid's blocks start in a seeded random order (floating-point
 // atomics from several blocks then add up in another order). The default comes from
-// FLASHLAB_EMULATOR_SCHEDULE ("in-order" or "shuffled:SEED").
+// FLASHLAB_EMULATOR_SCHEDULE ("in-order" or "shuffled:SEED"). Shuffled, a TMA load in flight lands at each
+// scheduling point with probability 1 / tma_landing_odds: the PTX ISA bounds no bulk copy's latency, and a
+// test may slow them (odds in the thousands) so that a kernel's other threads run far ahead of its loads.
 struct ScheduleSetting {
   bool shuffled = false;
   uint64_t seed = 0;
-  std::string describe() const;  // "in-order" or "shuffled:SEED"
+  int tma_landing_odds = 4;
+  std::string describe() const;  // "in-order", "shuffled:SEED", or "shuffled:SEED, TMA landing 1/ODDS"
 };
 ScheduleSetting schedule();
 void set_schedule(const ScheduleSetting& setting);

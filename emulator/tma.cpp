@@ -314,7 +314,7 @@ void BlockRunner::land_bulk_loads(bool all) {
   if (bulk_loads_.empty()) return;
   std::vector<BulkLoad> still;
   for (BulkLoad& load : bulk_loads_) {
-    if (all || !schedule_.shuffled || random_() % 4 == 0)
+    if (all || !schedule_.shuffled || random_() % static_cast<uint64_t>(schedule_.tma_landing_odds) == 0)
       land(load);
     else
       still.push_back(std::move(load));

@@ -225,6 +225,19 @@ TEST_CASE("a correct kernel passes under both schedules") {
   }
 }
 
+// The shuffled schedule's TMA landing odds (ScheduleSetting::tma_landing_odds) slow the bulk copies a test
+// asks it to; odds under 1 are refused by name, and the schedule stays as it was.
+TEST_CASE("the emulator's schedule refuses TMA landing odds under 1, naming the field") {
+  const emulator::ScheduleSetting before = emulator::schedule();
+  CHECK(contains(error_of([] {
+                   emulator::set_schedule({true, 1, 0});
+                 }),
+                 "tma_landing_odds (0) must be >= 1"));
+  CHECK(emulator::schedule().describe() == before.describe());
+  CHECK(emulator::ScheduleSetting{true, 3, 2000}.describe() == "shuffled:3, TMA landing 1/2000");
+  CHECK(emulator::ScheduleSetting{true, 3}.describe() == "shuffled:3");
+}
+
 TEST_CASE("the emulator names what a broken kernel does wrong, and where") {
   struct Expected {
     k::Mistake mistake;
