@@ -21,7 +21,7 @@
 // Persistent (WsConfig::kPersistent, FA3's dynamic tile scheduler): one CTA per SM computes tile after tile
 // of cuda::TileOrder's order (common/cuda/tile_order.hpp), the next a CTA takes drawn from a counter that all
 // CTAs share (TileScheduler), its pipeline running on from one to the next (PipelineStart); its producer
-// keeps 32 registers and its consumers take 232. O has a shared-memory tile of its own there, so that the
+// keeps 40 registers and its consumers take 232. O has a shared-memory tile of its own there, so that the
 // next tile's K_0 and Q load while this tile's last P V, its epilogue and its O store run (FA3's producer
 // order), and a store's reads of that tile are waited for only before the next epilogue writes it.
 #pragma once
@@ -87,11 +87,12 @@ struct WsConfig {
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? 128 : 0);
   // FA3's split for two consumer warpgroups: 24 + 2 * 240 registers per thread, out of the 168 a thread that
   // the launch gives every warpgroup. The persistent producer carries its counts and the tile's from tile to
-  // tile: at 24 registers ptxas spills 8 (d 128) to 40 (d 64) bytes there, at 32 none, and the consumers'
-  // 232 still hold d 128 without a spill (nvcc 13, sm_90a; check_ptx.sh). Three consumers share 512 threads'
+  // tile, and schedules the tiles: at 32 registers ptxas spills 16 bytes there (at 24, before it scheduled,
+  // 8 to 40), at 40 none, and the consumers' 232 still hold d 128 without a spill: 40 + 2 x 232 is the pool
+  // (nvcc 13, sm_90a; check_ptx.sh). Three consumers share 512 threads'
   // 128 registers as FA3 does: 32 + 3 * 160, enough for S (64 floats), P (32) and O (32) at d 64.
   static constexpr uint32_t kLaunchRegisters = launch_registers(kThreads);
-  static constexpr uint32_t kProducerRegisters = kPersistent || kConsumers == 3 ? 32 : 24;
+  static constexpr uint32_t kProducerRegisters = kPersistent ? 40 : kConsumers == 3 ? 32 : 24;
   static constexpr uint32_t kConsumerRegisters = kConsumers == 3 ? 160 : kPersistent ? 232 : 240;
   static_assert(!kWarpSpecialized || 128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <=
                                          kLaunchRegisters * kThreads,
@@ -207,11 +208,13 @@ struct TileScheduler {
 // from tile to tile, so that the ring's stages and the barriers' phases go on where the last tile left them.
 struct PipelineStart {
   int iteration = 0, tile = 0, tails = 0;
-  // Past a tile of `blocks` key blocks (with a V tail or not): the producer and the consumers count alike.
-  __device__ void pass(int blocks, bool tail = false) {
+  int last_tail = -1;  // the pipeline iteration of the CTA's last V tail; -1: none yet
+  // Past a tile of `blocks` key blocks, whose V tail is at its iteration `tail` (-1: none): the producer and
+  // the consumers count alike.
+  __device__ void pass(int blocks, int tail = -1) {
+    if (tail >= 0) last_tail = iteration + tail, tails += 1;
     iteration += blocks;
     tile += 1;
-    tails += tail ? 1 : 0;
   }
 };
 
@@ -270,6 +273,7 @@ struct Producer {
     int pad_begin = 0, pad_end = 0;  // its padding rows
     int stage = 0;                   // its stage of the ring
     uint32_t parity = 0;             // the phase of v_tail it completes: one per tail the CTA loads
+    int previous = -1;               // the pipeline iteration of the CTA's tail before it; -1: none
   };
   __device__ static Tail tail_of(const BlockWork& work, const PipelineStart& start) {
     Tail tail;
@@ -281,7 +285,21 @@ struct Producer {
     tail.pad_end = min(key + Config::kBlockN, work.seqlen_k) - key;
     tail.stage = Ring<Config::kStages>::stage(start.iteration + tail.iteration);
     tail.parity = start.tails & 1;
+    tail.previous = start.last_tail;
     return tail;
+  }
+
+  // One v_tail serves every tail of a CTA, so a tail's bytes may be expected on it only once the CTA's tail
+  // before it has been zeroed (its v_full completed): else the two would fall in one phase of v_tail (one
+  // arrival too many), or the zeroing lanes would miss the first's. A tail two or more iterations after the
+  // last has waited for that stage's v_empty, which the consumers complete after its v_full; only a tail
+  // right after the last (a tile whose one visible block is a tail, after a tile that ended in one: short
+  // batch elements, in the persistent kernel) can come first, and waits here.
+  __device__ static void wait_for_previous_tail(const SharedTiles<Config>& tiles, const Tail& tail,
+                                                const PipelineStart& start) {
+    using Stages = Ring<Config::kStages>;
+    if (tail.previous >= 0 && tail.previous == start.iteration + tail.iteration - 1)
+      mbarrier_wait(tiles.v_full(Stages::stage(tail.previous)), Stages::full_parity(tail.previous));
   }
 
   // K_j of the tile's key block `iteration` into the ring's stage for the CTA's pipeline iteration
@@ -351,8 +369,10 @@ struct Producer {
     constexpr int lag = Config::kIntraWarpgroupOverlap ? 1 : 0;  // V's iteration behind K's
     for (int iteration = 0; iteration < blocks + lag && blocks > 0; ++iteration) {
       if (iteration > 0 && iteration < blocks) load_k(tiles, k_map, work, start, iteration);
-      if (iteration >= lag)
+      if (iteration >= lag) {
+        if (iteration - lag == tail.iteration) wait_for_previous_tail(tiles, tail, start);
         load_v(tiles, v_map, work, start, iteration - lag, iteration - lag == tail.iteration);
+      }
     }
   }
 
@@ -380,7 +400,7 @@ struct Producer {
         const BlockWork work = block_work<Config>(args, args.order(number));
         const int next = TileScheduler::next(args);  // drawn now, used once this tile's loads are issued
         issue_tile(tiles, q_map, k_map, v_map, work, start, number);
-        start.pass(work.n_end - work.n_begin, tail_of(work, start).iteration >= 0);
+        start.pass(work.n_end - work.n_begin, tail_of(work, start).iteration);
         number = next;
       }
       mbarrier_wait(tiles.q_empty(), Ring<1>::empty_parity(start.tile));
@@ -396,7 +416,7 @@ struct Producer {
         const BlockWork work = block_work<Config>(args, args.order(number));
         const Tail tail = tail_of(work, start);
         if (tail.iteration >= 0) zero_tail(tiles, tail, lane, 1);
-        start.pass(work.n_end - work.n_begin, tail.iteration >= 0);
+        start.pass(work.n_end - work.n_begin, tail.iteration);
       }
     }
   }

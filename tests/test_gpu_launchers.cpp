@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -403,14 +404,71 @@ TEST_CASE("cuda_v3_hopper/ws refuses block_m outside FA3's 192 x 128 tile, namin
   CHECK(refused(no_overlap));
 }
 
+namespace {
+
+// The emulator's schedule for one scope, set back however the scope ends.
+class ScheduleFor {
+ public:
+  explicit ScheduleFor(const emulator::ScheduleSetting& setting) : before_(emulator::schedule()) {
+    emulator::set_schedule(setting);
+  }
+  ~ScheduleFor() { emulator::set_schedule(before_); }
+  ScheduleFor(const ScheduleFor&) = delete;
+  ScheduleFor& operator=(const ScheduleFor&) = delete;
+
+ private:
+  emulator::ScheduleSetting before_;
+};
+
+// cuda_v3_hopper/ws_persistent on p, on each (CTAs, schedule) of `runs`: its O and LSE must be ws's bit for
+// bit (ws computes each tile in a CTA of its own), and within the same-dtype tolerance.
+void check_persistent_as_ws(Problem p, const AttentionInputs& inputs,
+                            std::initializer_list<std::pair<int, emulator::ScheduleSetting>> runs) {
+  const Implementation& ws = *find_implementation("cuda_v3_hopper/ws");
+  REQUIRE(why_cannot_run(ws, p).empty());
+  const size_t bytes = ws.emulated_build.workspace(p);
+  AttentionOutputs expected = AttentionOutputs::poisoned(p);
+  cuda::emulated::run_on_device(p, inputs, expected, bytes,
+                                [&](const DeviceTensors& tensors) { ws.emulated_build.forward(p, tensors); });
+  const ReferenceResult reference = reference_attention(p, inputs);
+  const Tolerance tolerance =
+      tolerance_from_baseline(p.dtype, deviation(p, baseline_attention(p, inputs, p.dtype, true), reference));
+  for (const auto& [ctas, schedule] : runs) {
+    INFO(ctas, " CTAs, ", schedule.describe());
+    AttentionOutputs out = AttentionOutputs::poisoned(p);
+    {
+      const ScheduleFor scope(schedule);
+      cuda::emulated::run_on_device(p, inputs, out, bytes, [&](const DeviceTensors& tensors) {
+        hopper::emulated::launch_ws_persistent_ctas(p, tensors, ctas);
+      });
+    }
+    CHECK(same_bits(out.o, expected.o));
+    CHECK(same_bits(out.lse, expected.lse));
+    const Verdict verdict = judge(p, out, reference, tolerance);
+    INFO(verdict.explain());
+    CHECK(verdict.passed());
+  }
+}
+
+// NaN in every key and value of batch element b from `key` on (its padding).
+void poison_padding(const Problem& p, AttentionInputs& inputs, int64_t b, int64_t key) {
+  for (; key < p.seqlen_k; ++key)
+    for (int64_t n = 0; n < p.heads_kv * p.head_dim; ++n) {
+      inputs.k.data[static_cast<size_t>(p.kv_offset(b, key, 0) + n)] = NAN;
+      inputs.v.data[static_cast<size_t>(p.kv_offset(b, key, 0) + n)] = NAN;
+    }
+}
+
+}  // namespace
+
 // The persistent kernel carries its pipeline (the ring's stages, the barriers' phases, the Q tile, the
-// consumers' turns) from tile to tile, and loads a tile's K_0 and Q while the last tile's P V, epilogue and
-// O store run. On 1, 2 and 5 CTAs each computes many tiles, among them tiles that see no key (padding rows),
-// tiles whose last V block holds NaN padding (the tail), and NaN in a visible key (the exact pass): its O
-// and LSE must be ws's bit for bit, and within the same-dtype tolerance. On 2 CTAs under the shuffled
-// schedule too, where the loads land at random points of the other warps' work. (The case matrix is no check
-// of this: with one CTA for each of the emulator's 132 SMs, its problems leave a CTA one tile or few, and it
-// passed with the first three of the bugs planted in docs/results/hopper-persistent-q-early-2026-12-04.)
+// consumers' turns) from tile to tile, loads a tile's K_0 and Q while the last tile's P V, epilogue and
+// O store run, and hands its tiles out from a counter all CTAs draw from. On 1, 2 and 5 CTAs each computes
+// many tiles, among them tiles that see no key (padding rows), tiles whose last V block holds NaN padding
+// (the tail), and NaN in a visible key (the exact pass); on 2 CTAs under the shuffled schedule too, where the
+// loads land at random points of the other warps' work. (The case matrix is no check of this: with one CTA
+// for each of the emulator's 132 SMs, its problems leave a CTA one tile or few, and it passed with most of
+// the bugs planted in docs/results/hopper-persistent-2026-12-04.)
 TEST_CASE("cuda_v3_hopper/ws_persistent on 1, 2 and 5 CTAs computes every tile as ws does") {
   Problem causal = problem_shape(2, 4, 2, 300, 260, 64);
   causal.causal = true;
@@ -424,42 +482,30 @@ TEST_CASE("cuda_v3_hopper/ws_persistent on 1, 2 and 5 CTAs computes every tile a
     INFO(p.describe());
     AttentionInputs inputs = random_inputs(p, Distribution::normal, 11);
     if (p.causal) {
-      // NaN in batch 1's padding keys (past its 130), and in a key of batch 0 that some rows see.
-      for (int64_t key = 130; key < p.seqlen_k; ++key)
-        for (int64_t n = 0; n < p.heads_kv * p.head_dim; ++n) {
-          inputs.k.data[static_cast<size_t>(p.kv_offset(1, key, 0) + n)] = NAN;
-          inputs.v.data[static_cast<size_t>(p.kv_offset(1, key, 0) + n)] = NAN;
-        }
-      inputs.v.data[static_cast<size_t>(p.kv_offset(0, 250, 1) + 3)] = NAN;
+      poison_padding(p, inputs, 1, 130);  // batch 1's padding keys, past its 130
+      inputs.v.data[static_cast<size_t>(p.kv_offset(0, 250, 1) + 3)] = NAN;  // a key some rows see
     }
-    const Implementation& ws = *find_implementation("cuda_v3_hopper/ws");
-    REQUIRE(why_cannot_run(ws, p).empty());
-    const size_t bytes = ws.emulated_build.workspace(p);
-    AttentionOutputs expected = AttentionOutputs::poisoned(p);
-    cuda::emulated::run_on_device(p, inputs, expected, bytes, [&](const DeviceTensors& tensors) {
-      ws.emulated_build.forward(p, tensors);
-    });
-    const ReferenceResult reference = reference_attention(p, inputs);
-    const Tolerance tolerance = tolerance_from_baseline(
-        p.dtype, deviation(p, baseline_attention(p, inputs, p.dtype, true), reference));
     const emulator::ScheduleSetting in_order{false, 0}, shuffled{true, 3};
-    for (const auto& [ctas, schedule] :
-         {std::pair{1, in_order}, {2, in_order}, {5, in_order}, {2, shuffled}}) {
-      INFO(ctas, " CTAs, ", schedule.describe());
-      AttentionOutputs out = AttentionOutputs::poisoned(p);
-      const emulator::ScheduleSetting before = emulator::schedule();
-      emulator::set_schedule(schedule);
-      cuda::emulated::run_on_device(p, inputs, out, bytes, [&](const DeviceTensors& tensors) {
-        hopper::emulated::launch_ws_persistent_ctas(p, tensors, ctas);
-      });
-      emulator::set_schedule(before);
-      CHECK(same_bits(out.o, expected.o));
-      CHECK(same_bits(out.lse, expected.lse));
-      const Verdict verdict = judge(p, out, reference, tolerance);
-      INFO(verdict.explain());
-      CHECK(verdict.passed());
-    }
+    check_persistent_as_ws(p, inputs, {{1, in_order}, {2, in_order}, {5, in_order}, {2, shuffled}});
   }
+}
+
+// Tails back to back: batch element 0's tiles end in a V block that holds padding (300 keys: blocks of 128,
+// the third part padding), and every tile of batch element 1 sees one block, itself a tail (100 keys). A CTA
+// then loads a tail right after the last, both through the one v_tail barrier; with the TMA loads slowed
+// (each lands at a scheduling point with probability 1/2000), the producer runs far ahead of them. Before it
+// waited for the last tail to be zeroed, the emulator stopped this test with one arrival too many on v_tail.
+TEST_CASE("cuda_v3_hopper/ws_persistent loads V tails back to back, its TMA loads slowed") {
+  Problem p = problem_shape(2, 2, 2, 256, 400, 64);
+  p.seqlens_k = {300, 100};
+  p.dtype = DType::bf16;
+  p.validate();
+  AttentionInputs inputs = random_inputs(p, Distribution::normal, 5);
+  poison_padding(p, inputs, 0, 300);
+  poison_padding(p, inputs, 1, 100);
+  // Seeds under which the emulator caught it (each also passes now, as do seeds 1 to 16 on 1 and 2 CTAs).
+  const auto slow = [](uint64_t seed) { return emulator::ScheduleSetting{true, seed, 2000}; };
+  check_persistent_as_ws(p, inputs, {{1, slow(1)}, {1, slow(5)}, {2, slow(12)}});
 }
 
 // split_q_longest_first's order is split_q's tiles renumbered: sections sized by L2 unless given, and a grid
