@@ -12,6 +12,7 @@
 #include "common/registry.hpp"
 #include "common/tolerance.hpp"
 #include "emulator/counters.hpp"
+#include "emulator/launch.hpp"
 #include "tests/case_matrix.hpp"
 
 namespace flashlab::testing {
@@ -99,5 +100,20 @@ void check_case(const Implementation& impl, DType dtype, const Case& test_case, 
 // against the reference gradients within the gradient tolerance.
 void check_backward_case(const Implementation& impl, DType dtype, const Case& test_case,
                          const PreparedCase& prepared, const PreparedBackward& backward, Tally& tally);
+
+// The emulator's schedule for one scope, set back however the scope ends (a failed check or a run the
+// emulator stops leaves no other test on another schedule).
+class ScheduleFor {
+ public:
+  explicit ScheduleFor(const emulator::ScheduleSetting& setting) : before_(emulator::schedule()) {
+    emulator::set_schedule(setting);
+  }
+  ~ScheduleFor() { emulator::set_schedule(before_); }
+  ScheduleFor(const ScheduleFor&) = delete;
+  ScheduleFor& operator=(const ScheduleFor&) = delete;
+
+ private:
+  emulator::ScheduleSetting before_;
+};
 
 }  // namespace flashlab::testing

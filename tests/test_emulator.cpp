@@ -217,10 +217,10 @@ TEST_CASE("cp.async copies 16 bytes, or zero-fills them when the source is out o
 TEST_CASE("a correct kernel passes under both schedules") {
   for (const emulator::ScheduleSetting& schedule :
        {emulator::ScheduleSetting{false, 0}, emulator::ScheduleSetting{true, 5}}) {
-    const emulator::ScheduleSetting before = emulator::schedule();
-    emulator::set_schedule(schedule);
-    const std::vector<float> out = k::emulated::neighbours(96, k::Mistake::none);
-    emulator::set_schedule(before);
+    const std::vector<float> out = [&] {
+      const ScheduleFor scope(schedule);
+      return k::emulated::neighbours(96, k::Mistake::none);
+    }();
     for (int t = 0; t < 96; ++t) CHECK(out[t] == static_cast<float>((t + 1) % 96 + 1));
   }
 }
@@ -312,9 +312,8 @@ TEST_CASE("launch configurations a GPU refuses are refused") {
 }
 
 TEST_CASE("the shuffled schedule runs threads in a seeded order, the in-order schedule in thread order") {
-  const emulator::ScheduleSetting before = emulator::schedule();
   auto order = [](emulator::ScheduleSetting setting) {
-    emulator::set_schedule(setting);
+    const ScheduleFor scope(setting);
     return k::emulated::arrival_order(1);
   };
   std::vector<int> identity(64);
@@ -325,7 +324,6 @@ TEST_CASE("the shuffled schedule runs threads in a seeded order, the in-order sc
   CHECK(std::is_permutation(seven.begin(), seven.end(), identity.begin()));
   CHECK(order({true, 7}) == seven);  // the same seed, the same order
   CHECK(order({true, 8}) != seven);
-  emulator::set_schedule(before);
 }
 
 }  // namespace flashlab::testing

@@ -33,8 +33,7 @@ enum class Mode { atomic, deterministic, atomic_128_keys, atomic_64x128 };
 AttentionGradients emulated_backward(const Problem& p, const AttentionInputs& inputs,
                                      const AttentionOutputs& forward, const HostTensor& d_out,
                                      const emulator::ScheduleSetting& schedule, Mode mode) {
-  const emulator::ScheduleSetting before = emulator::schedule();
-  emulator::set_schedule(schedule);
+  const ScheduleFor scope(schedule);
   AttentionGradients gradients = AttentionGradients::poisoned(p);
   const bool deterministic = mode == Mode::deterministic;
   cuda::emulated::run_backward_on_device(
@@ -49,7 +48,6 @@ AttentionGradients emulated_backward(const Problem& p, const AttentionInputs& in
         else
           cuda_v2::emulated::launch_split_q_bwd64x128_backward(p, tensors);
       });
-  emulator::set_schedule(before);
   return gradients;
 }
 
@@ -226,13 +224,13 @@ TEST_CASE("cuda_v2/split_q_bwd64x128_longest_first in sections of 1, 3 and every
          {std::pair{1, in_order}, {3, in_order}, {0, in_order}, {3, shuffled}}) {
       INFO("sections of ", section, " pairs (0: as L2 sizes them, here every pair), ", schedule.describe());
       AttentionGradients gradients = AttentionGradients::poisoned(p);
-      const emulator::ScheduleSetting before = emulator::schedule();
-      emulator::set_schedule(schedule);
-      cuda::emulated::run_backward_on_device(
-          p, inputs, forward, d_out, gradients, bytes, [&](const BackwardTensors& tensors) {
-            cuda_v2::emulated::launch_split_q_bwd64x128_longest_first_sections(p, tensors, section);
-          });
-      emulator::set_schedule(before);
+      {
+        const ScheduleFor scope(schedule);
+        cuda::emulated::run_backward_on_device(
+            p, inputs, forward, d_out, gradients, bytes, [&](const BackwardTensors& tensors) {
+              cuda_v2::emulated::launch_split_q_bwd64x128_longest_first_sections(p, tensors, section);
+            });
+      }
       CHECK(same_bits(gradients.dk, expected.dk));
       CHECK(same_bits(gradients.dv, expected.dv));
       const GradientVerdict verdict = judge_gradients(p, gradients, reference, tolerance);

@@ -406,20 +406,6 @@ TEST_CASE("cuda_v3_hopper/ws refuses block_m outside FA3's 192 x 128 tile, namin
 
 namespace {
 
-// The emulator's schedule for one scope, set back however the scope ends.
-class ScheduleFor {
- public:
-  explicit ScheduleFor(const emulator::ScheduleSetting& setting) : before_(emulator::schedule()) {
-    emulator::set_schedule(setting);
-  }
-  ~ScheduleFor() { emulator::set_schedule(before_); }
-  ScheduleFor(const ScheduleFor&) = delete;
-  ScheduleFor& operator=(const ScheduleFor&) = delete;
-
- private:
-  emulator::ScheduleSetting before_;
-};
-
 // cuda_v3_hopper/ws_persistent on p, on each (CTAs, schedule) of `runs`: its O and LSE must be ws's bit for
 // bit (ws computes each tile in a CTA of its own), and within the same-dtype tolerance.
 void check_persistent_as_ws(Problem p, const AttentionInputs& inputs,
