@@ -135,8 +135,9 @@ struct WsArgs {
   unsigned* tile_counter;  // its count of the tiles handed out after each CTA's first, 0 at the launch
 };
 
-// The CTA's view of shared memory (this kernel's and the FP8 kernel's: Q, kStages K and V tiles of
-// Config::kKBytes and kVBytes, then the pipeline's mbarriers).
+// The CTA's view of shared memory (this kernel's and the FP8 kernel's: Q, in the persistent kernel O's
+// staging tile, kStages K and V tiles of Config::kKBytes and kVBytes, then the pipeline's mbarriers and the
+// persistent kernel's tile number).
 template <class Config>
 struct SharedTiles {
   uint8_t* base;
