@@ -399,7 +399,9 @@ struct Producer {
     } else if (lane == 0) {
       for (int number = TileScheduler::first(); number < args.order.tiles();) {
         const BlockWork work = block_work<Config>(args, args.order(number));
-        const int next = TileScheduler::next(args);  // drawn now, used once this tile's loads are issued
+        // Drawn as the tile starts. The SASS waits for the atomic here (ptxas makes it a warp-wide aggregate,
+        // whose result is shuffled at once), while the consumers still compute the last tile.
+        const int next = TileScheduler::next(args);
         issue_tile(tiles, q_map, k_map, v_map, work, start, number);
         start.pass(work.n_end - work.n_begin, tail_of(work, start).iteration);
         number = next;
