@@ -101,6 +101,19 @@ void check_case(const Implementation& impl, DType dtype, const Case& test_case, 
 void check_backward_case(const Implementation& impl, DType dtype, const Case& test_case,
                          const PreparedCase& prepared, const PreparedBackward& backward, Tally& tally);
 
+// Three sequences packed (cu_seqlens), causal, bf16, of ragged lengths: 200 rows over 231 keys, 1 over 9, 129
+// over 150. The packed problem of the tests that renumber a kernel's tiles (test_gpu_launchers.cpp,
+// test_gpu_backward.cpp), at head dim `head_dim`.
+inline Problem packed_causal_problem(int64_t head_dim) {
+  Problem p = problem_shape(3, 2, 1, 1, 1, head_dim);
+  p.dtype = DType::bf16;
+  p.causal = true;
+  p.cu_seqlens_q = {0, 200, 201, 330};
+  p.cu_seqlens_k = {0, 231, 240, 390};
+  p.seqlen_q = 200, p.seqlen_k = 231;
+  return p;
+}
+
 // The emulator's schedule for one scope, set back however the scope ends (a failed check or a run the
 // emulator stops leaves no other test on another schedule).
 class ScheduleFor {

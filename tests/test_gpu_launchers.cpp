@@ -536,12 +536,7 @@ TEST_CASE("cuda_v2/split_q_longest_first in sections of 1, 3 and every pair comp
   Problem window = problem_shape(1, 3, 3, 257, 200, 128);
   window.dtype = DType::f16;
   window.window_left = 90;
-  Problem packed = problem_shape(3, 2, 1, 1, 1, 96);
-  packed.dtype = DType::bf16;
-  packed.causal = true;
-  packed.cu_seqlens_q = {0, 200, 201, 330};
-  packed.cu_seqlens_k = {0, 231, 240, 390};
-  packed.seqlen_q = 200, packed.seqlen_k = 231;
+  const Problem packed = packed_causal_problem(96);
   const Implementation& split_q = *find_implementation("cuda_v2/split_q");
   const Implementation& longest_first = *find_implementation("cuda_v2/split_q_longest_first");
   for (const Problem& p : {causal, window, packed}) {
