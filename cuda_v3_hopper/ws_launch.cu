@@ -5,7 +5,6 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -138,9 +137,7 @@ void launch_ablation(const Problem& problem, const DeviceTensors& tensors, Hoppe
   params.seqlens_k = lengths.seqlens_k;
   params.special_rows = cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream);
   if (persistent) {
-    params.tile_counter =
-        reinterpret_cast<unsigned*>(static_cast<std::byte*>(tensors.workspace) +
-                                    cuda::int_lengths_bytes(problem) + cuda::kSpecialRowsFlagBytes);
+    params.tile_counter = ws_tile_counter(tensors.workspace, problem);
     FLASHLAB_CUDA_CHECK(cudaMemsetAsync(params.tile_counter, 0, sizeof(unsigned), tensors.stream));
   }
   hopper_ws_forward(params, tensors.stream);

@@ -23,6 +23,11 @@ inline constexpr size_t kTileCounterBytes = 16;
 inline size_t ws_workspace_bytes(const Problem& problem) {
   return cuda::int_lengths_bytes(problem) + cuda::kSpecialRowsFlagBytes + kTileCounterBytes;
 }
+// Where that counter is in a launch's workspace of ws_workspace_bytes(problem).
+inline unsigned* ws_tile_counter(void* workspace, const Problem& problem) {
+  return reinterpret_cast<unsigned*>(static_cast<std::byte*>(workspace) + cuda::int_lengths_bytes(problem) +
+                                     cuda::kSpecialRowsFlagBytes);
+}
 
 // "" on a device of compute capability 9.0, else why the sm_90a kernels cannot run on this machine's GPU (no
 // device, or its compute capability): the availability of every cuda_v3_hopper entry (ws.cpp).
