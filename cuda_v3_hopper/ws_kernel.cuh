@@ -357,10 +357,10 @@ struct Producer {
   // S = Q K^T), with the tile's number in the persistent kernel (TileScheduler); then the other key blocks in
   // the order the consumers wait for them (consumer_mainloop): with the intra-warpgroup overlap, iteration j
   // takes K_j and then V_{j-1}, so K_j is issued ahead of V_{j-1}, as FA3's producer does; without it, K_j
-  // and then V_j.
-  __device__ static void issue_tile(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
-                                    const CUtensorMap* k_map, const CUtensorMap* v_map, const BlockWork& work,
-                                    const PipelineStart& start, int number) {
+  // and then V_j. Returns the tile's V tail's iteration (Tail::iteration, -1: none) for PipelineStart::pass.
+  __device__ static int issue_tile(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
+                                   const CUtensorMap* k_map, const CUtensorMap* v_map, const BlockWork& work,
+                                   const PipelineStart& start, int number) {
     const int blocks = work.n_end - work.n_begin;
     const Tail tail = tail_of(work, start);
     if (blocks > 0) load_k(tiles, k_map, work, start, 0);
@@ -375,6 +375,7 @@ struct Producer {
         load_v(tiles, v_map, work, start, iteration - lag, iteration - lag == tail.iteration);
       }
     }
+    return tail.iteration;
   }
 
   // The producer warpgroup's whole job (warp-specialized kernel): lane 0 of its warp 0 issues every load, the
@@ -402,8 +403,7 @@ struct Producer {
         // Drawn as the tile starts. The SASS waits for the atomic here (ptxas makes it a warp-wide aggregate,
         // whose result is shuffled at once), while the consumers still compute the last tile.
         const int next = TileScheduler::next(args);
-        issue_tile(tiles, q_map, k_map, v_map, work, start, number);
-        start.pass(work.n_end - work.n_begin, tail_of(work, start).iteration);
+        start.pass(work.n_end - work.n_begin, issue_tile(tiles, q_map, k_map, v_map, work, start, number));
         number = next;
       }
       mbarrier_wait(tiles.q_empty(), Ring<1>::empty_parity(start.tile));
