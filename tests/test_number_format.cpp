@@ -1,6 +1,7 @@
 // The fp8 formats, exhaustively: every one of the 256 codes of e4m3 and e5m2 decodes to the value the OCP FP8
 // spec gives it and re-encodes to itself; encoding rounds to the nearest code with ties to the even code
-// (checked against a brute-force search over all codes), saturates, and keeps NaN.
+// (checked against a brute-force search over all codes), saturates, and keeps NaN. And how Hopper's tensor
+// cores sum e4m3 products (common/e4m3_block_sum.hpp), case by case from the model's three steps.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/e4m3_block_sum.hpp"
 #include "common/inputs.hpp"
 #include "common/number_format.hpp"
 
@@ -217,6 +219,59 @@ TEST_CASE("fp16 rounding agrees with the compiler's _Float16 conversion everywhe
 TEST_CASE("an e4m3 problem's tensors are bf16: round_to(e4m3) rounds to bf16") {
   CHECK(round_to(DType::e4m3, 1.00390625f) == round_to_bf16(1.00390625f));
   CHECK(round_to(DType::e4m3, 0.1f) == round_to_bf16(0.1f));
+}
+
+// Each expected value below follows from the model's three steps by hand (common/e4m3_block_sum.hpp), and
+// each case is one an fp32 sum gets otherwise. Exponents of products are the sums of the inputs' exponents.
+float block_sum(std::vector<float> a, std::vector<float> b, float c = 0.0f) {
+  return e4m3_block_sum(a.data(), b.data(), static_cast<int>(a.size()), c);
+}
+
+TEST_CASE("e4m3 tensor-core sums: 13 bits kept below the largest term, the sum cut to 14, toward zero") {
+  // Exact where every term fits the window: eighths times eighths, 32 of them.
+  std::vector<float> a(32), b(32);
+  double exact = 0.0;
+  for (int i = 0; i < 32; ++i) {
+    a[i] = static_cast<float>(i - 16) / 8.0f, b[i] = static_cast<float>(i % 7) / 4.0f;
+    exact += double(a[i]) * b[i];
+  }
+  CHECK(block_sum(a, b) == exact);
+
+  // Alignment: the largest term, 1 (exponent 0), keeps the bits down to 2^-13. 2^-6 x 2^-7 = 2^-13 stays,
+  // 2^-7 x 2^-7 = 2^-14 is cut off.
+  CHECK(block_sum({1.0f, 0x1p-6f}, {1.0f, 0x1p-7f}) == 1.0f + 0x1p-13f);
+  CHECK(block_sum({1.0f, 0x1p-7f}, {1.0f, 0x1p-7f}) == 1.0f);
+  // Each term is cut toward zero on its own: -2^-14 is cut to 0, not to -2^-13.
+  CHECK(block_sum({1.0f, -0x1p-7f}, {1.0f, 0x1p-7f}) == 1.0f);
+  CHECK(block_sum({-1.0f, -0x1p-7f}, {1.0f, 0x1p-7f}) == -1.0f);
+  // A product's significand is not normalized: 1.875 x 1.875 = 3.515625 keeps exponent 0, so the window
+  // still reaches 2^-13, and two such terms add 2^-12, which the 14-bit sum (exponent 1) keeps.
+  CHECK(block_sum({1.875f, 0x1p-6f, 0x1p-6f}, {1.875f, 0x1p-7f, 0x1p-7f}) == 3.515625f + 0x1p-12f);
+  // ... but one 2^-13 alone is below the sum's last bit at exponent 1, and is cut.
+  CHECK(block_sum({1.875f, 0x1p-6f}, {1.875f, 0x1p-7f}) == 3.515625f);
+  // A subnormal input (2^-9, e4m3's smallest) takes exponent -6: its product with 1 is 2^-9, kept.
+  CHECK(block_sum({1.0f, 0x1p-9f}, {1.0f, 1.0f}) == 1.0f + 0x1p-9f);
+
+  // The accumulator C is a term like the products: aligned with them, and it keeps only 13 bits after its
+  // own point.
+  CHECK(block_sum({}, {}, 1.0f + 0x1p-20f) == 1.0f);
+  CHECK(block_sum({0.25f}, {0.25f}, 1024.0f) == 1024.0f);  // 2^-4 below 1024's window (down to 2^-3)
+  CHECK(block_sum({0.25f}, {0.5f}, 1024.0f) == 1024.125f);
+  // The sum is cut to 14 significant bits: 1 + (1 + 2^-13) = 2 + 2^-13, whose last kept bit is 2^-12.
+  CHECK(block_sum({1.0f}, {1.0f}, 1.0f + 0x1p-13f) == 2.0f);
+  CHECK(block_sum({}, {}, std::numeric_limits<float>::max()) == 0x1.fff8p127f);
+  CHECK(block_sum({448.0f}, {448.0f}, std::numeric_limits<float>::max()) == 0x1.fff8p127f);
+
+  // Zeros take no part; an empty block is 0.
+  CHECK(block_sum({0.0f, 3.0f}, {5.0f, 0.0f}) == 0.0f);
+  CHECK(block_sum({1.0f, -1.0f}, {1.0f, 1.0f}) == 0.0f);
+}
+
+TEST_CASE("e4m3 tensor-core sums: NaN and infinity") {
+  CHECK(std::isnan(block_sum({NAN, 1.0f}, {0.0f, 1.0f})));  // 0 x NaN is NaN
+  CHECK(std::isnan(block_sum({1.0f}, {1.0f}, NAN)));
+  CHECK(block_sum({1.0f}, {-1.0f}, INFINITY) == INFINITY);
+  CHECK(block_sum({1.0f}, {1.0f}, -INFINITY) == -INFINITY);
 }
 
 }  // namespace flashlab
