@@ -1,7 +1,7 @@
 // cuda_v3_hopper/fp8_emulated: FlashAttention-3's FP8 forward pass, emulated exactly on the CPU (see the
-// header for the steps). Quantized tensors are kept as the float values of their e4m3 codes: every product of
-// two e4m3 values is exact in fp32, so the arithmetic is the tensor core's up to the order of the fp32
-// additions.
+// header for the steps). Quantized tensors are kept as the float values of their e4m3 codes. Every product of
+// two e4m3 values is exact, and the products' sums are those of Hopper's tensor cores: a block of 32 (one
+// wgmma's K) at a time, onto the accumulator, with 13 bits kept (common/e4m3_block_sum.hpp).
 #include "cuda_v3_hopper/fp8_emulated.hpp"
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/e4m3_block_sum.hpp"
 #include "common/error.hpp"
 #include "common/hadamard.hpp"
 #include "common/mask.hpp"
@@ -20,6 +21,8 @@
 namespace flashlab::hopper {
 
 namespace {
+
+constexpr int64_t kWgmmaK = 32;  // the K of one e4m3 wgmma: the products a tensor-core block sums
 
 // An entry taken out of the fp8 tensor by the outlier decomposition (Fp8Config::qk_outlier_threshold).
 struct Outlier {
@@ -81,6 +84,9 @@ void attend_rows(const Problem& p, const Fp8Operands& ops, const Fp8Config& conf
   const Visibility visibility(p);
   const int64_t d = p.head_dim, hk = p.kv_head(h), bc = config.block_k;
   const float softmax_scale = static_cast<float>(p.softmax_scale());
+  // Where both operands of a product are e4m3, its sums are the tensor cores' (common/e4m3_block_sum.hpp).
+  const bool tensor_core_qk = config.tensor_core_sums && config.quantize_qk;
+  const bool tensor_core_pv = config.tensor_core_sums && config.quantize_v && config.round_p;
   std::vector<float> acc(static_cast<size_t>(d)), s(static_cast<size_t>(bc)), o(static_cast<size_t>(d));
   for (int64_t i = i0; i < i1; ++i) {
     const float* q = ops.q.row(b, i, h);
@@ -102,8 +108,13 @@ void attend_rows(const Problem& p, const Fp8Operands& ops, const Fp8Config& conf
         }
         const float* k = ops.k.row(b, j, hk);
         float dot = 0.0f;
+        if (tensor_core_qk) {  // the kernel's head_dim / 32 chained wgmma k-steps, the first onto 0
+          for (int64_t c0 = 0; c0 < d; c0 += kWgmmaK)
+            dot = e4m3_block_sum(q + c0, k + c0, static_cast<int>(std::min(kWgmmaK, d - c0)), dot);
+        } else {
 #pragma omp simd reduction(+ : dot)
-        for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
+          for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
+        }
         s[j - j0] = dot * score_scale;
         if (config.qk_outlier_threshold > 0.0f)
           s[j - j0] += softmax_scale * sparse_score(q_outliers, ops.k.row_outliers(b, j, hk),
@@ -118,18 +129,34 @@ void attend_rows(const Problem& p, const Fp8Operands& ops, const Fp8Config& conf
       const float rescale = state.raise_max(block_max) * (acc_v_descale / v_descale);
       acc_v_descale = v_descale;
       for (int64_t c = 0; c < d; ++c) acc[c] *= rescale;
-      for (int64_t j = j0; j < j1; ++j) {
-        if (s[j - j0] == -INFINITY) continue;  // masked: weight 0 (and a NaN in its V must not leak in)
-        const float weight = state.weight(s[j - j0]);
-        // P in [0, 1] scaled by 2^8 and cast to e4m3 for the P V tensor-core product.
-        const float p8 = config.round_p ? round_to_e4m3(weight * config.p_scale) : weight * config.p_scale;
-        state.add(weight);  // l sums the fp32 P, as FA3 does
-        const float* v = ops.v.row(b, j, hk);
-#pragma omp simd
-        for (int64_t c = 0; c < d; ++c) acc[c] += p8 * v[c];
+      // O += P8 V8 a group of kWgmmaK keys at a time: one P V wgmma k-step of the kernel (fp8_v_key reorders
+      // keys only within a group, which a block's sum does not see).
+      for (int64_t g0 = j0; g0 < j1; g0 += kWgmmaK) {
+        float weight[kWgmmaK], p8[kWgmmaK];
+        int64_t key[kWgmmaK];
+        int visible = 0;
+        for (int64_t j = g0; j < std::min(g0 + kWgmmaK, j1); ++j) {
+          if (s[j - j0] == -INFINITY) continue;  // masked: weight 0 (and a NaN in its V must not leak in)
+          weight[visible] = state.weight(s[j - j0]);
+          state.add(weight[visible]);  // l sums the fp32 P, as FA3 does
+          // P in [0, 1] scaled by 2^8 and cast to e4m3 for the P V tensor-core product.
+          const float scaled = weight[visible] * config.p_scale;
+          p8[visible] = config.round_p ? round_to_e4m3(scaled) : scaled;
+          key[visible++] = j;
+        }
+        for (int64_t c = 0; c < d; ++c) {
+          float v[kWgmmaK];
+          for (int t = 0; t < visible; ++t) v[t] = ops.v.row(b, key[t], hk)[c];
+          if (tensor_core_pv) {
+            acc[c] = e4m3_block_sum(p8, v, visible, acc[c]);
+          } else {
+            for (int t = 0; t < visible; ++t) acc[c] += p8[t] * v[t];
+          }
+        }
         // Extracted V entries: O += P v in fp32, in acc's units (V descale and 2^8 of P).
-        for (const Outlier& outlier : ops.v.row_outliers(b, j, hk))
-          acc[outlier.channel] += weight * outlier.value * (config.p_scale / v_descale);
+        for (int t = 0; t < visible; ++t)
+          for (const Outlier& outlier : ops.v.row_outliers(b, key[t], hk))
+            acc[outlier.channel] += weight[t] * outlier.value * (config.p_scale / v_descale);
       }
     }
     // Epilogue: undo the V descale and the 2^8 of P, divide by l (FA2 Alg. 1 line 12), round to bf16.

@@ -4,9 +4,10 @@
 //   pre-pass   inputs in bf16; optional K smoothing (ours); optional incoherent processing Q M, K M with
 //              M = H diag(s) / sqrt(d) (FA3 Sec. 3.3); e4m3 quantization with one scale per Br x d tile
 //              of Q and per Bc x d tile of K and V (block quantization), or one scale per tensor
-//   main loop  FA2/FA3 Algorithm 1 over Bc-key tiles: S = Q8 K8^T * (q_descale k_descale softmax_scale)
-//              in fp32, online softmax (common/softmax_state.hpp), P = exp(S - m) * 2^8 rounded to e4m3,
-//              O += P8 V8 in fp32; the V tile's descale is folded into the O rescale
+//   main loop  FA2/FA3 Algorithm 1 over Bc-key tiles: S = Q8 K8^T * (q_descale k_descale softmax_scale),
+//              online softmax (common/softmax_state.hpp), P = exp(S - m) * 2^8 rounded to e4m3,
+//              O += P8 V8; the V tile's descale is folded into the O rescale. Q8 K8^T and P8 V8 are summed
+//              as Hopper's tensor cores sum them (common/e4m3_block_sum.hpp), the rest is fp32
 //   epilogue   O = O * v_descale / (2^8 l) rounded to bf16, LSE = m + log l (+ the smoothing shift)
 #pragma once
 
@@ -50,6 +51,10 @@ struct Fp8Config {
   bool quantize_qk = true;  // Q and K to e4m3 (off: the scaled values are kept in fp32)
   bool quantize_v = true;   // V to e4m3
   bool round_p = true;      // P * 2^8 to e4m3
+  // The products' sums as Hopper's tensor cores form them (common/e4m3_block_sum.hpp: a wgmma's 32 products
+  // and the accumulator aligned, 13 bits kept, the sum cut to 14 significant bits), where both operands are
+  // e4m3. Off: summed in fp32.
+  bool tensor_core_sums = true;
 };
 
 // FA3's fp8 tile sizes (Br x Bc: d <= 64: 192 x 160, d <= 128: 128 x 224, larger: 128 x 128), Hadamard and

@@ -4,15 +4,18 @@
 //
 // wgmma.mma_async is emulated when its warpgroup meets at it: the operands are read then (A and B from
 // shared memory through their descriptors, emulator/gmma.hpp, or A from the 128 threads' registers), the
-// product is computed (each product of two inputs is exact in fp64, the sum over K is formed in fp64 and
-// rounded to fp32 once per instruction: the tensor cores' internal precision and rounding are not specified
-// and not emulated), and the accumulator registers are set to NaN. The result reaches them at the
-// wgmma.wait_group that completes the instruction's group; by then its shared-memory operands must not have
-// changed (they are read again and compared), and nothing may have written its accumulators.
+// product is computed, and the accumulator registers are set to NaN. Each product of two inputs is exact. For
+// bf16 and f16 the sum over K is formed in fp64 and rounded to fp32 once per instruction (the PTX ISA leaves
+// the tensor cores' precision and rounding open; these differ from the hardware's in fp32's last bits). For
+// e4m3 it is the hardware's, as measured and modeled (common/e4m3_block_sum.hpp: 13 bits kept). The result
+// reaches them at the wgmma.wait_group that completes the instruction's group; by then its shared-memory
+// operands must not have changed (they are read again and compared), and nothing may have written its
+// accumulators.
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
+#include "common/e4m3_block_sum.hpp"
 #include "common/number_format.hpp"
 #include "emulator/block.hpp"
 #include "emulator/counters.hpp"
@@ -260,9 +263,14 @@ void complete_wgmma(BlockRunner& block, GroupCollective& c, int index) {
     }
   for (uint32_t row = 0; row < 64; ++row)
     for (uint32_t col = 0; col < n; ++col) {
-      double sum = op.result[row * n + col];
+      float& d = op.result[row * n + col];
+      if (shape.input == WgmmaInput::e4m3) {
+        d = e4m3_block_sum(&a[row * k], &b[col * k], static_cast<int>(k), d);
+        continue;
+      }
+      double sum = d;
       for (uint32_t i = 0; i < k; ++i) sum += a[row * k + i] * b[col * k + i];
-      op.result[row * n + col] = static_cast<float>(sum);
+      d = static_cast<float>(sum);
     }
   for (int t = 0; t < 128; ++t)
     std::fill_n(reinterpret_cast<uint32_t*>(thread(t).accumulators), n / 2, kAccumulatorPoison);
