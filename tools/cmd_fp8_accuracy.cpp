@@ -132,6 +132,8 @@ std::vector<Method> methods(int64_t head_dim) {
        fp8(variant([](Fp8Config& c) { c.quantize_qk = c.round_p = false; }))},
       {"budget: FA3, only P in fp8", std::nullopt,
        fp8(variant([](Fp8Config& c) { c.quantize_qk = c.quantize_v = false; }))},
+      {"budget: FA3, products summed in fp32", std::nullopt,
+       fp8(variant([](Fp8Config& c) { c.tensor_core_sums = false; }))},
   };
 }
 
