@@ -762,7 +762,7 @@ def extra_phase(visit):
         visit.note("fp8-accuracy on the GPU", "unavailable", "fp8_accuracy.log",
                    "cuda_v3_hopper/fp8 does not run on this GPU (Hopper, sm_90a)")
     else:
-        # Which rule Hopper's e4m3 accumulator follows (bench/fp8_lse_seeds.py).
+        # Whether the kernel's scores are the emulation's tensor-core sums (bench/fp8_lse_seeds.py).
         visit.run("fp8 LSE on large inputs, four seeds, against the emulation", 60,
                   [sys.executable, os.path.join(ROOT, "bench", "fp8_lse_seeds.py"), visit.flashlab]
                   + (["--emulate", "--seeds", "46"] if visit.rehearse else []), "fp8_lse.log")
