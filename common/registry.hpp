@@ -70,8 +70,12 @@ struct BackwardTensors {
 // compiled for the CPU emulator): its launchers on device pointers, enqueued on DeviceTensors::stream with no
 // copy and no synchronization, and the scratch each needs. Benchmarks time these alone.
 struct DeviceBuild {
-  std::function<void(const Problem&, const DeviceTensors&)> forward;     // empty: not in this build
-  std::function<size_t(const Problem&)> workspace;                       // forward's scratch; empty = none
+  std::function<void(const Problem&, const DeviceTensors&)> forward;  // empty: not in this build
+  std::function<size_t(const Problem&)> workspace;                    // forward's scratch; empty = none
+  // A forward made of a pre-pass and a main kernel (cuda_v3_hopper/fp8): the main kernel alone, on a
+  // workspace that `forward` has prepared for the same problem and tensors. Empty: the forward has no such
+  // part. Benchmarks time it beside the whole forward (FA3 reports its FP8 kernel so).
+  std::function<void(const Problem&, const DeviceTensors&)> forward_main;
   std::function<void(const Problem&, const BackwardTensors&)> backward;  // empty: no backward
   std::function<size_t(const Problem&)> backward_workspace;              // empty = none
 };

@@ -58,17 +58,19 @@ std::string supports(const Problem& p) {
   return "";
 }
 
-const Registration fp8{gpu_implementation(
-    {.name = "cuda_v3_hopper/fp8",
-     .summary = "FA3's FP8 pass on Hopper: Hadamard + tile-scale pre-pass, e4m3 wgmma, P * 2^8 in e4m3",
-     .dtypes = {DType::e4m3},
-     .constraints = "e4m3 (bf16 in, bf16 out); sm_90a; head_dim 128, 256; causal, window, padding, GQA; "
-                    "no explicit mask, no paged K/V",
-     .rounds_p = true,  // P * 2^8 is rounded to e4m3: it is the A operand of the P V wgmma
-     .explicit_mask = false,
-     .availability = needs_sm90a,
-     .supports = supports},
-    FLASHLAB_DEVICE_BUILDS(launch_fp8, fp8_workspace_bytes))};
+const Registration fp8{with_main_kernel(
+    gpu_implementation(
+        {.name = "cuda_v3_hopper/fp8",
+         .summary = "FA3's FP8 pass on Hopper: Hadamard + tile-scale pre-pass, e4m3 wgmma, P * 2^8 in e4m3",
+         .dtypes = {DType::e4m3},
+         .constraints = "e4m3 (bf16 in, bf16 out); sm_90a; head_dim 128, 256; causal, window, padding, GQA; "
+                        "no explicit mask, no paged K/V",
+         .rounds_p = true,  // P * 2^8 is rounded to e4m3: it is the A operand of the P V wgmma
+         .explicit_mask = false,
+         .availability = needs_sm90a,
+         .supports = supports},
+        FLASHLAB_DEVICE_BUILDS(launch_fp8, fp8_workspace_bytes)),
+    FLASHLAB_DEVICE_MAIN_BUILDS(launch_fp8_main))};
 
 }  // namespace
 

@@ -16,7 +16,15 @@
 namespace flashlab::hopper {
 namespace FLASHLAB_CUDA_TARGET {
 
-Fp8DeviceParams fp8_device_params(const Problem& p, const DeviceTensors& tensors, const Fp8Config& config) {
+namespace {
+
+// What the pre-pass and the main kernel are given, in `tensors.workspace` (fp8_workspace). Setup::copy also
+// copies the Hadamard factors there, which a launch of the main kernel alone finds in place (Setup::done).
+// The per-batch lengths are narrowed into it either way (narrow_lengths also says where they lie; the
+// benchmark shapes have none).
+enum class Setup { copy, done };
+Fp8DeviceParams fp8_params_on(const Problem& p, const DeviceTensors& tensors, const Fp8Config& config,
+                              Setup setup) {
   if (cuda::storage_dtype(p.dtype) != DType::bf16)
     fail("cuda_v3_hopper/fp8: dtype (", to_string(p.dtype), ") must be e4m3 or bf16 (stored as bf16)");
   if (tensors.mask != nullptr || p.mask) fail("cuda_v3_hopper/fp8: mask: an explicit mask is not supported");
@@ -37,7 +45,7 @@ Fp8DeviceParams fp8_device_params(const Problem& p, const DeviceTensors& tensors
   const cuda::IntLengths lengths = cuda::narrow_lengths(p, tensors, at(layout.lengths));
   float* const factors = reinterpret_cast<float*>(at(layout.hadamard_factors));
   const bool hadamard = config.hadamard && RandomHadamard::why_unsupported(p.head_dim).empty();
-  if (hadamard) {
+  if (hadamard && setup == Setup::copy) {
     // The transform's own factors s_c / sqrt(d), so that the kernel multiplies by the floats the emulation
     // multiplies by.
     const RandomHadamard transform(p.head_dim, config.hadamard_seed);
@@ -101,6 +109,12 @@ Fp8DeviceParams fp8_device_params(const Problem& p, const DeviceTensors& tensors
   return params;
 }
 
+}  // namespace
+
+Fp8DeviceParams fp8_device_params(const Problem& p, const DeviceTensors& tensors, const Fp8Config& config) {
+  return fp8_params_on(p, tensors, config, Setup::copy);
+}
+
 void run_fp8(const Fp8DeviceParams& params, cudaStream_t stream) {
   launch_fp8_prepass(params.prepass, stream);
   launch_fp8_attention(params.attention, stream);
@@ -112,6 +126,12 @@ void launch_fp8_config(const Problem& problem, const DeviceTensors& tensors, con
 
 void launch_fp8(const Problem& problem, const DeviceTensors& tensors) {
   launch_fp8_config(problem, tensors, registered_fp8_config(problem.head_dim));
+}
+
+void launch_fp8_main(const Problem& problem, const DeviceTensors& tensors) {
+  const Fp8DeviceParams params =
+      fp8_params_on(problem, tensors, registered_fp8_config(problem.head_dim), Setup::done);
+  launch_fp8_attention(params.attention, tensors.stream);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

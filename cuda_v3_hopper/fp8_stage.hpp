@@ -60,9 +60,13 @@ inline size_t fp8_workspace_bytes(const Problem& problem) {
 // enqueued on the default stream, with the registered configuration (registered_fp8_config) or `config`
 // (block scales only; the kernel's key tile, fp8_kernel_block_k; `tensors.workspace` of at least
 // fp8_workspace(problem, config).bytes).
+// launch_fp8_main: the main kernel alone, with the registered configuration, on a workspace that launch_fp8
+// has prepared for the same problem and tensors (the registry's DeviceBuild::forward_main: FA3 reports its
+// FP8 kernel's speed without the pre-pass).
 FLASHLAB_FOR_EACH_TARGET(void launch_fp8(const Problem& problem, const DeviceTensors& tensors);
                          void launch_fp8_config(const Problem& problem, const DeviceTensors& tensors,
-                                                const Fp8Config& config);)
+                                                const Fp8Config& config);
+                         void launch_fp8_main(const Problem& problem, const DeviceTensors& tensors);)
 
 // "" when the FP8 kernels run on this machine's GPU, else why they run in the emulator (the registry entry's
 // `emulation`).

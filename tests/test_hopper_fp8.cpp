@@ -14,16 +14,20 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/cuda/device.hpp"
+#include "common/cuda/device_timing.hpp"
+#include "common/cuda/gpu_stage.hpp"
 #include "common/inputs.hpp"
 #include "common/mask.hpp"
 #include "common/number_format.hpp"
 #include "common/problem.hpp"
+#include "common/registry.hpp"
 #include "common/tensor.hpp"
 #include "cuda_v3_hopper/fp8_emulated.hpp"
 #include "cuda_v3_hopper/fp8_prepass.hpp"
@@ -360,6 +364,47 @@ TEST_CASE("the FP8 kernel's LSE is an H200's where one key dominates: the tensor
       }
     }
   });
+}
+
+// gpu-bench's row "cuda_v3_hopper/fp8 (main kernel)" (DeviceBuild::forward_main, cuda::time_forward_main):
+// the main kernel alone, on the workspace the whole pass prepared, must write the whole pass's O and LSE, bit
+// for bit, over O and LSE poisoned first. An entry without a main kernel of its own is refused by name.
+TEST_CASE("the FP8 main kernel alone, on the pre-pass's output, gives the whole pass's O and LSE") {
+  const Implementation* fp8 = find_implementation("cuda_v3_hopper/fp8");
+  REQUIRE(fp8 != nullptr);
+  Problem p = problem_shape(2, 2, 1, 130, 160, 128);  // GQA, lengths off the tiles, padding
+  p.dtype = DType::e4m3;
+  p.seqlens_q = {130, 40};
+  p.seqlens_k = {160, 70};
+  p.causal = true;
+  p.validate();
+  const AttentionInputs inputs = random_inputs(p, Distribution::normal, 3);
+  cuda::TimingPlan plan;
+  plan.max_copies = 2, plan.rotate_bytes = size_t(1) << 40;  // two copies, each prepared by the whole pass
+  plan.min_repeats = plan.max_repeats = 1;
+  auto check = [&](const char* target, auto time_forward, auto time_forward_main, const DeviceBuild& build) {
+    AttentionOutputs whole = AttentionOutputs::poisoned(p), main = AttentionOutputs::poisoned(p);
+    time_forward(p, inputs, build, plan, whole);
+    time_forward_main(p, inputs, build, plan, main);
+    INFO(target);
+    CHECK(std::memcmp(whole.o.data.data(), main.o.data.data(), whole.o.data.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(whole.lse.data.data(), main.lse.data.data(), whole.lse.data.size() * sizeof(float)) ==
+          0);
+    CHECK(std::isfinite(main.lse.data[0]));
+  };
+  check("emulated", cuda::emulated::time_forward, cuda::emulated::time_forward_main, fp8->emulated_build);
+#if FLASHLAB_LINKS_GPU_BUILDS
+  if (hopper::needs_sm90a().empty())
+    check("gpu", cuda::gpu::time_forward, cuda::gpu::time_forward_main, fp8->gpu_build);
+#endif
+  const Implementation* ws = find_implementation("cuda_v3_hopper/ws");
+  REQUIRE(ws != nullptr);
+  CHECK(!ws->emulated_build.forward_main);
+  Problem bf16 = p;
+  bf16.dtype = DType::bf16;
+  AttentionOutputs out = AttentionOutputs::poisoned(bf16);
+  CHECK_THROWS_WITH(cuda::emulated::time_forward_main(bf16, inputs, ws->emulated_build, plan, out),
+                    doctest::Contains("no main kernel of its own"));
 }
 
 }  // namespace flashlab::testing

@@ -9,13 +9,16 @@
 //
 // Shapes are the outer loop: a shape's inputs and its sampled fp64 reference are made once, then every named
 // implementation (in the order named; else the registry's) runs on them. An implementation that refuses a
-// shape gets a row that says why ("skipped"). Shape sets: "sweep" (FlashAttention's benchmark: batch * seqlen
-// = 16k tokens, 2048 hidden, seqlen 1k..16k, head_dim 64 and 128, causal or not), "occupancy" (8 heads
-// against 256 (batch, head) pairs at seqlen 4k), "decode" (one query row, 32/8 heads, head_dim 128, KV 8k to
-// 128k at batch 1, 16k at batch 8, 4k at batch 64, and 64k again from a paged cache of 256-token pages),
-// "all" (sweep + occupancy), "quick" (two small shapes), "report" (the GPU report's, headline shapes first:
-// each goal of docs/results' GPU issue, then the rest of the sweep), "backward" (the backward's: d 128 and 64
-// at 8k) and "rehearse" (tiny shapes for the emulator). Problem flags instead of --shapes time one shape.
+// shape gets a row that says why ("skipped"). One whose forward is a pre-pass and a main kernel
+// (cuda_v3_hopper/fp8) gets a second row, "IMPL (main kernel)": the kernel alone, as FA3 reports its FP8
+// kernel, on the pre-pass's output; its O is checked like the whole forward's. Shape sets: "sweep"
+// (FlashAttention's benchmark: batch * seqlen = 16k tokens, 2048 hidden, seqlen 1k..16k, head_dim 64 and 128,
+// causal or not), "occupancy" (8 heads against 256 (batch, head) pairs at seqlen 4k), "decode" (one query
+// row, 32/8 heads, head_dim 128, KV 8k to 128k at batch 1, 16k at batch 8, 4k at batch 64, and 64k again from
+// a paged cache of 256-token pages), "all" (sweep + occupancy), "quick" (two small shapes), "report" (the GPU
+// report's, headline shapes first: each goal of docs/results' GPU issue, then the rest of the sweep),
+// "backward" (the backward's: d 128 and 64 at 8k) and "rehearse" (tiny shapes for the emulator). Problem
+// flags instead of --shapes time one shape.
 //
 // --emulate runs the emulator's build of the same launchers on the same device-pointer path (the GPU report's
 // rehearsal): its rows are marked "emulated" and carry no rate, since their time is the CPU's.
@@ -171,14 +174,14 @@ void row_json(Json& json, const BenchRow& row) {
 void row_text(const BenchRow& row) {
   const char* pass = row.backward ? "backward" : "forward";
   if (!row.skipped.empty()) {
-    std::printf("%-26s %-8s %-44s skipped: %s\n", row.impl.c_str(), pass, row.problem.describe().c_str(),
+    std::printf("%-34s %-8s %-44s skipped: %s\n", row.impl.c_str(), pass, row.problem.describe().c_str(),
                 row.skipped.c_str());
     return;
   }
   const double flops = row.backward ? backward_flops(row.problem) : forward_flops(row.problem);
   char rate[48] = "emulated: no rate";
   if (!row.emulated) std::snprintf(rate, sizeof rate, "%8.2f TFLOP/s", flops / (row.time_ms * 1e-3) / 1e12);
-  std::printf("%-26s %-8s %-44s %10.3f ms %s  err O %.2e  (median of %d)\n", row.impl.c_str(), pass,
+  std::printf("%-34s %-8s %-44s %10.3f ms %s  err O %.2e  (median of %d)\n", row.impl.c_str(), pass,
               row.problem.describe().c_str(), row.time_ms, rate, row.max_err_o, row.repeats);
 }
 
@@ -206,6 +209,18 @@ cuda::Timing time_forward(const Implementation& impl, const Problem& p, const At
 #endif
 }
 
+// The main kernel of impl's forward alone (DeviceBuild::forward_main), on workspaces the whole forward
+// prepared.
+cuda::Timing time_forward_main(const Implementation& impl, const Problem& p, const AttentionInputs& inputs,
+                               const cuda::TimingPlan& plan, bool emulated, AttentionOutputs& out) {
+  if (emulated) return cuda::emulated::time_forward_main(p, inputs, impl.emulated_build, plan, out);
+#if FLASHLAB_LINKS_GPU_BUILDS
+  return cuda::gpu::time_forward_main(p, inputs, impl.gpu_build, plan, out);
+#else
+  fail("built without CUDA");
+#endif
+}
+
 cuda::Timing time_backward(const Implementation& impl, const Problem& p, const AttentionInputs& inputs,
                            const AttentionOutputs& forward, const HostTensor& d_out,
                            const cuda::TimingPlan& plan, bool emulated, AttentionGradients& gradients) {
@@ -224,8 +239,10 @@ class ShapeBench {
  public:
   ShapeBench(const Problem& shape, bool backward) : shape_(shape), backward_(backward) {}
 
+  // `main_kernel`: the forward's main kernel alone (an entry whose forward has one:
+  // DeviceBuild::forward_main), in a row of its own named "IMPL (main kernel)".
   BenchRow run(const Implementation& impl, std::optional<DType> dtype, const cuda::TimingPlan& gpu_plan,
-               const cuda::TimingPlan& emulated_plan) {
+               const cuda::TimingPlan& emulated_plan, bool main_kernel = false) {
     BenchRow row{impl.name, shape_, backward_};
     row.problem.dtype = dtype.value_or(impl.dtypes.front());
     const std::string emulation = emulation_reason(impl);
@@ -250,7 +267,10 @@ class ShapeBench {
       return row;
     }
     AttentionOutputs out = AttentionOutputs::poisoned(row.problem);
-    const cuda::Timing timing = time_forward(impl, row.problem, in, plan, row.emulated, out);
+    if (main_kernel) row.impl += " (main kernel)";
+    const cuda::Timing timing = main_kernel
+                                    ? time_forward_main(impl, row.problem, in, plan, row.emulated, out)
+                                    : time_forward(impl, row.problem, in, plan, row.emulated, out);
     row.time_ms = timing.median_ms;
     row.repeats = timing.repeats;
     row.max_err_o = sampled_error(row.problem, out);
@@ -396,6 +416,11 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
       progress(impl->name + " on " + shape.describe() + " ...");
       rows.push_back(bench.run(*impl, dtype, gpu_plan, emulated_plan));
       if (!args.has("--json")) row_text(rows.back());
+      // A forward of a pre-pass and a main kernel: the kernel alone too, when the whole forward ran.
+      if (pass == "forward" && rows.back().skipped.empty() && device_build(*impl).forward_main) {
+        rows.push_back(bench.run(*impl, dtype, gpu_plan, emulated_plan, /*main_kernel=*/true));
+        if (!args.has("--json")) row_text(rows.back());
+      }
     }
   }
   progress("");

@@ -34,6 +34,11 @@ FLASHLAB_FOR_EACH_TARGET(
     // (poisoned by the caller: every element must be written), then the timed runs.
     Timing time_forward(const Problem& problem, const AttentionInputs& inputs, const DeviceBuild& build,
                         const TimingPlan& plan, AttentionOutputs& checked);
+    // The main kernel of `build`'s forward alone (DeviceBuild::forward_main): the whole forward once on every
+    // copy, untimed (the pre-pass's output in each copy's workspace); then O and LSE of copy 0 poisoned and
+    // the main kernel run on it, its O and LSE to `checked`; then the timed runs of the main kernel.
+    Timing time_forward_main(const Problem& problem, const AttentionInputs& inputs, const DeviceBuild& build,
+                             const TimingPlan& plan, AttentionOutputs& checked);
     // The backward of `build` from the forward's O and LSE and dO: first one untimed run whose gradients go
     // to `checked`, then the timed runs (one copy: its inputs, outputs and gradients are far beyond the L2).
     Timing time_backward(const Problem& problem, const AttentionInputs& inputs,

@@ -66,6 +66,12 @@ Implementation gpu_implementation(Implementation impl, DeviceBuilds builds) {
   return impl;
 }
 
+Implementation with_main_kernel(Implementation impl, DeviceMainBuilds builds) {
+  if (builds.gpu != nullptr) impl.gpu_build.forward_main = builds.gpu;
+  impl.emulated_build.forward_main = builds.emulated;
+  return impl;
+}
+
 Implementation with_gpu_backward(Implementation impl, DeviceBackwardBuilds builds,
                                  std::function<std::string(const Problem&)> supports) {
   impl.supports_backward = std::move(supports);

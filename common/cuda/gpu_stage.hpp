@@ -58,6 +58,15 @@ struct DeviceBackwardBuilds {
 Implementation with_gpu_backward(Implementation implementation, DeviceBackwardBuilds builds,
                                  std::function<std::string(const Problem&)> supports);
 
+// Gives an implementation made by gpu_implementation(), whose forward is a pre-pass and a main kernel, the
+// main kernel's launcher alone in each build (DeviceBuild::forward_main): it runs on a workspace the forward
+// has prepared, so that a benchmark can time the kernel apart from the pre-pass.
+struct DeviceMainBuilds {
+  DeviceLauncher gpu = nullptr;
+  DeviceLauncher emulated = nullptr;
+};
+Implementation with_main_kernel(Implementation implementation, DeviceMainBuilds builds);
+
 // Limits that the GPU stages' supports() share, each as a reason naming the field ("" when the problem fits):
 // - `field` (value) used as a grid's y or z extent, which CUDA limits to 65535;
 std::string grid_extent_limit(const char* field, int64_t value);
@@ -116,6 +125,12 @@ using namespace FLASHLAB_CUDA_TARGET;
 #define FLASHLAB_DEVICE_BACKWARD_BUILDS(launcher, workspace)                                               \
   ::flashlab::DeviceBackwardBuilds {                                                                       \
     FLASHLAB_GPU_BUILD(launcher), &emulated::launcher, static_cast<::flashlab::DeviceWorkspace>(workspace) \
+  }
+
+// Both builds of a stage's main-kernel launcher (with_main_kernel).
+#define FLASHLAB_DEVICE_MAIN_BUILDS(launcher)         \
+  ::flashlab::DeviceMainBuilds {                      \
+    FLASHLAB_GPU_BUILD(launcher), &emulated::launcher \
   }
 
 // Both builds of a stage's launcher, with one scratch-size function for both (plain C++, compiled once).
