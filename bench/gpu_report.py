@@ -563,13 +563,18 @@ class Visit:
     def time_ours(self, n, shape, names, backward):
         if not names:
             return
-        argv = [self.flashlab, "gpu-bench"] + names + shape_flags(shape) + ["--json", "--seconds", "0.25"]
+        budget = 90 if self.rehearse else 45
+        # gpu-bench starts no implementation after --max-seconds (the rest get rows that say so) and writes its
+        # rows at the end, so a shape whose step ran out of time would lose them all. The margin is the longest
+        # row: cuda_v1/split_k at 16k keys, about 12 s on an H200 (2.4 s a run, 5 runs).
+        argv = [self.flashlab, "gpu-bench"] + names + shape_flags(shape) + ["--json", "--seconds", "0.25",
+                                                                            "--max-seconds", str(budget - 20)]
         if backward:  # in bf16, so that split_q's backward (f16 first) and split_q_bwd128's (bf16 only) compare
             argv += ["--pass", "backward", "--dtype", "bf16"]
         if self.rehearse:
             argv.append("--emulate")
         step = f"ours: {'backward ' if backward else ''}shape {n}"
-        status, output = self.run(step, 90 if self.rehearse else 45, argv, "gpu_bench.log")
+        status, output = self.run(step, budget, argv, "gpu_bench.log")
         if status == "ok":
             self.report.rows(json_line(output)["rows"])
 
@@ -886,6 +891,13 @@ def rehearse(args, out):
             open(os.path.join(crowded, f"f{n}"), "w").close()
         if len(files_in(crowded)) <= MAX_FILES:
             problems.append("the file count does not see 9 files")
+    # A shape's step passes gpu-bench --max-seconds: what it leaves out must come back as rows that say so.
+    flashlab = os.path.join(Visit(args, report).build, "bin", "flashlab")
+    spent = subprocess.run([flashlab, "gpu-bench", "cuda_v3_hopper/ws", "--shapes", "rehearse", "--emulate",
+                            "--max-seconds", "0.001", "--json"], capture_output=True, text=True)
+    left_out = [row for row in json_line(spent.stdout)["rows"] if "--max-seconds" in row.get("skipped", "")]
+    if spent.returncode != 0 or not left_out or any(row.get("time_ms") is not None for row in left_out):
+        problems.append("gpu-bench --max-seconds: the shapes left out have no rows that say so")
     problems += drill(args, result)
     print("\n== rehearsal: " + ("every check passed" if not problems else "FAILED"))
     for problem in problems:

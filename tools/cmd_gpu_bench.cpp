@@ -390,8 +390,8 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
   const int max_repeats = static_cast<int>(repeats_from_args(args, 20, 3));
   const double seconds = args.get_double("--seconds", 1.0);
   if (!(seconds > 0)) fail("--seconds (", seconds, ") must be > 0");
-  // A time budget: once spent, the remaining measurements are skipped (and named on stderr), so that a caller
-  // with a deadline still gets the rows measured so far.
+  // A time budget: once spent, the remaining measurements are skipped (each a row that says so, and named on
+  // stderr), so that a caller with a deadline still gets the rows measured so far.
   const double max_seconds = args.get_double("--max-seconds", 1e30);
   if (!(max_seconds > 0)) fail("--max-seconds (", max_seconds, ") must be > 0");
   const std::vector<const Implementation*> chosen =
@@ -411,6 +411,14 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > max_seconds) {
         std::fprintf(stderr, "gpu-bench: --max-seconds %g spent, %s not measured on %s\n", max_seconds,
                      impl->name.c_str(), shape.describe().c_str());
+        BenchRow row{impl->name, shape, pass == "backward"};
+        row.problem.dtype = dtype.value_or(impl->dtypes.front());
+        char reason[80];
+        std::snprintf(reason, sizeof reason, "not measured: the run's --max-seconds (%g) was spent",
+                      max_seconds);
+        row.skipped = reason;
+        rows.push_back(row);
+        if (!args.has("--json")) row_text(rows.back());
         continue;
       }
       progress(impl->name + " on " + shape.describe() + " ...");
