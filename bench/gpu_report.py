@@ -170,6 +170,57 @@ def shape_title(key):
     return text
 
 
+def load_predictions():
+    """bench/predictions.json: what the changes prepared without a GPU are predicted to measure."""
+    with open(os.path.join(ROOT, "bench", "predictions.json")) as f:
+        return json.load(f)["predictions"]
+
+
+def measured_for(r, prediction):
+    """The run's figure for one prediction, from its own rows on the predicted shape (None where the run has
+    none: not reached, refused, or only emulated, whose time is the CPU's)."""
+    key = shape_key(dict(prediction["shape"], **{"pass": prediction.get("pass", "forward")}))
+    timed = {row["impl"]: row for row in r["rows"]
+             if shape_key(row) == key and row.get("time_ms") is not None and not row.get("emulated")}
+    row = timed.get(prediction["impl"])
+    if row is None:
+        return None
+    metric = prediction["metric"]
+    if metric == "tflops":
+        return row.get("tflops")
+    if metric == "time_ms":
+        return row["time_ms"]
+    if metric == "copy_share":
+        return row["gbps"] / r["copy_gbps"] if row.get("gbps") and r.get("copy_gbps") else None
+    if metric == "speedup":
+        other = timed.get(prediction["over"])
+        return other["time_ms"] / row["time_ms"] if other else None
+    raise ValueError(f"bench/predictions.json: unknown metric {metric}")
+
+
+def prediction_lines(r, predictions):
+    lines = ["## Against the predictions written before the run", "",
+             "From bench/predictions.json, each with the chapter that argues it. within: the run's figure lies in the "
+             "predicted range; below or above: by how much it misses it.", "",
+             "| impl | shape | metric | predicted | measured | verdict | source |", "|---|---|---|---:|---:|---|---|"]
+    for p in predictions:
+        value = measured_for(r, p)
+        low, high = p["low"], p["high"]
+        if value is None:
+            verdict = "not measured"
+        elif value < low:
+            verdict = f"below ({value / low - 1:+.0%})"
+        elif value > high:
+            verdict = f"above ({value / high - 1:+.0%})"
+        else:
+            verdict = "within"
+        metric = p["metric"] + (f" over {p['over']}" if p["metric"] == "speedup" else "")
+        key = shape_key(dict(p["shape"], **{"pass": p.get("pass", "forward")}))
+        lines.append(f"| {p['impl']} | {shape_title(key)} | {metric} | {low:g}-{high:g} | {fmt(value, '.3g')} | "
+                     f"{verdict} | `{p['source']}` |")
+    return lines + [""]
+
+
 def markdown(r):
     """The result as a Markdown page: checks, then one table per shape with each row's speed-up over the peers."""
     lines = [f"# GPU results: {r['device']}, {r['date']}", ""]
@@ -189,10 +240,11 @@ def markdown(r):
     for c in r["checks"]:
         lines.append(f"| {c.get('phase', '')} | {c['step']} | {c['status']} | {fmt(c['seconds'], '.0f')} / "
                      f"{fmt(c['budget_s'], 'd')} | {c['log']} |")
+    lines += [""] + prediction_lines(r, load_predictions())
     groups = {}
     for row in r["rows"]:
         groups.setdefault(shape_key(row), []).append(row)
-    lines += ["", "## Speed", "", "Median of CUDA-event timings on device pointers, inputs rotated past the L2. "
+    lines += ["## Speed", "", "Median of CUDA-event timings on device pointers, inputs rotated past the L2. "
               "err O: max |O - ref64| / max(1, |ref64|) on sampled rows. x flash, x cuDNN: that peer's time over "
               "this row's (above 1: faster than the peer).", ""]
     for key, rows in groups.items():
@@ -898,6 +950,21 @@ def rehearse(args, out):
     left_out = [row for row in json_line(spent.stdout)["rows"] if "--max-seconds" in row.get("skipped", "")]
     if spent.returncode != 0 or not left_out or any(row.get("time_ms") is not None for row in left_out):
         problems.append("gpu-bench --max-seconds: the shapes left out have no rows that say so")
+    # bench/predictions.json names what this build has, in chapters that exist; its table gives each figure
+    # its verdict, and never counts an emulated row.
+    names = {entry["name"] for entry in listing}
+    for p in load_predictions():
+        if p["impl"].removesuffix(" (main kernel)") not in names or not p["low"] < p["high"] or (
+                not os.path.exists(os.path.join(ROOT, p["source"].split("#")[0]))) or (
+                p["metric"] not in ("tflops", "time_ms", "copy_share", "speedup")):
+            problems.append(f"bench/predictions.json: {p['impl']}: unknown entry, range, metric or source")
+    first = load_predictions()[0]
+    row = dict(first["shape"], impl=first["impl"], dtype="bf16", time_ms=1.0, tflops=first["low"] * 0.9)
+    for want, fake in (("within", dict(row, tflops=(first["low"] + first["high"]) / 2)), ("below (-10%)", row),
+                       ("not measured", dict(row, emulated=True))):
+        got = prediction_lines(dict(result, rows=[fake]), [first])[-2].split(" | ")[5]
+        if got != want:
+            problems.append(f"the predictions' table says '{got}' where it should say '{want}'")
     problems += drill(args, result)
     print("\n== rehearsal: " + ("every check passed" if not problems else "FAILED"))
     for problem in problems:
