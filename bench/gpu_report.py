@@ -617,10 +617,12 @@ class Visit:
             return
         budget = 90 if self.rehearse else 45
         # gpu-bench starts no implementation after --max-seconds (the rest get rows that say so) and writes its
-        # rows at the end, so a shape whose step ran out of time would lose them all. The margin is the longest
-        # row: cuda_v1/split_k at 16k keys, about 12 s on an H200 (2.4 s a run, 5 runs).
+        # rows at the end, so a shape whose step ran out of time would lose them all. The step stops at its
+        # budget or at the phase's end, whichever comes first; the margin is the longest row, cuda_v1/split_k at
+        # 16k keys, about 12 s on an H200 (2.4 s a run, 5 runs).
+        max_seconds = max(1, min(budget, int(self.remaining())) - 20)
         argv = [self.flashlab, "gpu-bench"] + names + shape_flags(shape) + ["--json", "--seconds", "0.25",
-                                                                            "--max-seconds", str(budget - 20)]
+                                                                            "--max-seconds", str(max_seconds)]
         if backward:  # in bf16, so that split_q's backward (f16 first) and split_q_bwd128's (bf16 only) compare
             argv += ["--pass", "backward", "--dtype", "bf16"]
         if self.rehearse:
@@ -946,10 +948,17 @@ def rehearse(args, out):
     # A shape's step passes gpu-bench --max-seconds: what it leaves out must come back as rows that say so.
     flashlab = os.path.join(Visit(args, report).build, "bin", "flashlab")
     spent = subprocess.run([flashlab, "gpu-bench", "cuda_v3_hopper/ws", "--shapes", "rehearse", "--emulate",
-                            "--max-seconds", "0.001", "--json"], capture_output=True, text=True)
-    left_out = [row for row in json_line(spent.stdout)["rows"] if "--max-seconds" in row.get("skipped", "")]
-    if spent.returncode != 0 or not left_out or any(row.get("time_ms") is not None for row in left_out):
-        problems.append("gpu-bench --max-seconds: the shapes left out have no rows that say so")
+                            "--max-seconds", "0.001", "--json"], capture_output=True, text=True, timeout=120)
+    left_out = [row for row in json_line(spent.stdout)["rows"] if "--max-seconds" in row.get("skipped", "")] \
+        if spent.returncode == 0 else []
+    if not left_out or any(row.get("time_ms") is not None for row in left_out):
+        problems.append(f"gpu-bench --max-seconds (exit {spent.returncode}): the shapes left out have no rows "
+                        "that say so")
+    # --merge keeps a timed row against a later call's row without a time for the same implementation and shape.
+    timed = next(row for row in result["rows"] if row.get("time_ms") is not None)
+    later = dict(timed, time_ms=None, tflops=None, gbps=None, max_err_o=None, skipped="not measured")
+    if merge_rows([result, dict(result, rows=[later])]).count(timed) != 1:
+        problems.append("--merge: a later row without a time replaced a timed one")
     # bench/predictions.json names what this build has, in chapters that exist; its table gives each figure
     # its verdict, and never counts an emulated row.
     names = {entry["name"] for entry in listing}
@@ -1030,6 +1039,18 @@ def load_result(out):
 
 
 # ---- merging the results of several calls
+def merge_rows(results):
+    """The calls' rows in one list: a later call's row replaces an earlier one of the same implementation and
+    shape, but a row without a time (refused, or left out by --max-seconds) never replaces one with a time."""
+    rows = {}
+    for r in results:
+        for row in r["rows"]:
+            key = (row["impl"], row["dtype"]) + shape_key(row)
+            if row.get("time_ms") is not None or rows.get(key, {}).get("time_ms") is None:
+                rows[key] = row
+    return list(rows.values())
+
+
 def merge(out, paths):
     results = [json.load(open(p)) for p in paths]
     for path, result in zip(paths, results):
@@ -1051,11 +1072,7 @@ def merge(out, paths):
         values = [r.get(key) for r in results if r.get(key) is not None]
         if values:
             merged[key] = values[-1]
-    rows = {}
-    for r in results:  # a later call's row replaces an earlier one of the same implementation and shape
-        for row in r["rows"]:
-            rows[(row["impl"], row["dtype"]) + shape_key(row)] = row
-    merged["rows"] = list(rows.values())
+    merged["rows"] = merge_rows(results)
     merged["checks"] = [c for r in results for c in r["checks"]]
     os.makedirs(out, exist_ok=True)
     report = Report(out, tempfile.mkdtemp(prefix="flashlab-gpu-merge-"), merged["command"], merged["commit"],

@@ -405,27 +405,31 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
   const cuda::TimingPlan emulated_plan = timing_plan(true, seconds, max_repeats);
   const auto start = std::chrono::steady_clock::now();
   std::vector<BenchRow> rows;
+  // Once --max-seconds is spent, each measurement left gets a row that says so (and a line on stderr).
+  auto spent = [&](const std::string& name, const Problem& shape, const Implementation& impl) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <= max_seconds)
+      return false;
+    std::fprintf(stderr, "gpu-bench: --max-seconds %g spent, %s not measured on %s\n", max_seconds,
+                 name.c_str(), shape.describe().c_str());
+    BenchRow row{name, shape, pass == "backward"};
+    row.problem.dtype = dtype.value_or(impl.dtypes.front());
+    char reason[80];
+    std::snprintf(reason, sizeof reason, "not measured: the run's --max-seconds (%g) was spent", max_seconds);
+    row.skipped = reason;
+    rows.push_back(row);
+    if (!args.has("--json")) row_text(rows.back());
+    return true;
+  };
   for (const Problem& shape : shapes) {
     ShapeBench bench(shape, pass == "backward");
     for (const Implementation* impl : chosen) {
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > max_seconds) {
-        std::fprintf(stderr, "gpu-bench: --max-seconds %g spent, %s not measured on %s\n", max_seconds,
-                     impl->name.c_str(), shape.describe().c_str());
-        BenchRow row{impl->name, shape, pass == "backward"};
-        row.problem.dtype = dtype.value_or(impl->dtypes.front());
-        char reason[80];
-        std::snprintf(reason, sizeof reason, "not measured: the run's --max-seconds (%g) was spent",
-                      max_seconds);
-        row.skipped = reason;
-        rows.push_back(row);
-        if (!args.has("--json")) row_text(rows.back());
-        continue;
-      }
+      if (spent(impl->name, shape, *impl)) continue;
       progress(impl->name + " on " + shape.describe() + " ...");
       rows.push_back(bench.run(*impl, dtype, gpu_plan, emulated_plan));
       if (!args.has("--json")) row_text(rows.back());
       // A forward of a pre-pass and a main kernel: the kernel alone too, when the whole forward ran.
-      if (pass == "forward" && rows.back().skipped.empty() && device_build(*impl).forward_main) {
+      if (pass == "forward" && rows.back().skipped.empty() && device_build(*impl).forward_main &&
+          !spent(impl->name + " (main kernel)", shape, *impl)) {
         rows.push_back(bench.run(*impl, dtype, gpu_plan, emulated_plan, /*main_kernel=*/true));
         if (!args.has("--json")) row_text(rows.back());
       }
