@@ -221,8 +221,8 @@ TEST_CASE("an e4m3 problem's tensors are bf16: round_to(e4m3) rounds to bf16") {
   CHECK(round_to(DType::e4m3, 0.1f) == round_to_bf16(0.1f));
 }
 
-// Each expected value below follows from the model's three steps by hand (common/e4m3_block_sum.hpp), and
-// each case is one an fp32 sum gets otherwise. Exponents of products are the sums of the inputs' exponents.
+// Each expected value below follows from the model's three steps by hand (common/e4m3_block_sum.hpp); most
+// cases are ones an fp32 sum gets otherwise. Exponents of products are the sums of the inputs' exponents.
 float block_sum(std::vector<float> a, std::vector<float> b, float c = 0.0f) {
   return e4m3_block_sum(a.data(), b.data(), static_cast<int>(a.size()), c);
 }
@@ -249,8 +249,10 @@ TEST_CASE("e4m3 tensor-core sums: 13 bits kept below the largest term, the sum c
   CHECK(block_sum({1.875f, 0x1p-6f, 0x1p-6f}, {1.875f, 0x1p-7f, 0x1p-7f}) == 3.515625f + 0x1p-12f);
   // ... but one 2^-13 alone is below the sum's last bit at exponent 1, and is cut.
   CHECK(block_sum({1.875f, 0x1p-6f}, {1.875f, 0x1p-7f}) == 3.515625f);
-  // A subnormal input (2^-9, e4m3's smallest) takes exponent -6: its product with 1 is 2^-9, kept.
-  CHECK(block_sum({1.0f, 0x1p-9f}, {1.0f, 1.0f}) == 1.0f + 0x1p-9f);
+  // A subnormal input (2^-9, e4m3's smallest) takes exponent -6: 2^-9 x 256 = 0.5 aligns the block at
+  // exponent -6 + 8 = 2, whose window ends at 2^-11, so 2^-7 x 2^-7 = 2^-14 is cut (at the input's own
+  // exponent, -9, the window would reach 2^-14).
+  CHECK(block_sum({0x1p-9f, 0x1p-7f}, {256.0f, 0x1p-7f}) == 0.5f);
 
   // The accumulator C is a term like the products: aligned with them, and it keeps only 13 bits after its
   // own point.
