@@ -77,8 +77,10 @@ float sparse_score(const std::vector<Outlier>& q_outliers, const std::vector<Out
   return sum;
 }
 
-// FA3 Algorithm 1 for the rows [i0, i1) of one (batch, query head), one row at a time (each row's arithmetic
-// is the same as in a Br-row tile).
+// FA3 Algorithm 1 for the rows [i0, i1) of one (batch, query head), one row at a time: each row's arithmetic
+// is that of a Br-row tile over the key tiles the row sees. (A kernel's tile of rows also visits the tiles
+// its later rows see; for an earlier row they hold no visible key, and with the tensor cores' sums they still
+// cut its O to 14 bits, which this leaves out: docs/06-fp8.md, "The bound the kernel is tested against".)
 void attend_rows(const Problem& p, const Fp8Operands& ops, const Fp8Config& config, int64_t b, int64_t h,
                  int64_t i0, int64_t i1, AttentionOutputs& out) {
   const Visibility visibility(p);

@@ -19,9 +19,10 @@ namespace FLASHLAB_CUDA_TARGET {
 namespace {
 
 // What the pre-pass and the main kernel are given, in `tensors.workspace` (fp8_workspace). Setup::copy also
-// copies the Hadamard factors there, which a launch of the main kernel alone finds in place (Setup::done).
-// The per-batch lengths are narrowed into it either way (narrow_lengths also says where they lie; the
-// benchmark shapes have none).
+// copies the Hadamard factors there for the pre-pass; the main kernel never reads them, and Setup::done keeps
+// that host-to-device copy out of a launch of the main kernel alone, which a benchmark times. The per-batch
+// lengths are narrowed into the workspace either way (narrow_lengths also says where they lie), so with
+// padded lengths their copy is enqueued and timed with the main kernel; the benchmark shapes have none.
 enum class Setup { copy, done };
 Fp8DeviceParams fp8_params_on(const Problem& p, const DeviceTensors& tensors, const Fp8Config& config,
                               Setup setup) {

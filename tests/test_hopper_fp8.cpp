@@ -139,9 +139,11 @@ double e4m3_step(double x) {
 //                                        rounding)
 //         with V_jc the dequantized V (e4m3 value times its tile's descale) and P_j, l recomputed here in
 //         fp64 from the operands (the tiles' descales folded in as the emulation folds them). After a P that
-//         rounds the other way, a block of 32 keys may cut its sum one unit of 2^-13 of O differently: up to
-//         2^-8 of O over the 32 blocks these rows have at most, the second term's size, which it shares with
-//         the other differences (docs/06-fp8.md: a check here, no longer a proof).
+//         rounds the other way, a block of 32 keys may cut its sum one unit of 2^-13 of O differently, and
+//         the kernel's tiles past a row's last key (its 128-row block's, P = 0) rebase O and cut it again,
+//         which the emulation, a row at a time, skips: up to 2^-8 of O over the 32 blocks these rows have at
+//         most, the second term's size, which it shares with the other differences (docs/06-fp8.md: a check
+//         here, no longer a proof).
 //   LSE   m + log l: |delta| <= 2^-8 + 2^-16 |LSE| (l's relative delta, m's rounding); -inf exactly where the
 //         emulation has -inf.
 // Rows that see no key must give O = 0 and LSE = -inf in both.
