@@ -199,23 +199,17 @@ cuda::TimingPlan timing_plan(bool emulated, double seconds, int max_repeats) {
   return plan;
 }
 
+// impl's forward in the build that runs here; with `main_kernel`, the forward's main kernel alone
+// (DeviceBuild::forward_main), on workspaces the whole forward prepared.
 cuda::Timing time_forward(const Implementation& impl, const Problem& p, const AttentionInputs& inputs,
-                          const cuda::TimingPlan& plan, bool emulated, AttentionOutputs& out) {
-  if (emulated) return cuda::emulated::time_forward(p, inputs, impl.emulated_build, plan, out);
+                          const cuda::TimingPlan& plan, bool emulated, bool main_kernel,
+                          AttentionOutputs& out) {
+  if (emulated)
+    return main_kernel ? cuda::emulated::time_forward_main(p, inputs, impl.emulated_build, plan, out)
+                       : cuda::emulated::time_forward(p, inputs, impl.emulated_build, plan, out);
 #if FLASHLAB_LINKS_GPU_BUILDS
-  return cuda::gpu::time_forward(p, inputs, impl.gpu_build, plan, out);
-#else
-  fail("built without CUDA");
-#endif
-}
-
-// The main kernel of impl's forward alone (DeviceBuild::forward_main), on workspaces the whole forward
-// prepared.
-cuda::Timing time_forward_main(const Implementation& impl, const Problem& p, const AttentionInputs& inputs,
-                               const cuda::TimingPlan& plan, bool emulated, AttentionOutputs& out) {
-  if (emulated) return cuda::emulated::time_forward_main(p, inputs, impl.emulated_build, plan, out);
-#if FLASHLAB_LINKS_GPU_BUILDS
-  return cuda::gpu::time_forward_main(p, inputs, impl.gpu_build, plan, out);
+  return main_kernel ? cuda::gpu::time_forward_main(p, inputs, impl.gpu_build, plan, out)
+                     : cuda::gpu::time_forward(p, inputs, impl.gpu_build, plan, out);
 #else
   fail("built without CUDA");
 #endif
@@ -268,9 +262,7 @@ class ShapeBench {
     }
     AttentionOutputs out = AttentionOutputs::poisoned(row.problem);
     if (main_kernel) row.impl += " (main kernel)";
-    const cuda::Timing timing = main_kernel
-                                    ? time_forward_main(impl, row.problem, in, plan, row.emulated, out)
-                                    : time_forward(impl, row.problem, in, plan, row.emulated, out);
+    const cuda::Timing timing = time_forward(impl, row.problem, in, plan, row.emulated, main_kernel, out);
     row.time_ms = timing.median_ms;
     row.repeats = timing.repeats;
     row.max_err_o = sampled_error(row.problem, out);
