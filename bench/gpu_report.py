@@ -176,6 +176,19 @@ def load_predictions():
         return json.load(f)["predictions"]
 
 
+def source_exists(source):
+    """Whether a prediction's source, "docs/CHAPTER.md#anchor", names a heading of a chapter that exists (the
+    anchor as a Markdown renderer forms it from the heading: lower case, punctuation dropped, spaces as
+    hyphens)."""
+    path, _, anchor = source.partition("#")
+    path = os.path.join(ROOT, path)
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        headings = [line.lstrip("#").strip() for line in f if line.startswith("#")]
+    return anchor in [re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings]
+
+
 def measured_for(r, prediction):
     """The run's figure for one prediction, from its own rows on the predicted shape (None where the run has
     none: not reached, refused, or only emulated, whose time is the CPU's)."""
@@ -959,13 +972,14 @@ def rehearse(args, out):
     later = dict(timed, time_ms=None, tflops=None, gbps=None, max_err_o=None, skipped="not measured")
     if merge_rows([result, dict(result, rows=[later])]).count(timed) != 1:
         problems.append("--merge: a later row without a time replaced a timed one")
-    # bench/predictions.json names what this build has, in chapters that exist; its table gives each figure
-    # its verdict, and never counts an emulated row.
+    # bench/predictions.json names what this build has, in sections of chapters that exist; its table gives
+    # each figure its verdict, and never counts an emulated row.
     names = {entry["name"] for entry in listing}
     for p in load_predictions():
         if p["impl"].removesuffix(" (main kernel)") not in names or not p["low"] < p["high"] or (
-                not os.path.exists(os.path.join(ROOT, p["source"].split("#")[0]))) or (
-                p["metric"] not in ("tflops", "time_ms", "copy_share", "speedup")):
+                not source_exists(p["source"])) or (
+                p["metric"] not in ("tflops", "time_ms", "copy_share", "speedup")) or (
+                p["metric"] == "speedup" and p.get("over") not in names):
             problems.append(f"bench/predictions.json: {p['impl']}: unknown entry, range, metric or source")
     first = load_predictions()[0]
     row = dict(first["shape"], impl=first["impl"], dtype="bf16", time_ms=1.0, tflops=first["low"] * 0.9)
