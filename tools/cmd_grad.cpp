@@ -1,6 +1,7 @@
 // flashlab grad (one implementation's backward pass) and compare --backward (every backward side by side).
 // Same contract as run and compare: random seeded inputs unless files are given, exit 1 beyond tolerance, 2
 // for invalid or unsupported input with a one-line message naming the field.
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -22,7 +23,8 @@ namespace flashlab::cli {
 namespace {
 
 // A timed backward: the first run is the checked one and is measured for extra memory; the time is the median
-// of `repeats` further runs. The forward (O, LSE) is run once beforehand and is not timed.
+// of `repeats` further runs, or, for an implementation that runs in the CPU emulator, the checked run's own
+// (as measure() times a forward). The forward (O, LSE) is run once beforehand and is not timed.
 struct BackwardMeasurement {
   AttentionGradients gradients;
   double median_ms = 0;
@@ -35,8 +37,14 @@ BackwardMeasurement measure_backward(const Implementation& impl, const Problem& 
   m.gradients = AttentionGradients::poisoned(p);
   memory_meter::reset_peak();
   const int64_t before = memory_meter::in_use();
+  const auto start = std::chrono::steady_clock::now();
   impl.backward(p, in, fwd, d_out, m.gradients);  // the checked run, which also warms up
   if (memory_meter::active()) m.extra_bytes = memory_meter::peak() - before;
+  if (!emulation_reason(impl).empty()) {
+    // An emulated run is timed once: its time says how long the emulator took, nothing about a GPU.
+    m.median_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return m;
+  }
   m.median_ms = 1e3 * time_after_warm_up(repeats, 0, [&] {
                         AttentionGradients scratch = AttentionGradients::poisoned(p);
                         impl.backward(p, in, fwd, d_out, scratch);
@@ -123,7 +131,8 @@ int grad_command(const std::vector<std::string>& argv) {
     problem_json(json, p, setup.input_source);
     json.field("d_out", d_out_source).field("backward_gflop", backward_flops(p) / 1e9);
     // An emulated time is the CPU's, not a GPU's: labelled, and no rate is derived from it.
-    json.field("emulated", !emulation.empty()).field("time_ms", m.median_ms).field("repeat", repeats);
+    json.field("emulated", !emulation.empty()).field("time_ms", m.median_ms);
+    json.field("repeat", emulation.empty() ? repeats : 1);  // the runs the time is the median of
     if (emulation.empty())
       json.field("gflops", gflops);
     else
@@ -249,6 +258,7 @@ int compare_backward(const Args& args) {
               machine.cpu.c_str(), machine.threads, machine.fma_gflops_all, machine.copy_gbps);
   std::printf("%-26s %-5s %10s %10s %10s %5s %11s %9s %7s %11s  %s\n", "implementation", "dev", "err dQ",
               "err dK", "err dV", "ok", "time ms", "GFLOP/s", "% peak", "extra MiB", "dtype");
+  bool any_emulated = false;
   for (const Row& row : rows) {
     if (!row.verdict) {
       std::printf("%-26s %-5s   skipped: %s\n", row.impl->name.c_str(),
@@ -258,16 +268,22 @@ int compare_backward(const Args& args) {
     char extra[32] = "n/a";
     if (row.m.extra_bytes >= 0) std::snprintf(extra, sizeof extra, "%.1f", row.m.extra_bytes / 1048576.0);
     const GradientDeviation& dev = row.verdict->deviation;
-    // Emulated rows show "emu" as their device and no rate: their time is the CPU emulator's, not a GPU's.
+    // Emulated rows show "emu" as their device, their time marked with a `*` and no rate: their time is the
+    // CPU emulator's, not a GPU's (the legend below says so).
     const bool emulated = !emulation_reason(*row.impl).empty();
-    char rate[16] = "-", peak[16] = "-";
+    any_emulated |= emulated;
+    char time[24], rate[16] = "-", peak[16] = "-";
+    if (emulated)
+      std::snprintf(time, sizeof time, "%10.1f*", row.m.median_ms);
+    else
+      std::snprintf(time, sizeof time, "%11.3f", row.m.median_ms);
     if (!emulated) std::snprintf(rate, sizeof rate, "%.1f", row.rate);
     if (row.impl->device == Device::cpu)
       std::snprintf(peak, sizeof peak, "%.1f%%", 100.0 * row.rate / machine.fma_gflops_all);
-    std::printf("%-26s %-5s %10.2e %10.2e %10.2e %5s %11.3f %9s %7s %11s  %s\n", row.impl->name.c_str(),
+    std::printf("%-26s %-5s %10.2e %10.2e %10.2e %5s %s %9s %7s %11s  %s\n", row.impl->name.c_str(),
                 emulated ? "emu" : std::string(to_string(row.impl->device)).c_str(), dev.max_err_dq,
-                dev.max_err_dk, dev.max_err_dv, row.verdict->passed() ? "yes" : "NO", row.m.median_ms, rate,
-                peak, extra, std::string(to_string(row.problem.dtype)).c_str());
+                dev.max_err_dk, dev.max_err_dv, row.verdict->passed() ? "yes" : "NO", time, rate, peak, extra,
+                std::string(to_string(row.problem.dtype)).c_str());
   }
   std::printf(
       "\nerrors: max |grad - ref64| / max(1, |ref64|); ok: within 2x the same-precision naive backward's "
@@ -276,6 +292,7 @@ int compare_backward(const Args& args) {
       "extra: "
       "peak heap above inputs, forward outputs and gradients.\n",
       static_cast<long long>(repeats));
+  if (any_emulated) print_emulated_legend();
   return all_passed ? 0 : 1;
 }
 

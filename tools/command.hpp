@@ -44,6 +44,10 @@ Measurement measure(const Implementation& impl, const Problem& p, const Attentio
 // the same f32 inputs, each held to the tolerance of the dtype it ran in).
 Problem in_own_dtype(const Implementation& impl, const Problem& p, bool dtype_given);
 
+// The legend under a table with emulated rows: their time is the CPU emulator's, marked with a `*` in the
+// time column, and never a GPU time (compare, and compare --backward).
+void print_emulated_legend();
+
 // Writes a progress line to stderr when it is a terminal (erased by the next one; "" clears it).
 void progress(const std::string& text);
 

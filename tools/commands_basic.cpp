@@ -18,6 +18,14 @@
 
 namespace flashlab::cli {
 
+void print_emulated_legend() {
+  std::printf(
+      "emu: a GPU stage run in the CPU emulator of the CUDA execution model (no GPU here, or --emulate): its "
+      "errors are the kernel's own,\n"
+      "     * its time is the emulator's on this CPU (one run): not a GPU time, and not comparable with any "
+      "speed above.\n");
+}
+
 namespace {
 
 // ---- list
@@ -275,12 +283,7 @@ void print_legend(int64_t repeats, double budget_seconds, bool any_emulated) {
   else
     std::printf("time: median of %lld runs after a warm-up; extra: peak heap above inputs and outputs.\n",
                 static_cast<long long>(repeats));
-  if (any_emulated)
-    std::printf(
-        "emu: a GPU stage run in the CPU emulator of the CUDA execution model (no GPU here, or --emulate): "
-        "its errors are the kernel's own,\n     * its time is the emulator's on this CPU (one run): not a "
-        "GPU "
-        "time, and not comparable with any speed above.\n");
+  if (any_emulated) print_emulated_legend();
 }
 
 // compare with no implementation and no problem flag: every stage of the ladder, each on the problem it is
