@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iostream>
 #include <new>
+#include <string>
 
 #include "common/error.hpp"
 #include "tools/command.hpp"
@@ -16,7 +17,8 @@ namespace flashlab::cli {
 namespace {
 
 constexpr const char* kProblemFlags = R"(
-problem flags (defaults: batch 1, 8 heads, 1024 x 1024, head_dim 64, f32, random normal inputs, seed 0):
+problem flags (defaults: batch 1, 8 heads, seqlen_q 1024, seqlen_k = seqlen_q, head_dim 64, f32, random normal
+inputs, seed 0):
   --batch N --heads N --kv-heads N --seqlen-q N --seqlen-k N --head-dim N --scale X --causal
   --window-left N --window-right N --seqlens-q a,b,.. --seqlens-k a,b,.. --mask F.npy (bool [SQ,SK])
   --page-size P --dtype f32|f16|bf16|e4m3 --seed N --distribution normal|large|outliers
@@ -37,10 +39,29 @@ problem flags (defaults: batch 1, 8 heads, 1024 x 1024, head_dim 64, f32, random
 exit codes: 0 success, 1 result outside tolerance, 2 invalid or unsupported input
 )";
 
+// The commands of the driver script, ./flashlab (it builds first where a command needs the build, then runs
+// the tool for every other command).
+constexpr const char* kDriverCommands = R"(
+the driver script's own commands (./flashlab, from the repository root):
+  flashlab test [--sanitize]     build, then run every test (ctest)
+  flashlab exercise list|start|hint|check|solution|grade|handout ...   course exercises (docs/exercises.md)
+  flashlab kit DIR               gather what an offline GPU machine lacks for the build (bench/README.md)
+  flashlab setup                 install the build's dependencies (apt-get; pinned PyPI packages under build/)
+)";
+
+bool is_driver_command(const std::string& name) {
+  return name == "test" || name == "exercise" || name == "kit" || name == "setup";
+}
+
 void usage() {
   std::cout << "flashlab: FlashAttention from safe softmax to Hopper, every stage side by side\n\nusage:\n";
-  for (const Command& command : commands()) std::cout << "  " << command.usage << "\n";
-  std::cout << "  flashlab test [--sanitize]   (driver script: build and run every test)\n" << kProblemFlags;
+  for (const Command& command : commands()) {
+    std::string usage = command.usage;  // continuation lines indented with the first
+    for (size_t at = usage.find('\n'); at != std::string::npos; at = usage.find('\n', at + 3))
+      usage.insert(at + 1, "  ");
+    std::cout << "  " << usage << "\n";
+  }
+  std::cout << kDriverCommands << kProblemFlags;
 }
 
 int dispatch(const std::vector<std::string>& argv) {
@@ -50,6 +71,9 @@ int dispatch(const std::vector<std::string>& argv) {
   }
   for (const Command& command : commands())
     if (command.name == argv[0]) return command.run({argv.begin() + 1, argv.end()});
+  if (is_driver_command(argv[0]))
+    fail("'", argv[0], "' is a command of the driver script: run ./flashlab ", argv[0],
+         " from the repository root (see flashlab help)");
   fail("unknown command '", argv[0], "' (see flashlab help)");
 }
 
