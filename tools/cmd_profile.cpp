@@ -163,9 +163,9 @@ int profile_command(const std::vector<std::string>& argv) {
               : backward    ? "the backward's minimum: inputs read once, gradients written once"
                             : "no model declared: inputs read once, outputs written once",
               model.bytes > 0 ? bytes / model.bytes : 0.0);
-  std::printf("\n  %-20s %14s %14s %14s  %s\n", "memory instructions", "per warp", "sectors or", "ideal",
+  std::printf("\n  %-20s %14s %14s %14s  %s\n", "memory instructions", "warp instr.", "sectors or", "ideal",
               "excess");
-  std::printf("  %-20s %14s %14s %14s\n", "", "", "wavefronts", "");
+  std::printf("  %-20s %14s %14s %14s\n", "", "(all warps)", "wavefronts", "");
   for (int kind = 0; kind < emulator::kAccessKinds; ++kind) {
     const auto access = static_cast<emulator::Access>(kind);
     const emulator::AccessCounts& c = counted[access];
@@ -178,7 +178,7 @@ int profile_command(const std::vector<std::string>& argv) {
                 static_cast<unsigned long long>(c.instructions), static_cast<unsigned long long>(c.units),
                 static_cast<unsigned long long>(c.ideal), excess);
   }
-  std::printf("  %-20s %14llu per warp; mbarrier waits %llu per thread\n\n", "barriers",
+  std::printf("  %-20s %14llu warp arrivals (all warps); mbarrier waits %llu (thread waits)\n\n", "barriers",
               static_cast<unsigned long long>(counted.barriers),
               static_cast<unsigned long long>(counted.mbarrier_waits));
   std::printf("  tensor-core instr.     mma.sync %llu, wgmma %llu: %.4f GFLOP on tensor cores\n",
@@ -194,7 +194,10 @@ int profile_command(const std::vector<std::string>& argv) {
       "access; sectors: the 32-byte segments a warp's access touches, against the fewest its bytes fit in;\n"
       "wavefronts: shared-memory passes of 32 banks x 4 bytes, against one per phase "
       "(emulator/counters.hpp).\n"
-      "Tensor-core FLOPs include what padding and masked tiles compute.\n");
+      "Tensor-core FLOPs include what padding and masked tiles compute. Launches and blocks count every\n"
+      "kernel of the pass, the NaN/Inf exact pass after a forward included (common/cuda/exact_rows.hpp;\n"
+      "after a full kernel it exits at once where no row met a special value, after a core it reads O).\n"
+      "Instructions and barriers are summed over all warps of all launches.\n");
   return pass.passed ? 0 : 1;
 }
 
