@@ -519,7 +519,7 @@ void tiled_forward(const Problem& p, const AttentionInputs& in, AttentionOutputs
 const Registration backward{{
     .name = "cpu_tiled/backward",
     .summary = "FlashAttention-2 backward: K/V tiles outer in parallel, P recomputed from LSE, dQ partials",
-    .constraints = "any shape, every mask, softcap, ALiBi, dropout, packed varlen; O(N d) memory",
+    .constraints = "any shape, every mask, softcap, ALiBi, bias, dropout, packed varlen; O(N d) memory",
     .score_mods = true,
     .dropout = true,
     .packed = true,
@@ -532,7 +532,7 @@ const Registration backward_dq_pass{{
     .name = "cpu_tiled/backward_dq_pass",
     .summary =
         "the same with a separate Q-tile-outer dQ pass: no partial buffers, 7 tile products instead of 5",
-    .constraints = "any shape, every mask, softcap, ALiBi, dropout, packed varlen; O(N d) memory",
+    .constraints = "any shape, every mask, softcap, ALiBi, bias, dropout, packed varlen; O(N d) memory",
     .score_mods = true,
     .dropout = true,
     .packed = true,

@@ -159,7 +159,7 @@ const Registration registration{{
     .name = "cpu_tiled/forward",
     .summary = "FlashAttention-2 loop order on the CPU: Q tiles outer, SIMD tile products, OpenMP",
     .constraints =
-        std::string("any shape, every mask, softcap, ALiBi, dropout, packed varlen; O(N d) memory; ") +
+        std::string("any shape, every mask, softcap, ALiBi, bias, dropout, packed varlen; O(N d) memory; ") +
         Vec::name + " micro-kernel",
     .score_mods = true,
     .dropout = true,

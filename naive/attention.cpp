@@ -216,7 +216,7 @@ const Registration online_softmax{{
 const Registration one_pass{{
     .name = "naive/one_pass",
     .summary = "no S: one pass over the keys per row with running max, sum and output",
-    .constraints = "any shape, every mask, softcap, ALiBi, packed varlen; O(head_dim) state per row",
+    .constraints = "any shape, every mask, softcap, ALiBi, bias, packed varlen; O(head_dim) state per row",
     .score_mods = true,
     .packed = true,
     .forward = one_pass_attention,
@@ -228,8 +228,9 @@ const Registration one_pass{{
 const Registration standard_gemm{{
     .name = "naive/standard_gemm",
     .summary = "Eigen GEMMs for QK^T and PV around a row softmax: the practitioner's baseline",
-    .constraints = "any shape, every mask, softcap, ALiBi, dropout, packed varlen; O(seqlen_q x seqlen_k) "
-                   "memory per head",
+    .constraints =
+        "any shape, every mask, softcap, ALiBi, bias, dropout, packed varlen; O(seqlen_q x seqlen_k) "
+        "memory per head",
     .score_mods = true,
     .dropout = true,
     .packed = true,

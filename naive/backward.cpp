@@ -126,9 +126,10 @@ void materialized_backward(const Problem& p, const AttentionInputs& in,
 const Registration backward{{
     .name = "naive/backward",
     .summary = "materialized backward: P recomputed in full, dV = P^T dO, dS = P * (dP - D), dQ, dK",
-    .constraints = "any shape, every mask, softcap, ALiBi; forward naive/one_pass; backward O(seqlen_q x "
-                   "seqlen_k) per kv "
-                   "head",
+    .constraints =
+        "any shape, every mask, softcap, ALiBi, bias; forward naive/one_pass; backward O(seqlen_q x "
+        "seqlen_k) per kv "
+        "head",
     .score_mods = true,
     .forward = one_pass_attention,
     .supports_backward = [](const Problem& p) { return fits_in_memory(p, 2); },

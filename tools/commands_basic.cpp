@@ -1,4 +1,5 @@
 // flashlab list, run and compare (docs/conventions.md §9: these names and flags are a contract).
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -57,18 +58,24 @@ int list_command(const std::vector<std::string>& argv) {
     std::cout << json.str();
     return 0;
   }
-  std::printf("%-29s %-6s %-14s %-11s %s\n", "implementation", "device", "dtypes", "available",
+  int name_width = 29;  // the name column fits the longest name
+  for (const Implementation& impl : implementations())
+    name_width = std::max(name_width, static_cast<int>(impl.name.size()));
+  const int indent = name_width + 34;  // where the idea column starts
+  std::printf("%-*s %-6s %-14s %-11s %s\n", name_width, "implementation", "device", "dtypes", "available",
               "idea / constraints");
   for (const Implementation& impl : implementations()) {
     const std::string reason = unavailable_reason(impl), emulation = emulation_reason(impl);
     const char* available = !reason.empty() ? "no" : !emulation.empty() ? "emulated" : "yes";
-    std::printf("%-29s %-6s %-14s %-11s %s\n", impl.name.c_str(), std::string(to_string(impl.device)).c_str(),
-                dtypes(impl).c_str(), available, impl.summary.c_str());
-    std::printf("%-63s %s\n", "", impl.constraints.c_str());
+    std::printf("%-*s %-6s %-14s %-11s %s\n", name_width, impl.name.c_str(),
+                std::string(to_string(impl.device)).c_str(), dtypes(impl).c_str(), available,
+                impl.summary.c_str());
+    std::printf("%-*s %s\n", indent, "", impl.constraints.c_str());
     if (!reason.empty())
-      std::printf("%-63s unavailable: %s\n", "", reason.c_str());
+      std::printf("%-*s unavailable: %s\n", indent, "", reason.c_str());
     else if (!emulation.empty())
-      std::printf("%-63s runs in the CPU emulator of the CUDA execution model: %s\n", "", emulation.c_str());
+      std::printf("%-*s runs in the CPU emulator of the CUDA execution model: %s\n", indent, "",
+                  emulation.c_str());
   }
   return 0;
 }
