@@ -31,6 +31,14 @@ out=$("$tool" compare cpu_tiled/forward cuda_v2/split_q --softcap 30 --dtype f32
   fail "compare --dtype f32 failed: $out"
 grep -qE "^cuda_v2/split_q +(emu|cuda) +skipped: dtype f32 is not offered" <<<"$out" ||
   fail "--dtype f32 did not keep f32: $out"
+# Named stages none of which can take the problem: invalid input (exit 2), each one's reason named, not a
+# table of skipped rows that exits 0; forward and backward alike.
+for pass in "" --backward; do
+  out=$("$tool" compare cpu_tiled/forward cpu_tiled/backward $pass --dtype bf16 --seqlen-q 64 --repeat 1 2>&1)
+  rc=$?
+  [[ $rc == 2 ]] && grep -qF "dtype bf16 is not offered" <<<"$out" ||
+    fail "compare $pass of stages that all refuse bf16 exited $rc: $out"
+done
 # A mask is bool: a float one is refused by name (PyTorch's float masks are additive, 0 keeps and -inf hides, the
 # opposite of reading nonzero as visible), and a bool bias likewise.
 tmp=$(mktemp -d)

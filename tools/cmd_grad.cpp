@@ -1,6 +1,7 @@
 // flashlab grad (one implementation's backward pass) and compare --backward (every backward side by side).
 // Same contract as run and compare: random seeded inputs unless files are given, exit 1 beyond tolerance, 2
 // for invalid or unsupported input with a one-line message naming the field.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -218,6 +219,13 @@ int compare_backward(const Args& args) {
     rows.push_back(std::move(row));
   }
   progress("");
+  // Stages the user named, none of which can take the problem: unsupported input, not an empty table.
+  if (!args.positional().empty() &&
+      std::all_of(rows.begin(), rows.end(), [](const Row& row) { return !row.reason.empty(); })) {
+    std::string reasons;
+    for (const Row& row : rows) reasons += (reasons.empty() ? "" : "; ") + row.impl->name + ": " + row.reason;
+    fail("no named implementation can run this problem backward (", reasons, ")");
+  }
 
   if (args.has("--json")) {
     Json json;

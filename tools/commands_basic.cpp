@@ -348,6 +348,14 @@ int compare_command(const std::vector<std::string>& argv) {
   const bool emulation_asked = !args.positional().empty() || args.has("--emulate");
   const std::vector<CompareRow> rows =
       compare_on(chosen, setup, repeats, emulation_asked, args.has("--dtype"));
+  // Stages the user named, none of which can take the problem: unsupported input, not an empty table.
+  if (!args.positional().empty() &&
+      std::all_of(rows.begin(), rows.end(), [](const CompareRow& row) { return !row.reason.empty(); })) {
+    std::string reasons;
+    for (const CompareRow& row : rows)
+      reasons += (reasons.empty() ? "" : "; ") + row.impl->name + ": " + row.reason;
+    fail("no named implementation can run this problem (", reasons, ")");
+  }
 
   if (args.has("--json")) {
     Json json;
