@@ -193,10 +193,15 @@ def docs_section(reference):
 LINK = re.compile(r"\]\(([^)#:\s]+)(#[^)]*)?\)")
 
 
-def relink(markdown, source_dir, target_dir):
-    """Markdown whose relative links were written from source_dir, rewritten to work from target_dir."""
+def relink(markdown, source_dir, target_dir, copied=()):
+    """Markdown whose relative links were written from source_dir, rewritten to work from target_dir. A link to
+    one of `copied` (paths from the repository's root that target_dir holds a copy of, at the same path: a
+    workspace's stage sources) goes to that copy, the student's own file, not the tree's."""
     def fix(match):
-        target = os.path.relpath(os.path.normpath(os.path.join(source_dir, match.group(1))), target_dir)
+        linked = os.path.normpath(os.path.join(source_dir, match.group(1)))
+        if os.path.relpath(linked, ROOT) in copied:
+            linked = os.path.join(target_dir, os.path.relpath(linked, ROOT))
+        target = os.path.relpath(linked, target_dir)
         return f"]({target}{match.group(2) or ''})"
     return LINK.sub(fix, markdown)
 
@@ -335,7 +340,7 @@ def write_workspace(entry, folder, keep_solution, fill=None, quick=False, dir_fl
         section = docs_section(entry.get("docs", ""))
         if section:
             chapter = entry["docs"].partition("#")[0]
-            section = relink(section, os.path.join(ROOT, os.path.dirname(chapter)), folder)
+            section = relink(section, os.path.join(ROOT, os.path.dirname(chapter)), folder, stage_sources(stage))
             out.write(f"\n## Background (from {chapter})\n\n{section}\n")
     return target
 
@@ -1167,6 +1172,19 @@ def only_comments_dropped(original, copy):
     return n == len(copy)
 
 
+def task_link_problems(folder, stage):
+    """What is wrong with a workspace's TASK.md links: one that leads nowhere, or one to the tree's copy of a
+    file the workspace holds its own copy of (in the instructor's tree, that copy is the solution)."""
+    problems = []
+    for link, _ in LINK.findall(open(os.path.join(folder, "TASK.md")).read()):
+        target = os.path.normpath(os.path.join(folder, link))
+        if not os.path.exists(target):
+            problems.append(f"{link} leads nowhere")
+        elif os.path.relpath(target, ROOT) in stage_sources(stage):
+            problems.append(f"{link} is the tree's {os.path.relpath(target, ROOT)}, not the workspace's copy")
+    return problems
+
+
 def command_selftest(args):
     """For every exercise: the skeleton builds and fails the check; the solution pasted back passes; each known
     mistake (tools/exercise_mistakes.json) fails with the message that names it."""
@@ -1188,6 +1206,8 @@ def command_selftest(args):
         for exercise_id, entry in sorted(exercises.items()):
             folder = os.path.join(scratch, "skeleton", exercise_id)
             plans.append((exercise_id, "skeleton", folder, write_workspace(entry, folder, False, quick=True)))
+            for problem in task_link_problems(folder, entry["stage"]):
+                raise Failure(f"{exercise_id}: TASK.md: {problem}")
         # The solutions: a stage's copy with every region's solution is the same program for each of its
         # exercises (the CPU ones and those with kernels apart), so it is built once and graded once per exercise,
         # as that exercise's check grades it.
