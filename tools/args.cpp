@@ -270,8 +270,13 @@ ProblemSetup problem_from_args(const Args& args, bool with_inputs) {
 }
 
 const Implementation& implementation_from_args(const Args& args, const char* command) {
-  if (args.positional().size() != 1)
-    fail(command, " needs exactly one implementation name (see flashlab list)");
+  if (args.positional().empty()) fail(command, " needs an implementation name (see flashlab list)");
+  if (args.positional().size() > 1) {
+    std::string names;
+    for (const std::string& name : args.positional()) names += (names.empty() ? "'" : ", '") + name + "'";
+    fail(command, " takes one implementation name, got ", names,
+         " (a switch such as --causal takes no value; see flashlab list)");
+  }
   return *implementations_from_args(args).front();
 }
 
