@@ -1,8 +1,6 @@
 // flashlab grad (one implementation's backward pass) and compare --backward (every backward side by side).
 // Same contract as run and compare: random seeded inputs unless files are given, exit 1 beyond tolerance, 2
 // for invalid or unsupported input with a one-line message naming the field.
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -38,18 +36,18 @@ BackwardMeasurement measure_backward(const Implementation& impl, const Problem& 
   m.gradients = AttentionGradients::poisoned(p);
   memory_meter::reset_peak();
   const int64_t before = memory_meter::in_use();
-  const auto start = std::chrono::steady_clock::now();
-  impl.backward(p, in, fwd, d_out, m.gradients);  // the checked run, which also warms up
-  if (memory_meter::active()) m.extra_bytes = memory_meter::peak() - before;
-  if (!emulation_reason(impl).empty()) {
-    // An emulated run is timed once: its time says how long the emulator took, nothing about a GPU.
-    m.median_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    return m;
-  }
-  m.median_ms = 1e3 * time_after_warm_up(repeats, 0, [&] {
-                        AttentionGradients scratch = AttentionGradients::poisoned(p);
-                        impl.backward(p, in, fwd, d_out, scratch);
-                      }).median_seconds;
+  m.median_ms =
+      1e3 * time_pass(
+                impl, repeats, 0,
+                [&] {
+                  impl.backward(p, in, fwd, d_out, m.gradients);  // the checked run, also the warm-up
+                  if (memory_meter::active()) m.extra_bytes = memory_meter::peak() - before;
+                },
+                [&] {
+                  AttentionGradients scratch = AttentionGradients::poisoned(p);
+                  impl.backward(p, in, fwd, d_out, scratch);
+                })
+                .median_seconds;
   return m;
 }
 
@@ -219,13 +217,7 @@ int compare_backward(const Args& args) {
     rows.push_back(std::move(row));
   }
   progress("");
-  // Stages the user named, none of which can take the problem: unsupported input, not an empty table.
-  if (!args.positional().empty() &&
-      std::all_of(rows.begin(), rows.end(), [](const Row& row) { return !row.reason.empty(); })) {
-    std::string reasons;
-    for (const Row& row : rows) reasons += (reasons.empty() ? "" : "; ") + row.impl->name + ": " + row.reason;
-    fail("no named implementation can run this problem backward (", reasons, ")");
-  }
+  require_one_can_run(!args.positional().empty(), rows, "this problem backward");
 
   if (args.has("--json")) {
     Json json;

@@ -45,19 +45,16 @@ Measurement measure(const Implementation& impl, const Problem& p, const Attentio
   m.outputs = AttentionOutputs::poisoned(p);
   memory_meter::reset_peak();
   const int64_t before = memory_meter::in_use();
-  const auto start = std::chrono::steady_clock::now();
-  impl.forward(p, in, m.outputs);  // the checked run, which also warms up
-  if (memory_meter::active()) m.extra_bytes = memory_meter::peak() - before;
-  if (!emulation_reason(impl).empty()) {
-    // An emulated run is timed once: its time says how long the emulator took, nothing about a GPU.
-    m.median_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    m.runs = 1;
-    return m;
-  }
-  const Timing timing = time_after_warm_up(repeats, budget_seconds, [&] {
-    AttentionOutputs scratch = AttentionOutputs::poisoned(p);
-    impl.forward(p, in, scratch);
-  });
+  const Timing timing = time_pass(
+      impl, repeats, budget_seconds,
+      [&] {
+        impl.forward(p, in, m.outputs);  // the checked run, which also warms up
+        if (memory_meter::active()) m.extra_bytes = memory_meter::peak() - before;
+      },
+      [&] {
+        AttentionOutputs scratch = AttentionOutputs::poisoned(p);
+        impl.forward(p, in, scratch);
+      });
   m.median_ms = 1e3 * timing.median_seconds;
   m.runs = timing.runs;
   return m;

@@ -2,14 +2,18 @@
 // one needs no change to main(): `flashlab help` lists them all.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "common/machine.hpp"
 #include "common/problem.hpp"
 #include "common/registry.hpp"
 #include "common/tensor.hpp"
+#include "common/timing.hpp"
 
 namespace flashlab::cli {
 
@@ -43,6 +47,31 @@ Measurement measure(const Implementation& impl, const Problem& p, const Attentio
 // offer p's, `p` in the implementation's own first dtype (the 16-bit GPU stages next to the f32 CPU stages on
 // the same f32 inputs, each held to the tolerance of the dtype it ran in).
 Problem in_own_dtype(const Implementation& impl, const Problem& p, bool dtype_given);
+
+// The time of one implementation's pass. `checked` is its checked run, which is also the warm-up; for an
+// implementation that runs in the CPU emulator that run alone is timed (its time says how long the emulator
+// took, nothing about a GPU), else the median of up to `repeats` runs of `again` after it
+// (common/timing.hpp).
+template <typename Checked, typename Again>
+Timing time_pass(const Implementation& impl, int repeats, double budget_seconds, Checked&& checked,
+                 Again&& again) {
+  const auto start = std::chrono::steady_clock::now();
+  checked();
+  if (!emulation_reason(impl).empty())
+    return {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1};
+  return time_after_warm_up(repeats, budget_seconds, again);
+}
+
+// Where the user named the implementations (`named`) and every one refused the problem (each row's `reason`
+// is why; "" when it ran): invalid input, exit 2, with each one's reason, not a table of skipped rows.
+template <typename Row>
+void require_one_can_run(bool named, const std::vector<Row>& rows, const char* what) {
+  if (!named || std::any_of(rows.begin(), rows.end(), [](const Row& row) { return row.reason.empty(); }))
+    return;
+  std::string reasons;
+  for (const Row& row : rows) reasons += (reasons.empty() ? "" : "; ") + row.impl->name + ": " + row.reason;
+  fail("no named implementation can run ", what, " (", reasons, ")");
+}
 
 // The legend under a table with emulated rows: their time is the CPU emulator's, marked with a `*` in the
 // time column, and never a GPU time (compare, and compare --backward).

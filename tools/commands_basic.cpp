@@ -348,14 +348,7 @@ int compare_command(const std::vector<std::string>& argv) {
   const bool emulation_asked = !args.positional().empty() || args.has("--emulate");
   const std::vector<CompareRow> rows =
       compare_on(chosen, setup, repeats, emulation_asked, args.has("--dtype"));
-  // Stages the user named, none of which can take the problem: unsupported input, not an empty table.
-  if (!args.positional().empty() &&
-      std::all_of(rows.begin(), rows.end(), [](const CompareRow& row) { return !row.reason.empty(); })) {
-    std::string reasons;
-    for (const CompareRow& row : rows)
-      reasons += (reasons.empty() ? "" : "; ") + row.impl->name + ": " + row.reason;
-    fail("no named implementation can run this problem (", reasons, ")");
-  }
+  require_one_can_run(!args.positional().empty(), rows, "this problem");
 
   if (args.has("--json")) {
     Json json;
