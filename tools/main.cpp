@@ -42,7 +42,7 @@ exit codes: 0 success, 1 result outside tolerance, 2 invalid or unsupported inpu
 // The commands of the driver script, ./flashlab (it builds first where a command needs the build, then runs
 // the tool for every other command).
 constexpr const char* kDriverCommands = R"(
-the driver script's own commands (./flashlab, from the repository root):
+the driver script's own commands (the script flashlab at the repository's root, e.g. ./flashlab test):
   flashlab test [--sanitize]     build, then run every test (ctest)
   flashlab exercise list|start|hint|check|solution|grade|handout ...   course exercises (docs/exercises.md)
   flashlab kit DIR               gather what an offline GPU machine lacks for the build (bench/README.md)
@@ -72,8 +72,9 @@ int dispatch(const std::vector<std::string>& argv) {
   for (const Command& command : commands())
     if (command.name == argv[0]) return command.run({argv.begin() + 1, argv.end()});
   if (is_driver_command(argv[0]))
-    fail("'", argv[0], "' is a command of the driver script: run ./flashlab ", argv[0],
-         " from the repository root (see flashlab help)");
+    fail("'", argv[0],
+         "' is a command of the driver script, the script flashlab at the repository's root: run "
+         "it through that script (see flashlab help)");
   fail("unknown command '", argv[0], "' (see flashlab help)");
 }
 
