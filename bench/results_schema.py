@@ -44,6 +44,7 @@ ROW = {
     "pass": (str, False),       # "forward" (when absent) or "backward"
     "emulated": (bool, False),  # true only for rehearsal rows
     "skipped": (str, False),    # why it did not run; its figures are null
+    "failed": (str, False),     # the error it stopped with as it ran; its figures are null
     "repeat": (int, False),
     "page_size": (int, False),
 }
@@ -90,10 +91,13 @@ def problems_of(result):
         if row.get("emulated") is False:
             problems.append(f"{where}: 'emulated' is present only when true")
         measured = row.get("time_ms") is not None
-        if "skipped" in row and measured:
-            problems.append(f"{where}: skipped, yet it has a time")
-        if "skipped" not in row and not measured:
-            problems.append(f"{where}: no time and no reason it was skipped")
+        for why in ("skipped", "failed"):
+            if why in row and measured:
+                problems.append(f"{where}: {why}, yet it has a time")
+        if "skipped" in row and "failed" in row:
+            problems.append(f"{where}: both skipped and failed")
+        if "skipped" not in row and "failed" not in row and not measured:
+            problems.append(f"{where}: no time, and no reason it was skipped or failed")
         if row.get("emulated") and (row.get("tflops") is not None or row.get("gbps") is not None):
             problems.append(f"{where}: an emulated row carries a rate")
         if row.get("emulated") and not result.get("rehearsal"):

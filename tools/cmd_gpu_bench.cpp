@@ -3,13 +3,14 @@
 // results schema (docs/conventions.md "Results").
 //
 //   flashlab gpu-bench [IMPL...] [--shapes SET | problem flags] [--pass forward|backward] [--seconds S]
-//                      [--repeat N] [--max-seconds S] [--emulate] [--json]
+//                      [--repeat N] [--max-seconds S] [--emulate] [--json | --json-lines]
 //   flashlab gpu-bench --list-shapes [--shapes SET]      the shapes as JSON, with their FLOP and byte counts
 //   flashlab gpu-bench --ceilings [--json]               the GPU's copy bandwidth and bf16 GEMM rate
 //
 // Shapes are the outer loop: a shape's inputs and its sampled fp64 reference are made once, then every named
 // implementation (in the order named; else the registry's) runs on them. An implementation that refuses a
-// shape gets a row that says why ("skipped"). One whose forward is a pre-pass and a main kernel
+// shape gets a row that says why ("skipped"); one that fails as it runs, a row with its error ("failed"), and
+// the exit code is then 1. One whose forward is a pre-pass and a main kernel
 // (cuda_v3_hopper/fp8) gets a second row, "IMPL (main kernel)": the kernel alone, as FA3 reports its FP8
 // kernel, on the pre-pass's output; its O is checked like the whole forward's. Shape sets: "sweep"
 // (FlashAttention's benchmark: batch * seqlen = 16k tokens, 2048 hidden, seqlen 1k..16k, head_dim 64 and 128,
@@ -22,6 +23,10 @@
 //
 // --emulate runs the emulator's build of the same launchers on the same device-pointer path (the GPU report's
 // rehearsal): its rows are marked "emulated" and carry no rate, since their time is the CPU's.
+//
+// --json prints one object at the end; --json-lines prints each row as it is made, one object a line, each
+// measurement announced first ({"measuring": IMPL, "dtype": ...}), so that a caller that stops a run at its
+// deadline keeps the rows made and knows which measurement did not finish (bench/gpu_report.py).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -142,6 +147,7 @@ struct BenchRow {
   bool backward = false;
   bool emulated = false;
   std::string skipped;  // why it did not run ("" when it did)
+  std::string failed;   // the error it stopped with, a kernel's fault on the GPU ("" when it ran)
   double time_ms = 0, max_err_o = NAN;
   int repeats = 0;
 };
@@ -150,9 +156,10 @@ void row_json(Json& json, const BenchRow& row) {
   json.begin_object().field("impl", row.impl).field("dtype", to_string(row.problem.dtype));
   json.field("pass", row.backward ? "backward" : "forward");
   shape_json(json, row.problem);
-  if (!row.skipped.empty()) {
+  if (!row.skipped.empty() || !row.failed.empty()) {
     json.key("time_ms").null().key("tflops").null().key("gbps").null().key("max_err_o").null();
-    json.field("skipped", row.skipped);
+    if (!row.skipped.empty()) json.field("skipped", row.skipped);
+    if (!row.failed.empty()) json.field("failed", row.failed);
   } else {
     const double seconds = row.time_ms * 1e-3;
     const double flops = row.backward ? backward_flops(row.problem) : forward_flops(row.problem);
@@ -173,9 +180,10 @@ void row_json(Json& json, const BenchRow& row) {
 
 void row_text(const BenchRow& row) {
   const char* pass = row.backward ? "backward" : "forward";
-  if (!row.skipped.empty()) {
-    std::printf("%-34s %-8s %-44s skipped: %s\n", row.impl.c_str(), pass, row.problem.describe().c_str(),
-                row.skipped.c_str());
+  if (!row.skipped.empty() || !row.failed.empty()) {
+    std::printf("%-34s %-8s %-44s %s: %s\n", row.impl.c_str(), pass, row.problem.describe().c_str(),
+                row.failed.empty() ? "skipped" : "FAILED",
+                (row.failed.empty() ? row.skipped : row.failed).c_str());
     return;
   }
   const double flops = row.backward ? backward_flops(row.problem) : forward_flops(row.problem);
@@ -246,6 +254,7 @@ class ShapeBench {
     if (row.skipped.empty() && row.emulated && !cuda::emulation_forced())
       row.skipped = "runs only in the emulator here: " + emulation;
     if (!row.skipped.empty()) return row;
+    injected_before_run(impl.name);
     const AttentionInputs& in = inputs(row.problem.dtype);
     const cuda::TimingPlan& plan = row.emulated ? emulated_plan : gpu_plan;
     if (backward_) {
@@ -340,7 +349,7 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
   auto valued = problem_flags();
   valued.insert({"--shapes", "--repeat", "--max-seconds", "--seconds", "--pass"});
   auto switches = problem_switches();
-  switches.insert({"--json", "--list-shapes", "--ceilings"});
+  switches.insert({"--json", "--json-lines", "--list-shapes", "--ceilings"});
   const Args args(argv, valued, switches);
   if (args.has("--ceilings")) return ceilings_command(args);
   if (args.has("--shapes") && has_problem_flag(args))
@@ -395,36 +404,77 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
 
   const cuda::TimingPlan gpu_plan = timing_plan(false, seconds, max_repeats);
   const cuda::TimingPlan emulated_plan = timing_plan(true, seconds, max_repeats);
+  const bool json_lines = args.has("--json-lines");
+  if (json_lines && args.has("--json")) fail("--json and --json-lines: give one or the other");
   const auto start = std::chrono::steady_clock::now();
   std::vector<BenchRow> rows;
-  // Once --max-seconds is spent, each measurement left gets a row that says so (and a line on stderr).
-  auto spent = [&](const std::string& name, const Problem& shape, const Implementation& impl) {
+  auto emit = [&](BenchRow row) {
+    rows.push_back(std::move(row));
+    if (json_lines) {
+      Json json;
+      row_json(json, rows.back());
+      std::cout << json.str() << std::flush;  // a caller that stops the run keeps the rows so far
+    } else if (!args.has("--json")) {
+      row_text(rows.back());
+    }
+  };
+  // A measurement that fails (a kernel's fault on the GPU, what the emulator finds wrong in one, or the
+  // device's memory too small for the shape) gets a row that says so, and the run goes on. A fault that
+  // leaves this process's CUDA context unusable (an illegal address, say) leaves every later call here
+  // failing too: the measurements left each get a row that says why, and a new process can run them
+  // (bench/gpu_report.py does).
+  DeviceLoss device_loss;
+  // Why a measurement is not made: the device lost, or --max-seconds spent ("" when it is made).
+  auto left_out = [&](const std::string& name, const Problem& shape, const Implementation& impl) {
+    if (std::string refusal = device_loss.refusal(impl); !refusal.empty()) return refusal;
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <= max_seconds)
-      return false;
+      return std::string();
     std::fprintf(stderr, "gpu-bench: --max-seconds %g spent, %s not measured on %s\n", max_seconds,
                  name.c_str(), shape.describe().c_str());
-    BenchRow row{name, shape, pass == "backward"};
-    row.problem.dtype = dtype.value_or(impl.dtypes.front());
     char reason[80];
     std::snprintf(reason, sizeof reason, "not measured: the run's --max-seconds (%g) was spent", max_seconds);
-    row.skipped = reason;
-    rows.push_back(row);
-    if (!args.has("--json")) row_text(rows.back());
-    return true;
+    return std::string(reason);
+  };
+  // One measurement, or its row that says why it was not made or how it failed.
+  auto measure = [&](ShapeBench& bench, const Problem& shape, const Implementation& impl, bool main_kernel) {
+    const std::string name = impl.name + (main_kernel ? " (main kernel)" : "");
+    auto unmeasured = [&] {  // a row without figures
+      BenchRow row{name, shape, pass == "backward"};
+      row.problem.dtype = dtype.value_or(impl.dtypes.front());
+      return row;
+    };
+    if (const std::string reason = left_out(name, shape, impl); !reason.empty()) {
+      BenchRow row = unmeasured();
+      row.skipped = reason;
+      emit(row);
+      return false;
+    }
+    progress(name + " on " + shape.describe() + " ...");
+    if (json_lines) {  // which measurement was running, for a caller that has to stop one that hangs
+      Json json;
+      json.begin_object().field("measuring", name);
+      std::cout << json.field("dtype", to_string(unmeasured().problem.dtype)).end_object().str()
+                << std::flush;
+    }
+    try {
+      emit(bench.run(impl, dtype, gpu_plan, emulated_plan, main_kernel));
+      return rows.back().skipped.empty();
+    } catch (const Error& error) {  // a fault (ExecutionError), or out of the device's memory
+      BenchRow row = unmeasured();
+      row.failed = error.what();
+      std::fprintf(stderr, "gpu-bench: %s failed on %s: %s\n", name.c_str(), row.problem.describe().c_str(),
+                   error.what());
+      device_loss.after_failure(impl, name);
+      emit(row);
+      return false;
+    }
   };
   for (const Problem& shape : shapes) {
     ShapeBench bench(shape, pass == "backward");
     for (const Implementation* impl : chosen) {
-      if (spent(impl->name, shape, *impl)) continue;
-      progress(impl->name + " on " + shape.describe() + " ...");
-      rows.push_back(bench.run(*impl, dtype, gpu_plan, emulated_plan));
-      if (!args.has("--json")) row_text(rows.back());
       // A forward of a pre-pass and a main kernel: the kernel alone too, when the whole forward ran.
-      if (pass == "forward" && rows.back().skipped.empty() && device_build(*impl).forward_main &&
-          !spent(impl->name + " (main kernel)", shape, *impl)) {
-        rows.push_back(bench.run(*impl, dtype, gpu_plan, emulated_plan, /*main_kernel=*/true));
-        if (!args.has("--json")) row_text(rows.back());
-      }
+      if (measure(bench, shape, *impl, false) && pass == "forward" && device_build(*impl).forward_main)
+        measure(bench, shape, *impl, true);
     }
   }
   progress("");
@@ -440,7 +490,9 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
     for (const BenchRow& row : rows) row_json(json, row);
     std::cout << json.end_array().end_object().str();
   }
-  return 0;
+  const bool any_failed =
+      std::any_of(rows.begin(), rows.end(), [](const BenchRow& row) { return !row.failed.empty(); });
+  return any_failed ? 1 : 0;  // an implementation failed, as a wrong result does (exit 1)
 }
 
 const CommandRegistration gpu_bench{
@@ -448,7 +500,7 @@ const CommandRegistration gpu_bench{
      "flashlab gpu-bench [IMPL...] [--shapes report|backward|rehearse|sweep|occupancy|quick|all|decode | "
      "problem flags]\n"
      "                   [--pass forward|backward] [--seconds S] [--repeat N] [--max-seconds S] [--emulate] "
-     "[--json]\n"
+     "[--json | --json-lines]\n"
      "flashlab gpu-bench --list-shapes [--shapes SET]   (the benchmark shapes as JSON)\n"
      "flashlab gpu-bench --ceilings [--json]            (the GPU's copy bandwidth and bf16 GEMM rate)",
      gpu_bench_command}};

@@ -184,21 +184,33 @@ int compare_backward(const Args& args) {
     std::string reason;
     BackwardMeasurement m;
     std::optional<GradientVerdict> verdict;
-    double rate = 0;  // GFLOP/s
+    double rate = 0;      // GFLOP/s
+    std::string failure;  // what went wrong while it ran (an ExecutionError)
   };
   std::vector<Row> rows;
   bool all_passed = true;
   const double flops = backward_flops(p);
   // Per dtype and Implementation::rounds_p (the baseline differs).
   std::map<std::pair<DType, bool>, GradientTolerance> tolerances;
+  DeviceLoss device_loss;
   for (size_t n = 0; n < chosen.size(); ++n) {
     const Problem run = in_own_dtype(*chosen[n], p, args.has("--dtype"));
-    Row row{chosen[n], run, why_cannot_run_backward(*chosen[n], run), {}, {}, 0};
+    Row row{chosen[n], run, why_cannot_run_backward(*chosen[n], run), {}, {}, 0, {}};
+    if (row.reason.empty()) row.reason = device_loss.refusal(*row.impl);
     if (row.reason.empty()) {
       progress("[" + std::to_string(n + 1) + "/" + std::to_string(chosen.size()) + "] " + row.impl->name +
                " ...");
-      const AttentionOutputs fwd = run_forward(*row.impl, run, setup.inputs);
-      row.m = measure_backward(*row.impl, run, setup.inputs, fwd, d_out, static_cast<int>(repeats));
+      try {
+        injected_before_run(row.impl->name);
+        const AttentionOutputs fwd = run_forward(*row.impl, run, setup.inputs);
+        row.m = measure_backward(*row.impl, run, setup.inputs, fwd, d_out, static_cast<int>(repeats));
+      } catch (const ExecutionError& error) {  // e.g. what the emulator found wrong in a kernel
+        row.failure = error.what();
+        device_loss.after_failure(*row.impl, row.impl->name);
+        all_passed = false;
+        rows.push_back(std::move(row));
+        continue;
+      }
       if (!ref) {
         progress("computing the fp64 reference backward ...");
         ref = reference_backward(p, setup.inputs, d_out);
@@ -232,6 +244,7 @@ int compare_backward(const Args& args) {
       json.field("available", row.reason.empty()).field("reason", row.reason);
       const bool emulated = !emulation_reason(*row.impl).empty();
       json.field("emulated", emulated);
+      if (!row.failure.empty()) json.field("failure", row.failure);
       if (row.verdict) {
         json.field("time_ms", row.m.median_ms);
         if (emulated)
@@ -260,17 +273,19 @@ int compare_backward(const Args& args) {
               "err dK", "err dV", "ok", "time ms", "GFLOP/s", "% peak", "extra MiB", "dtype");
   bool any_emulated = false;
   for (const Row& row : rows) {
+    // Emulated rows show "emu" as their device, their time marked with a `*` and no rate: their time is the
+    // CPU emulator's, not a GPU's (the legend below says so).
+    const bool emulated = !emulation_reason(*row.impl).empty();
+    const std::string device = emulated ? "emu" : std::string(to_string(row.impl->device));
     if (!row.verdict) {
-      std::printf("%-26s %-5s   skipped: %s\n", row.impl->name.c_str(),
-                  std::string(to_string(row.impl->device)).c_str(), row.reason.c_str());
+      std::printf("%-26s %-5s   %s: %s\n", row.impl->name.c_str(), device.c_str(),
+                  row.failure.empty() ? "skipped" : "FAILED",
+                  (row.failure.empty() ? row.reason : row.failure).c_str());
       continue;
     }
     char extra[32] = "n/a";
     if (row.m.extra_bytes >= 0) std::snprintf(extra, sizeof extra, "%.1f", row.m.extra_bytes / 1048576.0);
     const GradientDeviation& dev = row.verdict->deviation;
-    // Emulated rows show "emu" as their device, their time marked with a `*` and no rate: their time is the
-    // CPU emulator's, not a GPU's (the legend below says so).
-    const bool emulated = !emulation_reason(*row.impl).empty();
     any_emulated |= emulated;
     char time[24], rate[16] = "-", peak[16] = "-";
     if (emulated)
@@ -281,8 +296,8 @@ int compare_backward(const Args& args) {
     if (row.impl->device == Device::cpu)
       std::snprintf(peak, sizeof peak, "%.1f%%", 100.0 * row.rate / machine.fma_gflops_all);
     std::printf("%-26s %-5s %10.2e %10.2e %10.2e %5s %s %9s %7s %11s  %s\n", row.impl->name.c_str(),
-                emulated ? "emu" : std::string(to_string(row.impl->device)).c_str(), dev.max_err_dq,
-                dev.max_err_dk, dev.max_err_dv, row.verdict->passed() ? "yes" : "NO", time, rate, peak, extra,
+                device.c_str(), dev.max_err_dq, dev.max_err_dk, dev.max_err_dv,
+                row.verdict->passed() ? "yes" : "NO", time, rate, peak, extra,
                 std::string(to_string(row.problem.dtype)).c_str());
   }
   std::printf(

@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <utility>
 
+#include "common/cuda/device.hpp"
 #include "common/flops.hpp"
 #include "common/memory_meter.hpp"
 #include "common/roofline.hpp"
@@ -61,6 +65,43 @@ Measurement measure(const Implementation& impl, const Problem& p, const Attentio
 }
 
 // Writes progress to stderr when it is a terminal; erased by the next line.
+namespace {
+// FLASHLAB_INJECT, read once: {kind, implementation}, or two empty strings.
+const std::pair<std::string, std::string>& injected() {
+  static const std::pair<std::string, std::string> drill = [] {
+    const char* value = std::getenv("FLASHLAB_INJECT");
+    if (value == nullptr || *value == '\0') return std::pair<std::string, std::string>();
+    const std::string text(value);
+    const size_t colon = text.find(':');
+    const std::string kind = text.substr(0, colon);
+    if (colon == std::string::npos || (kind != "fault" && kind != "hang"))
+      fail("FLASHLAB_INJECT (", text, ") must be fault:IMPL or hang:IMPL");
+    return std::pair{kind, text.substr(colon + 1)};
+  }();
+  return drill;
+}
+}  // namespace
+
+void injected_before_run(const std::string& impl) {
+  const auto& [kind, target] = injected();
+  if (impl != target) return;
+  if (kind == "hang")
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  throw ExecutionError("an injected fault (FLASHLAB_INJECT=fault:" + impl + ")");
+}
+
+void DeviceLoss::after_failure(const Implementation& impl, const std::string& name) {
+  if (!lost_.empty()) return;
+  const bool drill = injected().first == "fault" && injected().second == impl.name;
+  const std::string fault = drill ? "an injected fault" : cuda::device_fault();
+  if (!fault.empty()) lost_ = "the GPU was left unusable by " + name + "'s failure (" + fault + ")";
+}
+
+std::string DeviceLoss::refusal(const Implementation& impl) const {
+  if (lost_.empty() || impl.device != Device::cuda) return "";
+  return "not run: " + lost_ + "; a new process can run it";
+}
+
 void progress(const std::string& text) {
   static const bool terminal = isatty(STDERR_FILENO);
   if (terminal) std::fprintf(stderr, "\r\033[K%s", text.c_str());

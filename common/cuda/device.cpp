@@ -72,6 +72,16 @@ std::optional<DeviceProperties> device_properties() {
 #endif
 }
 
+std::string device_fault() {
+  if (!unavailable_reason().empty()) return "";
+#if FLASHLAB_HAVE_CUDA
+  (void)cudaGetLastError();  // clears an error that leaves the context usable; a sticky one stays
+  const cudaError_t status = cudaDeviceSynchronize();
+  if (status != cudaSuccess) return std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
+#endif
+  return "";
+}
+
 std::string needs_compute_capability(int major, int minor, const char* target) {
   const std::optional<DeviceProperties> device = device_properties();
   if (!device) return unavailable_reason();

@@ -28,6 +28,12 @@ struct DeviceProperties {
 // The current device's properties (queried once); nullopt when unavailable_reason() is not empty.
 std::optional<DeviceProperties> device_properties();
 
+// After a CUDA call failed: "" when the device still runs kernels for this process; otherwise the error that
+// left its CUDA context unusable (an illegal address, a misaligned access, an unspecified launch failure),
+// with which every later CUDA call in this process fails. A failure that leaves it usable (a launch's bad
+// configuration) is cleared. "" without a device.
+std::string device_fault();
+
 // Whether GPU stages run in the CPU emulator even where a GPU could run them: false unless the environment
 // variable FLASHLAB_EMULATE is set to 1, or force_emulation(true) was called (the tool's --emulate).
 bool emulation_forced();

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# What an implementation that fails as it runs costs in the tool's tables: its own row, never the table. The
+# failure is injected (FLASHLAB_INJECT=fault:IMPL, tools/command.hpp) as a GPU fault that leaves the device
+# unusable: the row says FAILED with the error, each later GPU implementation is refused with the reason (a new
+# process can run it), a CPU one still runs, and the exit code is 1. gpu-bench --json-lines streams the same rows,
+# each measurement announced first (bench/gpu_report.py reads them so).
+# Usage: tool_failures.sh FLASHLAB_BINARY
+set -uo pipefail
+tool=$1
+fail() { echo "failures: $*" >&2; exit 1; }
+small=(--heads 2 --seqlen-q 64 --head-dim 64 --repeat 1)
+lost="not run: the GPU was left unusable by cuda_v2/split_q's failure (an injected fault)"
+
+for pass in "" --backward; do
+  # The forward's and the backward's: the failing stage, a GPU stage after it, a CPU stage.
+  [[ $pass == --backward ]] && stages=(cuda_v2/split_q cuda_v2/split_q_bwd128 cpu_tiled/backward) ||
+    stages=(cuda_v2/split_q cuda_v2/split_q_simt cpu_tiled/forward)
+  out=$(FLASHLAB_INJECT=fault:cuda_v2/split_q "$tool" compare "${stages[@]}" $pass "${small[@]}" 2>&1)
+  rc=$?
+  [[ $rc == 1 ]] || fail "compare $pass with a failing implementation exited $rc: $out"
+  grep -qE "^cuda_v2/split_q +(emu|cuda) +FAILED: an injected fault" <<<"$out" ||
+    fail "compare $pass: the failure is not in its row: $out"
+  grep -qF "skipped: $lost" <<<"$out" || fail "compare $pass: the GPU stage after it is not refused: $out"
+  grep -qE "^${stages[2]} +cpu +[0-9.e+-]+ +[0-9.e+-]+ " <<<"$out" || fail "compare $pass: the CPU stage did not run: $out"
+done
+
+# gpu-bench: the rows as they come, the failed one with its error, the ones after it refused; exit 1.
+out=$(FLASHLAB_INJECT=fault:cuda_v2/split_q "$tool" gpu-bench cuda_v2/split_q cuda_v2/split_q_simt --emulate \
+  --batch 1 --heads 2 --seqlen-q 64 --head-dim 64 --json-lines 2>/dev/null)
+rc=$?
+[[ $rc == 1 ]] || fail "gpu-bench with a failing implementation exited $rc: $out"
+python3 -c '
+import json, sys
+records = [json.loads(line) for line in sys.stdin if line.strip()]
+assert records[0] == {"measuring": "cuda_v2/split_q", "dtype": "f16"}, records[0]
+assert records[1]["impl"] == "cuda_v2/split_q" and records[1]["failed"].startswith("an injected fault"), records[1]
+assert records[1]["time_ms"] is None and "skipped" not in records[1], records[1]
+assert records[2]["impl"] == "cuda_v2/split_q_simt" and records[2]["skipped"].startswith(sys.argv[1]), records[2]
+assert len(records) == 3, records
+' "$lost" <<<"$out" || fail "gpu-bench --json-lines with a failing implementation: $out"
+# Without a failure: each measurement announced, then its row with a time; exit 0.
+out=$("$tool" gpu-bench cuda_v2/split_q --emulate --batch 1 --heads 2 --seqlen-q 64 --head-dim 64 --json-lines \
+  2>/dev/null) || fail "gpu-bench --json-lines exited $?: $out"
+python3 -c '
+import json, sys
+records = [json.loads(line) for line in sys.stdin if line.strip()]
+assert [r.get("measuring") for r in records] == ["cuda_v2/split_q", None], records
+assert records[1]["time_ms"] > 0 and "failed" not in records[1] and "skipped" not in records[1], records
+' <<<"$out" || fail "gpu-bench --json-lines without a failure: $out"
+
+# A drill written wrong is refused by name (exit 2).
+out=$(FLASHLAB_INJECT=crash:x "$tool" compare cpu_tiled/forward "${small[@]}" 2>&1)
+[[ $? == 2 ]] && grep -qF "FLASHLAB_INJECT (crash:x) must be fault:IMPL or hang:IMPL" <<<"$out" ||
+  fail "a bad FLASHLAB_INJECT was not refused by name: $out"
+exit 0
