@@ -29,8 +29,8 @@ failed, 1 otherwise, 2 for a usage error.
 
 --rehearse runs every phase on a machine without a GPU: the GPU stages in the CPU emulator on tiny shapes (rows
 marked "emulated", no rate), the sanitizers and the peers in their dry form, through the same steps, files and
-budgets; then it drills the failures a GPU visit can meet (a step that times out, no cuBLAS, no peers) and
-checks that every finished row survives each, that the files follow the results schema
+budgets; then it drills the failures a GPU visit can meet (a step that times out, no cuBLAS, no peers, a kernel
+that faults or hangs) and checks that every finished row survives each, that the files follow the results schema
 (bench/results_schema.py) and that OUTDIR holds at most 8 files.
 """
 import argparse
@@ -142,8 +142,10 @@ class Report:
             if c["status"] != "ok" or c["step"].startswith(("build", "harness", "memcheck", "racecheck")):
                 timing = "" if c["seconds"] is None else f" {c['seconds']:.0f}/{c['budget_s']} s"
                 lines.append(f"{c['status']:>11}: {c['step']}{timing}" + (f" [{c['log']}]" if c["log"] else ""))
-        measured = [row for row in r["rows"] if row.get("time_ms") is not None]
-        lines.append(f"rows: {len(measured)} measured, {len(r['rows']) - len(measured)} refused or skipped")
+        measured = sum(row.get("time_ms") is not None for row in r["rows"])
+        failed = sum("failed" in row for row in r["rows"])
+        lines.append(f"rows: {measured} measured, {failed} failed, {len(r['rows']) - measured - failed} refused "
+                     "or skipped")
         lines += self.notes
         failed = sum(c["status"] == "failed" for c in r["checks"])
         lines.append(f"checks: {len(r['checks'])}, failed: {failed}")
@@ -268,8 +270,8 @@ def markdown(r):
                   "|---|---|---:|---:|---:|---:|---:|---:|"]
         for row in rows:
             if row.get("time_ms") is None:
-                reason = row.get("skipped", "").replace("|", "/")[:140]
-                lines.append(f"| {row['impl']} | {row['dtype']} | refused: {reason} | | | | | |")
+                why = f"FAILED: {row['failed']}" if "failed" in row else f"refused: {row.get('skipped', '')}"
+                lines.append(f"| {row['impl']} | {row['dtype']} | {why.replace('|', '/')[:160]} | | | | | |")
                 continue
             ratios = [fmt(peer[p] / row["time_ms"] if p in peer and not row.get("emulated") else None, ".2f")
                       for p in ("torch/sdpa_flash", "torch/sdpa_cudnn")]
@@ -297,6 +299,7 @@ class Visit:
         self.cublas = None
         self.sanitizer = None
         self.impls = None
+        self.failing = {}  # implementations that failed or hung on the GPU: left out of the later shapes
         self.built = None
         self.build_stopped = False
         self.timed_out = False  # whether the last step run was stopped at its limit
@@ -626,24 +629,88 @@ class Visit:
             self.note("bf16 GEMM (cuBLAS)", "unavailable", "ceilings.log", ceilings["gemm_unavailable"])
 
     def time_ours(self, n, shape, names, backward):
-        if not names:
-            return
-        budget = 90 if self.rehearse else 45
-        # gpu-bench starts no implementation after --max-seconds (the rest get rows that say so) and writes its
-        # rows at the end, so a shape whose step ran out of time would lose them all. The step stops at its
-        # budget or at the phase's end, whichever comes first; the margin is the longest row, cuda_v1/split_k at
-        # 16k keys, about 12 s on an H200 (2.4 s a run, 5 runs).
-        max_seconds = max(1, min(budget, int(self.remaining())) - 20)
-        argv = [self.flashlab, "gpu-bench"] + names + shape_flags(shape) + ["--json", "--seconds", "0.25",
-                                                                            "--max-seconds", str(max_seconds)]
-        if backward:  # in bf16, so that split_q's backward (f16 first) and split_q_bwd128's (bf16 only) compare
-            argv += ["--pass", "backward", "--dtype", "bf16"]
-        if self.rehearse:
-            argv.append("--emulate")
-        step = f"ours: {'backward ' if backward else ''}shape {n}"
-        status, output = self.run(step, budget, argv, "gpu_bench.log")
-        if status == "ok":
-            self.report.rows(json_line(output)["rows"])
+        """Our implementations on one shape, in one gpu-bench process, its rows kept as they come. One that fails
+        (a kernel's fault) or never finishes is left out of the later shapes; what a fault that left the GPU
+        unusable, or a hang, kept from running is run again in a new process while the phase has time."""
+        pass_ = "backward" if backward else "forward"
+        for name in names:
+            if name in self.failing:
+                self.report.rows([unmeasured_row(shape, name, self.failing[name]["dtype"], pass_,
+                                                 skipped="left out: it " + self.failing[name]["why"])])
+        pending = [name for name in names if name not in self.failing]
+        culprit = None
+        while pending:
+            hang = next((i.split(":", 1)[1] for i in self.inject if i.startswith("hang:")), None)
+            # The rehearsal's hang drill (gpu-bench hangs there, FLASHLAB_INJECT): its step cut short.
+            budget = 10 if hang == pending[0] else 90 if self.rehearse else 45
+            # gpu-bench starts no implementation after --max-seconds (the rest get rows that say so). The step
+            # stops at its budget or at the phase's end, whichever comes first; the margin is the longest row,
+            # cuda_v1/split_k at 16k keys, about 12 s on an H200 (2.4 s a run, 5 runs).
+            max_seconds = max(1, min(budget, int(self.remaining())) - 20)
+            argv = [self.flashlab, "gpu-bench"] + pending + shape_flags(shape) + [
+                "--json-lines", "--seconds", "0.25", "--max-seconds", str(max_seconds)]
+            if backward:  # in bf16, so that split_q's backward (f16 first) and split_q_bwd128's (bf16 only) compare
+                argv += ["--pass", "backward", "--dtype", "bf16"]
+            if self.rehearse:
+                argv.append("--emulate")
+            step = f"ours: {'backward ' if backward else ''}shape {n}" + (f", after {culprit}" if culprit else "")
+            cut_by_phase = self.remaining() < budget  # a step stopped then was not given its whole budget
+            status, output = self.run(step, budget, argv, "gpu_bench.log")
+            rows, running = streamed_rows(output)
+            # Rows a lost GPU kept from running are run again below, not kept.
+            kept = [row for row in rows if LOST_DEVICE not in row.get("skipped", "")]
+            if self.timed_out and cut_by_phase:
+                self.report.rows(kept)
+                break  # the phase's time is spent: nothing is to blame, and nothing can run again
+            if status != "ok" and running is not None:  # it hung, or the process died, while this one ran
+                ending = f"did not finish within the step's {budget} s" if self.timed_out else \
+                    "the process ended while it ran (gpu_bench.log)"
+                kept.append(unmeasured_row(shape, running["measuring"], running["dtype"], pass_, failed=ending))
+            self.report.rows(kept)
+            for row in kept:
+                name = row["impl"].removesuffix(" (main kernel)")
+                if "failed" in row and name not in self.failing:
+                    why = f"failed on shape {n}: {row['failed'][:200]}"
+                    self.failing[name] = {"why": why, "dtype": row["dtype"]}
+                    self.report.notes.append(f"speed: {name} {why}; left out of the later shapes")
+            done = {row["impl"].removesuffix(" (main kernel)") for row in kept}
+            rest = [name for name in pending if name not in done and name not in self.failing]
+            failed = [row["impl"] for row in kept if "failed" in row]
+            if not rest or not failed:
+                break  # all run, or none lost to a failure (a step out of time loses the rest)
+            pending, culprit = rest, f"{failed[-1]} failed"  # each pass leaves one more out: it ends
+
+
+def unmeasured_row(shape, impl, dtype, pass_, **why):
+    """A row without figures for one of gpu-bench's shapes; `why` is skipped=... or failed=..."""
+    fields = {key: shape[key] for key in ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim",
+                                          "causal", "page_size") if key in shape}
+    return dict(fields, impl=impl, dtype=dtype, time_ms=None, tflops=None, gbps=None, max_err_o=None, **why,
+                **{"pass": pass_})
+
+
+# The reason gpu-bench gives a row that a fault which left the GPU unusable kept from running.
+LOST_DEVICE = "was left unusable by"
+
+
+def streamed_rows(output):
+    """gpu-bench --json-lines' rows in `output`, and the measurement that was running when it ended (its
+    {"measuring": IMPL, "dtype": ...} line with no row after it), or None."""
+    rows, running = [], None
+    for line in output.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if "measuring" in record:
+            running = record
+        elif "impl" in record:
+            rows.append(record)
+            if running is not None and record["impl"] == running["measuring"]:
+                running = None
+    return rows, running
 
 
 def json_line(output):
@@ -998,16 +1065,23 @@ def rehearse(args, out):
 def drill(args, clean):
     """The failures a visit can meet, injected one run at a time: the rows that finished must survive each."""
     problems = []
-    drills = {"timeout:ours: shape 1": "a step that times out", "no-cublas": "no cuBLAS", "no-peers": "no peers"}
+    drills = {"timeout:ours: shape 1": "a step that times out", "no-cublas": "no cuBLAS", "no-peers": "no peers",
+              "fault:cuda_v2/split_q": "a kernel that faults", "hang:cuda_v2/split_q": "a kernel that hangs"}
     for inject, what in drills.items():
+        kernel = inject.startswith(("fault:", "hang:"))
         with tempfile.TemporaryDirectory() as out:
             os.environ["FLASHLAB_REPORT_INJECT"] = inject + ",no-backward"
-            drill_args = argparse.Namespace(**{**vars(args), "phase": "speed", "impls": "split_q$|cuda_split_kv"})
+            if kernel:  # the tool's own drill (tools/command.hpp): that kernel fails or hangs in every gpu-bench call
+                os.environ["FLASHLAB_INJECT"] = inject
+            # A kernel's failure: the faulty one first, and one after it that the failure must not cost.
+            impls = "split_q$|split_q_simt" if kernel else "split_q$|cuda_split_kv"
+            drill_args = argparse.Namespace(**{**vars(args), "phase": "speed", "impls": impls})
             print(f"\n==== drill: {what}")
             try:
                 run_visit(drill_args, out)
             finally:
                 del os.environ["FLASHLAB_REPORT_INJECT"]
+                os.environ.pop("FLASHLAB_INJECT", None)
             result = load_result(out)
             problems += [f"drill '{what}': {p}" for p in results_schema.problems_of(result)]
             if len(files_in(out)) > MAX_FILES:
@@ -1021,6 +1095,9 @@ def drill(args, clean):
                 if not step or step["status"] != "failed":
                     problems.append(f"drill '{what}': the step that timed out is not reported failed")
                 lost = {key for key in expected if key[1] != shape_key_of(clean, 1)} - ours
+            elif kernel:
+                problems += [f"drill '{what}': {p}" for p in kernel_drill(result, clean, inject.split(":", 1)[1])]
+                lost = expected - ours
             else:
                 lost = expected - ours
                 name = "cuBLAS" if inject == "no-cublas" else "peers: PyTorch SDPA"
@@ -1030,8 +1107,30 @@ def drill(args, clean):
                     problems.append(f"drill '{what}': peer rows without peers")
             if lost:
                 problems.append(f"drill '{what}': rows lost: {sorted(lost)[:3]}")
-            if [c for c in result["checks"] if c["status"] == "failed" and not inject.startswith("timeout:")]:
+            if not kernel and [c for c in result["checks"] if c["status"] == "failed" and
+                               not inject.startswith("timeout:")]:
                 problems.append(f"drill '{what}': a missing tool was reported as a failure")
+    return problems
+
+
+def kernel_drill(result, clean, faulty):
+    """What a kernel that faults or hangs on the first shape must leave: its failure in a row and a failed step,
+    the implementation after it measured wherever the clean run measured it, and the faulty one left out of
+    the later shapes with the reason."""
+    problems = []
+    first = shape_key_of(clean, 0)
+    rows = [row for row in result["rows"] if row["impl"] == faulty]
+    if not any("failed" in row and shape_key(row) == first for row in rows):
+        problems.append(f"no failed row for {faulty} on the first shape")
+    if any(shape_key(row) != first and "left out" not in row.get("skipped", "") for row in rows) or len(rows) < 2:
+        problems.append(f"{faulty} is not left out of the later shapes, with the reason")
+    if not any(c["step"] == "ours: shape 0" and c["status"] == "failed" for c in result["checks"]):
+        problems.append("the first shape's step is not reported failed")
+    measured = {(row["impl"], shape_key(row)) for row in result["rows"] if row.get("time_ms") is not None}
+    after = {(row["impl"], shape_key(row)) for row in clean["rows"] if row["impl"] == "cuda_v2/split_q_simt"
+             and row.get("time_ms") is not None and row.get("pass", "forward") == "forward"}
+    if not after or after - measured:
+        problems.append(f"the failure cost the implementation after it: {sorted(after - measured)[:3]}")
     return problems
 
 
