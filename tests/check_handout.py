@@ -30,6 +30,10 @@ with tempfile.TemporaryDirectory(prefix="flashlab-handout-") as scratch:
     expect(made.returncode == 0, "the handout is written and its search finds no solution line")
 
     exercises = exercise.scan()
+    # The course's order (docs/exercises.md), which `exercise list` and start's notes follow, names each once.
+    problems = exercise.course_problems(exercises)
+    expect(not problems, "the course table names every exercise once, numbered in order" +
+           "".join(f"\n     {p}" for p in problems))
     searched, _ = exercise.solution_lines(exercises, exercise.tracked_files())
     expect(len(searched) >= len(exercises), f"{len(searched)} solution lines searched for, from every exercise")
     for entry in exercises.values():

@@ -427,11 +427,47 @@ def property_failures(output):
     return "\n".join(lines)
 
 
+COURSE_GUIDE = os.path.join(ROOT, "docs", "exercises.md")
+COURSE_ROW = re.compile(r"^\| (\d+) \| \[`([a-z0-9-]+)`\]")
+
+
+def course_order():
+    """The exercises' ids in the course's order: the table of docs/exercises.md, "The course", the one place
+    that order is written."""
+    rows = [COURSE_ROW.match(line) for line in open(COURSE_GUIDE).read().split("\n")]
+    return [row.group(2) for row in rows if row]
+
+
+def course_problems(exercises):
+    """What is wrong with the course table against the exercises the sources hold: one missing, one unknown, one
+    twice, numbers out of order."""
+    rows = [COURSE_ROW.match(line) for line in open(COURSE_GUIDE).read().split("\n")]
+    numbers = [int(row.group(1)) for row in rows if row]
+    order = course_order()
+    problems = [f"{e} is not in the course table" for e in sorted(set(exercises) - set(order))]
+    problems += [f"{e} is in the course table but in no source" for e in sorted(set(order) - set(exercises))]
+    problems += [f"{e} is in the course table twice" for e in sorted({e for e in order if order.count(e) > 1})]
+    if numbers != list(range(1, len(numbers) + 1)):
+        problems.append(f"the course table's numbers are {numbers}, not 1 to {len(numbers)}")
+    return problems
+
+
+def course_position(exercise_id):
+    order = course_order()
+    return order.index(exercise_id) if exercise_id in order else len(order)
+
+
+def numbered(ids):
+    """Exercises named with their places in the course: "one-pass (#2), backward-ds (#13)"."""
+    return ", ".join(f"{i} (#{course_position(i) + 1})" for i in sorted(ids, key=course_position))
+
+
 def command_list(_):
     exercises = scan()
-    print(f"{'exercise':22} {'stage':14} {'level':5}  what it teaches")
-    for entry in sorted(exercises.values(), key=lambda e: (STAGES.index(e["stage"]), e["difficulty"], e["id"])):
-        print(f"{entry['id']:22} {entry['stage']:14} {entry['difficulty']:5}  {entry['teaches']}")
+    print(f"{'#':>2} {'exercise':22} {'stage':14} {'level':5}  what it teaches")
+    for entry in sorted(exercises.values(), key=lambda e: (course_position(e["id"]), e["id"])):
+        print(f"{course_position(entry['id']) + 1:>2} {entry['id']:22} {entry['stage']:14} {entry['difficulty']:5}  "
+              f"{entry['teaches']}")
 
 
 def command_start(args):
@@ -444,10 +480,13 @@ def command_start(args):
     write_workspace(entry, folder, keep_solution=False, dir_flag=extra)
     print(f"wrote {os.path.relpath(folder, os.getcwd())}/: your copy of {entry['stage']}/ with the TODO, and TASK.md")
     if os.path.exists(HANDOUT):
-        missing = graft_own_work(entry, folder)
-        if missing:
-            print(f"  note: {entry['stage']}/ also holds {', '.join(missing)}, not done yet: do "
-                  f"{'them' if len(missing) > 1 else 'it'} first where the same implementations run both "
+        # The stage's exercises before this one in the course that are not done: a later one's lines run
+        # through theirs. One after it in the course is no concern yet.
+        earlier = [other for other in graft_own_work(entry, folder)
+                   if course_position(other) < course_position(args.id)]
+        if earlier:
+            print(f"  note: {entry['stage']}/ also holds {numbered(earlier)}, earlier in the course and not done "
+                  f"yet: do {'them' if len(earlier) > 1 else 'it'} first where the same implementations run both "
                   "(docs/exercises.md gives the order)")
     for path in json.load(open(os.path.join(folder, "exercise.json")))["files"]:
         print(f"  edit {os.path.relpath(os.path.join(folder, path), os.getcwd())}")
@@ -694,7 +733,7 @@ def command_check(args):
     if missing:
         record["not_done_here"] = missing
         if not args.json:
-            print(f"note: your copy of {meta['stage']}/ also holds the lines of {', '.join(missing)}, not done yet "
+            print(f"note: your copy of {meta['stage']}/ also holds the lines of {numbered(missing)}, not done yet "
                   f"(no answer in exercises/{missing[0]}/): the implementations that run them fail until they "
                   "are (docs/exercises.md gives the order)")
     if args.json:
