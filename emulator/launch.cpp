@@ -12,6 +12,7 @@
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <vector>
 
 #include "common/error.hpp"
@@ -60,10 +61,14 @@ BlockRunner& runner() {
 
 void check_configuration(const Launch& launch) {
   const Index3 g = launch.grid, b = launch.block;
+  // A launcher's bug, not the input's: an ExecutionError, as the GPU's refusal is (common/cuda/check.hpp).
   const auto reject = [&](const auto&... parts) {
-    fail("kernel launch of ", launch.kernel, " with grid ", format_index(g), ", block ", format_index(b),
-         ", ", launch.dynamic_shared_bytes, " bytes of dynamic shared memory: ", parts...,
-         " (a GPU refuses it with cudaErrorInvalidValue or cudaErrorInvalidConfiguration)");
+    std::ostringstream message;
+    message << "kernel launch of " << launch.kernel << " with grid " << format_index(g) << ", block "
+            << format_index(b) << ", " << launch.dynamic_shared_bytes << " bytes of dynamic shared memory: ";
+    (message << ... << parts);
+    message << " (a GPU refuses it with cudaErrorInvalidValue or cudaErrorInvalidConfiguration)";
+    throw ExecutionError(message.str());
   };
   if (g.x == 0 || g.y == 0 || g.z == 0) reject("a grid dimension is 0");
   if (g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535)
