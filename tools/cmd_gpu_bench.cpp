@@ -418,15 +418,15 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
       row_text(rows.back());
     }
   };
-  // A measurement that fails (a kernel's fault on the GPU, what the emulator finds wrong in one, or the
-  // device's memory too small for the shape) gets a row that says so, and the run goes on. A fault that
+  // A measurement that fails (a kernel's fault on the GPU, or what the emulator finds wrong in one) gets a
+  // row that says so, and the run goes on. A fault that
   // leaves this process's CUDA context unusable (an illegal address, say) leaves every later call here
   // failing too: the measurements left each get a row that says why, and a new process can run them
   // (bench/gpu_report.py does).
-  DeviceLoss device_loss;
+  check_injection();
   // Why a measurement is not made: the device lost, or --max-seconds spent ("" when it is made).
   auto left_out = [&](const std::string& name, const Problem& shape, const Implementation& impl) {
-    if (std::string refusal = device_loss.refusal(impl); !refusal.empty()) return refusal;
+    if (std::string refusal = refusal_after_failure(impl); !refusal.empty()) return refusal;
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <= max_seconds)
       return std::string();
     std::fprintf(stderr, "gpu-bench: --max-seconds %g spent, %s not measured on %s\n", max_seconds,
@@ -441,6 +441,7 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
     auto unmeasured = [&] {  // a row without figures
       BenchRow row{name, shape, pass == "backward"};
       row.problem.dtype = dtype.value_or(impl.dtypes.front());
+      row.emulated = !emulation_reason(impl).empty();
       return row;
     };
     if (const std::string reason = left_out(name, shape, impl); !reason.empty()) {
@@ -459,13 +460,13 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
     try {
       emit(bench.run(impl, dtype, gpu_plan, emulated_plan, main_kernel));
       return rows.back().skipped.empty();
-    } catch (const Error& error) {  // a fault (ExecutionError), or out of the device's memory
+    } catch (const ExecutionError& error) {  // a kernel's fault, or what the emulator found wrong in one
       BenchRow row = unmeasured();
       row.failed = error.what();
       std::fprintf(stderr, "gpu-bench: %s failed on %s: %s\n", name.c_str(), row.problem.describe().c_str(),
                    error.what());
-      device_loss.after_failure(impl, name);
-      emit(row);
+      emit(row);  // first: the device's check below waits for the GPU
+      note_failure(impl, name);
       return false;
     }
   };

@@ -192,11 +192,11 @@ int compare_backward(const Args& args) {
   const double flops = backward_flops(p);
   // Per dtype and Implementation::rounds_p (the baseline differs).
   std::map<std::pair<DType, bool>, GradientTolerance> tolerances;
-  DeviceLoss device_loss;
+  check_injection();
   for (size_t n = 0; n < chosen.size(); ++n) {
     const Problem run = in_own_dtype(*chosen[n], p, args.has("--dtype"));
     Row row{chosen[n], run, why_cannot_run_backward(*chosen[n], run), {}, {}, 0, {}};
-    if (row.reason.empty()) row.reason = device_loss.refusal(*row.impl);
+    if (row.reason.empty()) row.reason = refusal_after_failure(*row.impl);
     if (row.reason.empty()) {
       progress("[" + std::to_string(n + 1) + "/" + std::to_string(chosen.size()) + "] " + row.impl->name +
                " ...");
@@ -206,7 +206,7 @@ int compare_backward(const Args& args) {
         row.m = measure_backward(*row.impl, run, setup.inputs, fwd, d_out, static_cast<int>(repeats));
       } catch (const ExecutionError& error) {  // e.g. what the emulator found wrong in a kernel
         row.failure = error.what();
-        device_loss.after_failure(*row.impl, row.impl->name);
+        note_failure(*row.impl, row.impl->name);
         all_passed = false;
         rows.push_back(std::move(row));
         continue;

@@ -64,7 +64,6 @@ Measurement measure(const Implementation& impl, const Problem& p, const Attentio
   return m;
 }
 
-// Writes progress to stderr when it is a terminal; erased by the next line.
 namespace {
 // FLASHLAB_INJECT, read once: {kind, implementation}, or two empty strings.
 const std::pair<std::string, std::string>& injected() {
@@ -80,28 +79,46 @@ const std::pair<std::string, std::string>& injected() {
   }();
   return drill;
 }
+
+struct LostDevice {
+  std::string why;     // what left the GPU unusable, and whose failure ("" while it is usable)
+  bool drill = false;  // an injected fault: the emulated stages count as lost too, so that tests see it
+};
+LostDevice& lost_device() {
+  static LostDevice lost;
+  return lost;
+}
 }  // namespace
 
 void injected_before_run(const std::string& impl) {
   const auto& [kind, target] = injected();
-  if (impl != target) return;
+  if (kind.empty() || impl != target) return;
   if (kind == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   throw ExecutionError("an injected fault (FLASHLAB_INJECT=fault:" + impl + ")");
 }
 
-void DeviceLoss::after_failure(const Implementation& impl, const std::string& name) {
-  if (!lost_.empty()) return;
-  const bool drill = injected().first == "fault" && injected().second == impl.name;
-  const std::string fault = drill ? "an injected fault" : cuda::device_fault();
-  if (!fault.empty()) lost_ = "the GPU was left unusable by " + name + "'s failure (" + fault + ")";
+void check_injection() {
+  (void)injected();
 }
 
-std::string DeviceLoss::refusal(const Implementation& impl) const {
-  if (lost_.empty() || impl.device != Device::cuda) return "";
-  return "not run: " + lost_ + "; a new process can run it";
+void note_failure(const Implementation& impl, const std::string& name) {
+  LostDevice& lost = lost_device();
+  if (!lost.why.empty()) return;
+  lost.drill = injected().first == "fault" && injected().second == impl.name;
+  const std::string fault = lost.drill ? "an injected fault" : cuda::device_fault();
+  // bench/gpu_report.py finds the rows this refuses by "was left unusable by": keep the words.
+  if (!fault.empty()) lost.why = "the GPU was left unusable by " + name + "'s failure (" + fault + ")";
 }
 
+std::string refusal_after_failure(const Implementation& impl) {
+  const LostDevice& lost = lost_device();
+  if (lost.why.empty() || impl.device != Device::cuda) return "";
+  if (!lost.drill && !emulation_reason(impl).empty()) return "";  // the emulator never touches the GPU
+  return "not run: " + lost.why + "; a new process can run it";
+}
+
+// Writes progress to stderr when it is a terminal; erased by the next line.
 void progress(const std::string& text) {
   static const bool terminal = isatty(STDERR_FILENO);
   if (terminal) std::fprintf(stderr, "\r\033[K%s", text.c_str());

@@ -75,23 +75,18 @@ void require_one_can_run(bool named, const std::vector<Row>& rows, const char* w
 
 // After an implementation failed as it ran (an ExecutionError): whether the failure left the GPU unusable for
 // this process (cuda::device_fault: an illegal address, say, after which every CUDA call here fails), and if
-// so why each later GPU implementation is not run. compare, compare --backward and gpu-bench share it.
-class DeviceLoss {
- public:
-  // Notes the failure of `impl`'s run, `name` in the table (an injected fault counts as one that lost it).
-  void after_failure(const Implementation& impl, const std::string& name);
-  // "" when `impl` can still run; else why not ("not run: the GPU was left unusable by ...").
-  std::string refusal(const Implementation& impl) const;
-
- private:
-  std::string lost_;  // what left the GPU unusable, and whose failure ("" while it is usable)
-};
+// so why each later stage that would run on it is not run. The state is the process's, as the CUDA context is
+// (compare's ladder runs several tables); compare, compare --backward and gpu-bench share it.
+void note_failure(const Implementation& impl, const std::string& name);  // `name` as its table names it
+std::string refusal_after_failure(const Implementation& impl);           // "" when `impl` can still run here
 
 // Fault drills, with no faulty kernel: the environment variable FLASHLAB_INJECT, "fault:IMPL" or "hang:IMPL",
 // makes IMPL's run throw as a GPU fault that leaves the device unusable would, or never return. The GPU
 // report's rehearsal and the tool's tests use it to check what a kernel's failure costs (compare, compare
-// --backward, gpu-bench call this before each run). Unset, it does nothing.
+// --backward, gpu-bench call this before each run). Unset, it does nothing; check_injection() refuses a value
+// not of that form (exit 2), and each of those commands calls it before anything runs.
 void injected_before_run(const std::string& impl);
+void check_injection();
 
 // The legend under a table with emulated rows: their time is the CPU emulator's, marked with a `*` in the
 // time column, and never a GPU time (compare, and compare --backward).

@@ -193,12 +193,12 @@ std::vector<CompareRow> compare_on(const std::vector<const Implementation*>& cho
     emulated_takers += !emulation_reason(*impl).empty() &&
                        why_cannot_run(*impl, in_own_dtype(*impl, p, dtype_given)).empty();
   const double emulated_limit = emulated_takers == 1 ? kLoneEmulatedFlopLimit : kEmulatedFlopLimit;
-  DeviceLoss device_loss;
+  check_injection();
   for (size_t n = 0; n < chosen.size(); ++n) {
     const Problem run = in_own_dtype(*chosen[n], p, dtype_given);
     CompareRow row{chosen[n], run.dtype, why_cannot_run(*chosen[n], run), {},
                    {},        0,         emulation_reason(*chosen[n]),    {}};
-    if (row.reason.empty()) row.reason = device_loss.refusal(*row.impl);
+    if (row.reason.empty()) row.reason = refusal_after_failure(*row.impl);
     if (row.reason.empty() && !row.emulation.empty() && !emulation_asked && flops > emulated_limit) {
       char text[160];
       std::snprintf(text, sizeof text,
@@ -215,7 +215,7 @@ std::vector<CompareRow> compare_on(const std::vector<const Implementation*>& cho
         row.m = measure(*row.impl, run, setup.inputs, static_cast<int>(repeats), budget_seconds);
       } catch (const ExecutionError& error) {  // e.g. what the emulator found wrong in a kernel
         row.failure = error.what();
-        device_loss.after_failure(*row.impl, row.impl->name);
+        note_failure(*row.impl, row.impl->name);
         rows.push_back(std::move(row));
         continue;
       }
