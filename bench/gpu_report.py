@@ -299,7 +299,7 @@ class Visit:
         self.cublas = None
         self.sanitizer = None
         self.impls = None
-        self.failing = {}  # implementations that failed or hung on the GPU: left out of the later shapes
+        self.failing = {}  # pass -> {implementation: why}: those that failed or hung, left out of later shapes
         self.built = None
         self.build_stopped = False
         self.timed_out = False  # whether the last step run was stopped at its limit
@@ -630,14 +630,18 @@ class Visit:
 
     def time_ours(self, n, shape, names, backward):
         """Our implementations on one shape, in one gpu-bench process, its rows kept as they come. One that fails
-        (a kernel's fault) or never finishes is left out of the later shapes; what a fault that left the GPU
-        unusable, or a hang, kept from running is run again in a new process while the phase has time."""
+        (a kernel's fault) or never finishes is left out of the later shapes of that pass; what a fault that left
+        the GPU unusable, or a hang, kept from running is run again in a new process while the phase has time.
+        Every name ends with a row: its figures, its failure, or why it has none."""
         pass_ = "backward" if backward else "forward"
+        failing = self.failing.setdefault(pass_, {})  # a forward that fails leaves its backward to be timed
         for name in names:
-            if name in self.failing:
-                self.report.rows([unmeasured_row(shape, name, self.failing[name]["dtype"], pass_,
-                                                 skipped="left out: it " + self.failing[name]["why"])])
-        pending = [name for name in names if name not in self.failing]
+            if name in failing:
+                self.report.rows([self.unmeasured_row(shape, name, failing[name]["dtype"], pass_,
+                                                      skipped="left out: it " + failing[name]["why"])])
+        pending = [name for name in names if name not in failing]
+        waiting = {}  # name -> the row that says why it has not run yet (a lost GPU's refusal)
+        got = set(names) - set(pending)  # the names with a row for this shape
         culprit = None
         while pending:
             hang = next((i.split(":", 1)[1] for i in self.inject if i.startswith("hang:")), None)
@@ -657,36 +661,52 @@ class Visit:
             cut_by_phase = self.remaining() < budget  # a step stopped then was not given its whole budget
             status, output = self.run(step, budget, argv, "gpu_bench.log")
             rows, running = streamed_rows(output)
-            # Rows a lost GPU kept from running are run again below, not kept.
+            # A lost GPU's refusals wait for the run in a new process below; the rest are kept.
             kept = [row for row in rows if LOST_DEVICE not in row.get("skipped", "")]
-            if self.timed_out and cut_by_phase:
-                self.report.rows(kept)
-                break  # the phase's time is spent: nothing is to blame, and nothing can run again
-            if status != "ok" and running is not None:  # it hung, or the process died, while this one ran
+            waiting.update((row["impl"], row) for row in rows if LOST_DEVICE in row.get("skipped", ""))
+            if status != "ok" and running is not None and not (self.timed_out and cut_by_phase):
+                # It hung, or the process died, while this one ran (a step stopped by the phase's end blames none).
                 ending = f"did not finish within the step's {budget} s" if self.timed_out else \
                     "the process ended while it ran (gpu_bench.log)"
-                kept.append(unmeasured_row(shape, running["measuring"], running["dtype"], pass_, failed=ending))
+                kept.append(self.unmeasured_row(shape, running["measuring"], running["dtype"], pass_,
+                                                failed=ending))
             self.report.rows(kept)
             for row in kept:
                 name = row["impl"].removesuffix(" (main kernel)")
-                if "failed" in row and name not in self.failing:
+                got.add(name)
+                if "failed" in row and name not in failing:
                     why = f"failed on shape {n}: {row['failed'][:200]}"
-                    self.failing[name] = {"why": why, "dtype": row["dtype"]}
-                    self.report.notes.append(f"speed: {name} {why}; left out of the later shapes")
+                    failing[name] = {"why": why, "dtype": row["dtype"]}
+                    self.report.notes.append(f"speed: {name}'s {pass_} {why}; left out of the later {pass_} shapes")
             done = {row["impl"].removesuffix(" (main kernel)") for row in kept}
-            rest = [name for name in pending if name not in done and name not in self.failing]
+            rest = [name for name in pending if name not in done and name not in failing]
             failed = [row["impl"] for row in kept if "failed" in row]
-            if not rest or not failed:
-                break  # all run, or none lost to a failure (a step out of time loses the rest)
+            if not rest or not failed or (self.timed_out and cut_by_phase):
+                break  # all run, or none lost to a failure, or no time left to run them again
             pending, culprit = rest, f"{failed[-1]} failed"  # each pass leaves one more out: it ends
+        # What has no row yet: the lost GPU's refusal where it had one, else that the step stopped first.
+        dtypes = {e["name"]: e["dtypes"][0] for e in self.gpu_implementations()}
+        self.report.rows([waiting.get(name) or self.unmeasured_row(
+            shape, name, "bf16" if backward else dtypes.get(name, "f32"), pass_,
+            skipped="not measured: the shape's step stopped before it (gpu_bench.log)")
+            for name in names if name not in got])
 
+    def failed_before(self, impl):
+        """Why `impl` is not run again in this call: it failed or hung in the speed phase (None if it did not)."""
+        for pass_, failing in self.failing.items():
+            if impl in failing:
+                return f"its {pass_} {failing[impl]['why']}"
+        return None
 
-def unmeasured_row(shape, impl, dtype, pass_, **why):
-    """A row without figures for one of gpu-bench's shapes; `why` is skipped=... or failed=..."""
-    fields = {key: shape[key] for key in ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim",
-                                          "causal", "page_size") if key in shape}
-    return dict(fields, impl=impl, dtype=dtype, time_ms=None, tflops=None, gbps=None, max_err_o=None, **why,
-                **{"pass": pass_})
+    def unmeasured_row(self, shape, impl, dtype, pass_, **why):
+        """A row without figures for one of gpu-bench's shapes; `why` is skipped=... or failed=..."""
+        fields = {key: shape[key] for key in ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim",
+                                              "causal", "page_size") if key in shape}
+        row = dict(fields, impl=impl, dtype=dtype, time_ms=None, tflops=None, gbps=None, max_err_o=None, **why,
+                   **{"pass": pass_})
+        if self.rehearse:
+            row["emulated"] = True
+        return row
 
 
 # The reason gpu-bench gives a row that a fault which left the GPU unusable kept from running.
@@ -895,12 +915,16 @@ def extra_phase(visit):
     kernel's LSE against the emulation's and its accuracy, then the Hopper kernels' SASS."""
     if not visit.ensure_build(200):
         return
+    # A kernel that failed or hung in the speed phase is not run again here: it would cost its steps' budgets.
     names = [e["name"] for e in visit.gpu_implementations()]
+    for name in names:
+        if visit.failed_before(name):
+            visit.report.notes.append(f"extra: {name} not profiled or checked again: {visit.failed_before(name)}")
     profile_kernels(visit, names)
     if "cuda_v3_hopper/fp8" not in names:
         visit.note("fp8-accuracy on the GPU", "unavailable", "fp8_accuracy.log",
                    "cuda_v3_hopper/fp8 does not run on this GPU (Hopper, sm_90a)")
-    else:
+    elif not visit.failed_before("cuda_v3_hopper/fp8"):
         # Whether the kernel's scores are the emulation's tensor-core sums (bench/fp8_lse_seeds.py).
         visit.run("fp8 LSE on large inputs, four seeds, against the emulation", 60,
                   [sys.executable, os.path.join(ROOT, "bench", "fp8_lse_seeds.py"), visit.flashlab]
@@ -927,6 +951,8 @@ def profile_kernels(visit, names):
         log = f"ncu_{impl.replace('/', '_')}_{re.sub(r'[^A-Za-z0-9]+', '_', kernel).strip('_')}.log"
         if impl not in names:
             visit.note(step, "unavailable", log, f"{impl} does not run here")
+            continue
+        if visit.failed_before(impl):  # named in the summary's notes
             continue
         if visit.rehearse:  # the dry form: the kernel's name must be in the program, or -k would match nothing
             visit.run(step + ", dry: the kernel's name", 20,
@@ -1039,6 +1065,9 @@ def rehearse(args, out):
     later = dict(timed, time_ms=None, tflops=None, gbps=None, max_err_o=None, skipped="not measured")
     if merge_rows([result, dict(result, rows=[later])]).count(timed) != 1:
         problems.append("--merge: a later row without a time replaced a timed one")
+    failed = {k: v for k, v in later.items() if k != "skipped"} | {"failed": "a fault"}
+    if merge_rows([dict(result, rows=[failed]), dict(result, rows=[later])]) != [failed]:
+        problems.append("--merge: a later skipped row replaced a failed one")
     # bench/predictions.json names what this build has, in sections of chapters that exist; its table gives
     # each figure its verdict, and never counts an emulated row.
     names = {entry["name"] for entry in listing}
@@ -1095,6 +1124,8 @@ def drill(args, clean):
                 if not step or step["status"] != "failed":
                     problems.append(f"drill '{what}': the step that timed out is not reported failed")
                 lost = {key for key in expected if key[1] != shape_key_of(clean, 1)} - ours
+                if {key for key in expected if key[1] == shape_key_of(clean, 1)} - ours:
+                    problems.append(f"drill '{what}': the shape whose step timed out has no row saying why")
             elif kernel:
                 problems += [f"drill '{what}': {p}" for p in kernel_drill(result, clean, inject.split(":", 1)[1])]
                 lost = expected - ours
@@ -1154,12 +1185,15 @@ def load_result(out):
 # ---- merging the results of several calls
 def merge_rows(results):
     """The calls' rows in one list: a later call's row replaces an earlier one of the same implementation and
-    shape, but a row without a time (refused, or left out by --max-seconds) never replaces one with a time."""
+    shape unless it says less: a row with a time outranks a failed one, which outranks one skipped (refused,
+    or left out by --max-seconds or after a failure)."""
+    def rank(row):
+        return 2 if row.get("time_ms") is not None else 1 if "failed" in row else 0
     rows = {}
     for r in results:
         for row in r["rows"]:
             key = (row["impl"], row["dtype"]) + shape_key(row)
-            if row.get("time_ms") is not None or rows.get(key, {}).get("time_ms") is None:
+            if key not in rows or rank(row) >= rank(rows[key]):
                 rows[key] = row
     return list(rows.values())
 
