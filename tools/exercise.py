@@ -734,7 +734,7 @@ def command_check(args):
         record["not_done_here"] = missing
         if not args.json:
             print(f"note: your copy of {meta['stage']}/ also holds the lines of {numbered(missing)}, not done yet "
-                  f"(no answer in exercises/{missing[0]}/): the implementations that run them fail until they "
+                  f"(no answer in exercises/{min(missing, key=course_position)}/): the implementations that run them fail until they "
                   "are (docs/exercises.md gives the order)")
     if args.json:
         print(json.dumps(record, indent=2))
