@@ -31,6 +31,12 @@ out=$("$tool" compare cpu_tiled/forward cuda_v2/split_q --softcap 30 --dtype f32
   fail "compare --dtype f32 failed: $out"
 grep -qE "^cuda_v2/split_q +(emu|cuda) +skipped: dtype f32 is not offered" <<<"$out" ||
   fail "--dtype f32 did not keep f32: $out"
+# Without --dtype, run, grad and profile take a 16-bit stage in its own first dtype, as compare does.
+for command in run grad profile; do
+  out=$("$tool" $command cuda_v2/split_q --heads 1 --seqlen-q 64 --head-dim 64 2>&1) ||
+    fail "$command of a 16-bit stage without --dtype failed: $out"
+  grep -q "d=64 f16" <<<"$out" || fail "$command did not run cuda_v2/split_q in f16: $out"
+done
 # Named stages none of which can take the problem: invalid input (exit 2), each one's reason named, not a
 # table of skipped rows that exits 0; forward and backward alike.
 for pass in "" --backward; do

@@ -92,7 +92,7 @@ int grad_command(const std::vector<std::string>& argv) {
   const std::string& name = impl->name;
   const int64_t repeats = repeats_from_args(args, 5);
   const ProblemSetup setup = problem_from_args(args);
-  const Problem& p = setup.problem;
+  const Problem p = in_own_dtype(*impl, setup.problem, args.has("--dtype"));  // as compare runs it
   require_can_run(*impl, p, true);
   std::string d_out_source;
   const HostTensor d_out = d_out_from_args(args, p, d_out_source);

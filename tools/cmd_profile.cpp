@@ -101,7 +101,7 @@ int profile_command(const std::vector<std::string>& argv) {
         "release build");
   cuda::force_emulation(true);
   const ProblemSetup setup = problem_from_args(args);
-  const Problem& p = setup.problem;
+  const Problem p = in_own_dtype(impl, setup.problem, args.has("--dtype"));  // as compare runs it
   require_can_run(impl, p, backward);
 
   const CountedPass pass =

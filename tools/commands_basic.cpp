@@ -92,7 +92,7 @@ int run_command(const std::vector<std::string>& argv) {
   const std::string& name = impl->name;
   const int64_t repeats = repeats_from_args(args, 5);
   const ProblemSetup setup = problem_from_args(args);
-  const Problem& p = setup.problem;
+  const Problem p = in_own_dtype(*impl, setup.problem, args.has("--dtype"));  // as compare runs it
   require_can_run(*impl, p);
 
   const std::string emulation = emulation_reason(*impl);
