@@ -41,7 +41,7 @@ BackwardMeasurement measure_backward(const Implementation& impl, const Problem& 
                 impl, repeats, 0,
                 [&] {
                   impl.backward(p, in, fwd, d_out, m.gradients);  // the checked run, also the warm-up
-                  if (memory_meter::active()) m.extra_bytes = memory_meter::peak() - before;
+                  if (heap_metered(impl)) m.extra_bytes = memory_meter::peak() - before;
                 },
                 [&] {
                   AttentionGradients scratch = AttentionGradients::poisoned(p);
@@ -305,7 +305,7 @@ int compare_backward(const Args& args) {
       "error + "
       "floor.\ntime: backward only (the forward runs once before), median of %lld runs after a warm-up; "
       "extra: "
-      "peak heap above inputs, forward outputs and gradients.\n",
+      "peak heap above inputs, forward outputs and gradients (a CPU stage's; n/a on the GPU's).\n",
       static_cast<long long>(repeats));
   if (any_emulated) print_emulated_legend();
   return all_passed ? 0 : 1;

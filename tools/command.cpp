@@ -43,6 +43,10 @@ Problem in_own_dtype(const Implementation& impl, const Problem& p, bool dtype_gi
   return own;
 }
 
+bool heap_metered(const Implementation& impl) {
+  return memory_meter::active() && impl.device == Device::cpu;
+}
+
 Measurement measure(const Implementation& impl, const Problem& p, const AttentionInputs& in, int repeats,
                     double budget_seconds) {
   Measurement m;
@@ -53,7 +57,7 @@ Measurement measure(const Implementation& impl, const Problem& p, const Attentio
       impl, repeats, budget_seconds,
       [&] {
         impl.forward(p, in, m.outputs);  // the checked run, which also warms up
-        if (memory_meter::active()) m.extra_bytes = memory_meter::peak() - before;
+        if (heap_metered(impl)) m.extra_bytes = memory_meter::peak() - before;
       },
       [&] {
         AttentionOutputs scratch = AttentionOutputs::poisoned(p);

@@ -43,6 +43,11 @@ struct Measurement {
 Measurement measure(const Implementation& impl, const Problem& p, const AttentionInputs& in, int repeats,
                     double budget_seconds = 0);
 
+// Whether a run's extra memory (its peak heap above inputs and outputs) is measured: for a CPU stage, where
+// the heap is its workspace. A GPU stage's workspace is device memory, and an emulated one's heap is the
+// emulator's (its device memory, its blocks' stacks): "n/a" in the tables, null in JSON.
+bool heap_metered(const Implementation& impl);
+
 // The problem `impl` takes in a side-by-side view: `p`, or, where the user named no dtype and `impl` does not
 // offer p's, `p` in the implementation's own first dtype (the 16-bit GPU stages next to the f32 CPU stages on
 // the same f32 inputs, each held to the tolerance of the dtype it ran in).

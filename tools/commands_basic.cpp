@@ -289,11 +289,14 @@ void print_legend(int64_t repeats, double budget_seconds, bool any_emulated) {
   if (budget_seconds > 0)
     std::printf(
         "time: median of up to %lld runs after a warm-up (fewer once a stage's runs take %.0f s in all; "
-        "--repeat N for N); extra: peak heap above inputs and outputs.\n",
+        "--repeat N for N); extra: peak heap above inputs and outputs (a CPU stage's; n/a on the GPU's).\n",
         static_cast<long long>(repeats), budget_seconds);
   else
-    std::printf("time: median of %lld runs after a warm-up; extra: peak heap above inputs and outputs.\n",
-                static_cast<long long>(repeats));
+    std::printf(
+        "time: median of %lld runs after a warm-up; extra: peak heap above inputs and outputs (a CPU "
+        "stage's; "
+        "n/a on the GPU's).\n",
+        static_cast<long long>(repeats));
   if (any_emulated) print_emulated_legend();
 }
 
