@@ -185,7 +185,7 @@ int profile_command(const std::vector<std::string>& argv) {
               static_cast<unsigned long long>(counted.mma_sync),
               static_cast<unsigned long long>(counted.wgmma), counted.tensor_flops / 1e9);
   std::printf("  FLOPs (%s count) %.4f GFLOP: %.1f FLOP/byte counted, %.1f by the model\n",
-              backward ? "backward" : "forward ", flops / 1e9, arithmetic_intensity(flops, bytes),
+              backward ? "backward" : "forward", flops / 1e9, arithmetic_intensity(flops, bytes),
               arithmetic_intensity(flops, model.bytes));
   std::printf("  result                 %s: %s\n", pass.passed ? "PASS" : "FAIL", pass.verdict.c_str());
   std::printf(

@@ -35,6 +35,11 @@ const std::string& unavailable_reason() {
 #if FLASHLAB_HAVE_CUDA
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);
+    // No driver at all reads, in CUDA's own words, as an old one: say both.
+    if (status == cudaErrorInsufficientDriver)
+      return std::string(
+          "no CUDA device: no NVIDIA driver here, or one older than this build's CUDA "
+          "(cudaErrorInsufficientDriver)");
     if (status != cudaSuccess)
       return std::string("no CUDA device: ") + cudaGetErrorName(status) + ": " + cudaGetErrorString(status);
     if (count == 0) return std::string("no CUDA device: cudaGetDeviceCount found 0 devices");
