@@ -1211,7 +1211,7 @@ def merge(out, paths):
         return 2
     merged = dict(results[0])
     merged["commands"] = [r["command"] for r in results]
-    merged["command"] = "bash bench/gpu_report.sh --merge OUTDIR " + " ".join(paths)
+    merged["command"] = " ".join(["bash bench/gpu_report.sh --merge", out] + list(paths))
     merged["date"] = max(r["date"] for r in results)
     commits = list(dict.fromkeys(r["commit"] for r in results))
     merged["commit"] = ", ".join(commits)
