@@ -24,9 +24,9 @@ struct Launch {
   size_t parameter_bytes = 0;
 };
 
-// Runs every block. A launch configuration a GPU would refuse throws flashlab::Error; what goes wrong inside
-// the kernel throws flashlab::ExecutionError with the first error, naming the kernel, block, warp, lane and
-// operation.
+// Runs every block. A launch configuration a GPU would refuse throws flashlab::ExecutionError, as the GPU's
+// refusal does; what goes wrong inside the kernel throws flashlab::ExecutionError with the first error,
+// naming the kernel, block, warp, lane and operation.
 void run(const Launch& launch);
 
 // The device the emulator presents (cudaGetDeviceProperties): Hopper's limits, sm_90.

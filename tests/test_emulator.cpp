@@ -305,6 +305,7 @@ TEST_CASE("launch configurations a GPU refuses are refused") {
   // As the launcher's failure, not the input's (the tool's exit code 1, a row of its own in compare), as a
   // GPU's cudaErrorInvalidConfiguration is; so is a refused cudaFuncSetAttribute (common/cuda/check.hpp).
   CHECK_THROWS_AS(k::emulated::launch_configuration(2048, 0, 0), ExecutionError);
+  CHECK_THROWS_AS(k::emulated::launch_configuration(128, 64 * 1024, 0), ExecutionError);
   CHECK_THROWS_AS(k::emulated::launch_configuration(128, 0, 300 * 1024), ExecutionError);
   CHECK(contains(error_of([] { k::emulated::launch_configuration(128, 64 * 1024, 0); }),
                  "cudaFuncAttributeMaxDynamicSharedMemorySize"));

@@ -136,7 +136,7 @@ int grad_command(const std::vector<std::string>& argv) {
       json.field("gflops", gflops);
     else
       json.key("gflops").null().field("emulation_reason", emulation);
-    json.field("peak_extra_bytes", m.extra_bytes);
+    extra_bytes_json(json, m.extra_bytes);
     if (verdict) verdict_json(json, *verdict);
     std::cout << json.end_object().str();
   } else {
@@ -252,10 +252,7 @@ int compare_backward(const Args& args) {
         else
           json.field("gflops", row.rate);
         verdict_json(json, *row.verdict);
-        if (row.m.extra_bytes >= 0)
-          json.field("peak_extra_bytes", row.m.extra_bytes);
-        else
-          json.key("peak_extra_bytes").null();
+        extra_bytes_json(json, row.m.extra_bytes);
       } else {
         json.key("time_ms").null().key("gflops").null().key("peak_extra_bytes").null();
       }

@@ -128,6 +128,13 @@ void progress(const std::string& text) {
   if (terminal) std::fprintf(stderr, "\r\033[K%s", text.c_str());
 }
 
+void extra_bytes_json(Json& json, int64_t extra_bytes) {
+  if (extra_bytes >= 0)
+    json.field("peak_extra_bytes", extra_bytes);
+  else
+    json.key("peak_extra_bytes").null();
+}
+
 void problem_json(Json& json, const Problem& p, const std::string& source) {
   json.key("problem").begin_object();
   json.field("batch", p.batch).field("heads", p.heads_q).field("kv_heads", p.heads_kv);

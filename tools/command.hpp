@@ -106,6 +106,7 @@ int compare_backward(const Args& args);
 
 class Json;
 void problem_json(Json& json, const Problem& p, const std::string& source);
+void extra_bytes_json(Json& json, int64_t extra_bytes);  // "peak_extra_bytes": null where not measured (< 0)
 void machine_json(Json& json, const MachineCeilings& m);
 void gpu_json(Json& json, const GpuReport& gpus);  // "gpus": [...], and why there are none
 

@@ -120,7 +120,7 @@ int run_command(const std::vector<std::string>& argv) {
       json.field("gflops", gflops);
     else
       json.key("gflops").null().field("emulation_reason", emulation);
-    json.field("peak_extra_bytes", m.extra_bytes);
+    extra_bytes_json(json, m.extra_bytes);
     if (verdict) {
       json.field("max_err_o", verdict->deviation.max_err_o)
           .field("max_err_lse", verdict->deviation.max_err_lse);
@@ -378,10 +378,7 @@ int compare_command(const std::vector<std::string>& argv) {
         json.field("max_err_o", row.verdict->deviation.max_err_o);
         json.field("max_err_lse", row.verdict->deviation.max_err_lse);
         json.field("passed", row.verdict->passed());
-        if (row.m.extra_bytes >= 0)
-          json.field("peak_extra_bytes", row.m.extra_bytes);
-        else
-          json.key("peak_extra_bytes").null();
+        extra_bytes_json(json, row.m.extra_bytes);
       } else {
         json.key("time_ms").null().key("gflops").null().key("max_err_o").null().key("max_err_lse").null();
         json.key("peak_extra_bytes").null();

@@ -22,8 +22,8 @@ inputs, seed 0):
   --batch N --heads N --kv-heads N --seqlen-q N --seqlen-k N --head-dim N --scale X --causal
   --window-left N --window-right N --seqlens-q a,b,.. --seqlens-k a,b,.. --mask F.npy (bool [SQ,SK])
   --page-size P --dtype f32|f16|bf16|e4m3 --seed N --distribution normal|large|outliers
-                (compare without --dtype: a stage that does not offer f32 runs in its own dtype, named in
-                its row, on the same inputs and held to that dtype's tolerance)
+                (without --dtype, in compare, run, grad and profile: a stage that does not offer f32 runs
+                in its own dtype, named in its row, on the same inputs and held to that dtype's tolerance)
   --softcap C   logit soft-capping after the scale, s -> C tanh(s / C) (C > 0)
   --alibi       ALiBi with the ALiBi paper's slopes for the query heads; --alibi-slopes a,b,.. gives them
                 (one per query head): s -> s - slope_h |i + seqlen_k - seqlen_q - j|
@@ -36,7 +36,8 @@ inputs, seed 0):
   --emulate   GPU stages run in the CPU emulator even where a GPU could run them (without a GPU they always
               do; emulated times are labelled and never compared with measured speeds)
 
-exit codes: 0 success, 1 result outside tolerance, 2 invalid or unsupported input
+exit codes: 0 success, 1 result outside tolerance or a stage that failed as it ran, 2 invalid or unsupported
+input
 )";
 
 // The commands of the driver script, ./flashlab (it builds first where a command needs the build, then runs
