@@ -664,8 +664,11 @@ class Visit:
             # A lost GPU's refusals wait for the run in a new process below; the rest are kept.
             kept = [row for row in rows if LOST_DEVICE not in row.get("skipped", "")]
             waiting.update((row["impl"], row) for row in rows if LOST_DEVICE in row.get("skipped", ""))
-            if status != "ok" and running is not None and not (self.timed_out and cut_by_phase):
-                # It hung, or the process died, while this one ran (a step stopped by the phase's end blames none).
+            if self.timed_out and cut_by_phase and running is not None:  # stopped by the phase's end: no blame
+                kept.append(self.unmeasured_row(shape, running["measuring"], running["dtype"], pass_,
+                                                skipped="not measured: the phase's time ran out while it ran"))
+            elif status != "ok" and running is not None:
+                # It hung, or the process died, while this one ran.
                 ending = f"did not finish within the step's {budget} s" if self.timed_out else \
                     "the process ended while it ran (gpu_bench.log)"
                 kept.append(self.unmeasured_row(shape, running["measuring"], running["dtype"], pass_,
@@ -691,12 +694,11 @@ class Visit:
             skipped="not measured: the shape's step stopped before it (gpu_bench.log)")
             for name in names if name not in got])
 
-    def failed_before(self, impl):
-        """Why `impl` is not run again in this call: it failed or hung in the speed phase (None if it did not)."""
-        for pass_, failing in self.failing.items():
-            if impl in failing:
-                return f"its {pass_} {failing[impl]['why']}"
-        return None
+    def failed_before(self, impl, pass_):
+        """Why `impl`'s `pass_` is not run again in this call: it failed or hung in the speed phase (None if it
+        did not)."""
+        failing = self.failing.get(pass_, {})
+        return f"its {pass_} {failing[impl]['why']}" if impl in failing else None
 
     def unmeasured_row(self, shape, impl, dtype, pass_, **why):
         """A row without figures for one of gpu-bench's shapes; `why` is skipped=... or failed=..."""
@@ -917,14 +919,14 @@ def extra_phase(visit):
         return
     # A kernel that failed or hung in the speed phase is not run again here: it would cost its steps' budgets.
     names = [e["name"] for e in visit.gpu_implementations()]
-    for name in names:
-        if visit.failed_before(name):
-            visit.report.notes.append(f"extra: {name} not profiled or checked again: {visit.failed_before(name)}")
     profile_kernels(visit, names)
     if "cuda_v3_hopper/fp8" not in names:
         visit.note("fp8-accuracy on the GPU", "unavailable", "fp8_accuracy.log",
                    "cuda_v3_hopper/fp8 does not run on this GPU (Hopper, sm_90a)")
-    elif not visit.failed_before("cuda_v3_hopper/fp8"):
+    elif visit.failed_before("cuda_v3_hopper/fp8", "forward"):
+        visit.report.notes.append("extra: the FP8 LSE seeds and fp8-accuracy not run: cuda_v3_hopper/fp8 "
+                                  + visit.failed_before("cuda_v3_hopper/fp8", "forward"))
+    else:
         # Whether the kernel's scores are the emulation's tensor-core sums (bench/fp8_lse_seeds.py).
         visit.run("fp8 LSE on large inputs, four seeds, against the emulation", 60,
                   [sys.executable, os.path.join(ROOT, "bench", "fp8_lse_seeds.py"), visit.flashlab]
@@ -952,7 +954,9 @@ def profile_kernels(visit, names):
         if impl not in names:
             visit.note(step, "unavailable", log, f"{impl} does not run here")
             continue
-        if visit.failed_before(impl):  # named in the summary's notes
+        why = visit.failed_before(impl, "backward" if "backward" in flags else "forward")
+        if why:
+            visit.report.notes.append(f"extra: {step} not profiled: {impl} {why}")
             continue
         if visit.rehearse:  # the dry form: the kernel's name must be in the program, or -k would match nothing
             visit.run(step + ", dry: the kernel's name", 20,
@@ -1211,7 +1215,7 @@ def merge(out, paths):
         return 2
     merged = dict(results[0])
     merged["commands"] = [r["command"] for r in results]
-    merged["command"] = " ".join(["bash bench/gpu_report.sh --merge", out] + list(paths))
+    merged["command"] = "bash bench/gpu_report.sh --merge " + shlex.join([out] + list(paths))
     merged["date"] = max(r["date"] for r in results)
     commits = list(dict.fromkeys(r["commit"] for r in results))
     merged["commit"] = ", ".join(commits)
