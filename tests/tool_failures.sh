@@ -24,6 +24,16 @@ for pass in "" --backward; do
   grep -qE "^${stages[2]} +cpu +[0-9.e+-]+ +[0-9.e+-]+ " <<<"$out" || fail "compare $pass: the CPU stage did not run: $out"
 done
 
+# The whole ladder (compare with no arguments) runs one table per problem in one process: the lost GPU is the
+# process's, so a GPU stage in a later table is refused too, and the later tables' CPU stages still run.
+out=$(FLASHLAB_INJECT=fault:cuda_v2/split_q "$tool" compare 2>&1)
+rc=$?
+[[ $rc == 1 ]] || fail "the ladder with a failing implementation exited $rc: $out"
+grep -qF "decoding/cuda_split_kv" <<<"$(grep -F "skipped: $lost" <<<"$out")" ||
+  fail "the ladder: a GPU stage in a later table is not refused: $out"
+grep -qE "^decoding/split_kv +cpu +[0-9.e+-]+ +[0-9.e+-]+ +yes" <<<"$out" ||
+  fail "the ladder: a later table's CPU stage did not run: $out"
+
 # gpu-bench: the rows as they come, the failed one with its error, the ones after it refused; exit 1.
 out=$(FLASHLAB_INJECT=fault:cuda_v2/split_q "$tool" gpu-bench cuda_v2/split_q cuda_v2/split_q_simt --emulate \
   --batch 1 --heads 2 --seqlen-q 64 --head-dim 64 --json-lines 2>/dev/null)
