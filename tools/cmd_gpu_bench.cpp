@@ -419,10 +419,9 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
     }
   };
   // A measurement that fails (a kernel's fault on the GPU, or what the emulator finds wrong in one) gets a
-  // row that says so, and the run goes on. A fault that
-  // leaves this process's CUDA context unusable (an illegal address, say) leaves every later call here
-  // failing too: the measurements left each get a row that says why, and a new process can run them
-  // (bench/gpu_report.py does).
+  // row that says so, and the run goes on. A fault that leaves this process's CUDA context unusable (an
+  // illegal address, say) leaves every later call here failing too: the measurements left each get a row
+  // that says why, and a new process can run them (bench/gpu_report.py does).
   check_injection();
   // Why a measurement is not made: the device lost, or --max-seconds spent ("" when it is made).
   auto left_out = [&](const std::string& name, const Problem& shape, const Implementation& impl) {
