@@ -234,8 +234,11 @@ struct Fp8Consumer : ConsumerRows<Config> {
       raw_max = fmaxf(raw_max, __shfl_xor_sync(0xffffffff, raw_max, 2));
       const float new_max = fmaxf(row_max[half], raw_max * score_scale);
       // A row with nothing visible yet keeps m = -inf: subtract 0, not -inf (exp2(-inf + inf) would be NaN).
-      const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * kLog2e;
-      correction[half] = exp2_approx(row_max[half] * kLog2e - max_scaled);
+      const float max_scaled = new_max == -INFINITY ? 0.0f : __fmul_rn(new_max, kLog2e);
+      // Both sides rounded: a plain product here could be fused into the subtraction (an FFMA), and a max
+      // that held would then rescale by 2^(its rounding error) instead of 1 (cuda_v2/split_q.cu: what that
+      // did there).
+      correction[half] = exp2_approx(__fmul_rn(row_max[half], kLog2e) - max_scaled);
       row_max[half] = new_max;
       const float exponent_scale = score_scale * kLog2e;
       float tile_sum = 0.0f;

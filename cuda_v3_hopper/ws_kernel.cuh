@@ -592,7 +592,7 @@ struct Consumer : ConsumerRows<Config> {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& score = s[4 * i + 2 * half + e];
-          score *= scale_log2;
+          score = __fmul_rn(score, scale_log2);  // rounded, never fused with the subtraction below
           tile_max = fmaxf(tile_max, score);
         }
       // The four threads of a quad hold the same row.
