@@ -2,7 +2,7 @@
 """The GPU report: build, check and time flashlab on a GPU machine, in phases that fit a short, offline visit.
 
     bash bench/gpu_report.sh [--phase all|check|speed|extra] [--commit SHA] [--kit DIR] [--impls REGEX]
-                             [--first-shape N] [--last-shape N] OUTDIR
+                             [--first-shape N] [--last-shape N] [--seconds N] OUTDIR
     bash bench/gpu_report.sh --rehearse OUTDIR       every phase here, without a GPU (CI runs it)
     bash bench/gpu_report.sh --merge OUTDIR RESULTS.json...   one result from several calls' results
 
@@ -19,7 +19,8 @@ Phases and their budgets (bench/README.md "On an offline GPU machine"):
                  LSE against the emulation's on large inputs (bench/fp8_lse_seeds.py); FP8 accuracy on the GPU's
                  kernel; the Hopper kernels' SASS.
   all   (540 s): check, speed, then extra while time is left.
-A phase run alone builds first when it finds no build.
+A phase run alone builds first when it finds no build. --seconds N replaces the call's budget: the 540 s of all, or
+the one phase's own (a second call can take what the visit has left).
 
 Everything a step finishes is written at once: OUTDIR always holds a complete, valid result of what has run
 so far, in at most 8 files (results-DEVICE-DATE.json and .md, summary.txt, logs.tar.gz), so a call killed at its
@@ -987,12 +988,12 @@ def run_visit(args, out):
     report.write()
     visit = Visit(args, report)
     phases = ["check", "speed", "extra"] if args.phase == "all" else [args.phase]
-    overall = now() + ALL_BUDGET
+    overall = now() + call_budget(args)
     try:
         visit.phase, visit.deadline = "preflight", now() + 30
         visit.preflight()
         for phase in phases:
-            budget = PHASE_BUDGETS[phase]
+            budget = PHASE_BUDGETS[phase] if args.phase == "all" else call_budget(args)
             if args.phase == "all":
                 if phase == "extra" and overall - now() < 30:
                     report.notes.append("extra: not run, too little of the 9 minutes was left")
@@ -1006,6 +1007,15 @@ def run_visit(args, out):
         shutil.rmtree(work, ignore_errors=True)
     print(open(os.path.join(out, "summary.txt")).read(), end="")
     return report
+
+
+def call_budget(args):
+    """The seconds a call may spend: --seconds, else the 9 minutes of --phase all or the one phase's budget. A
+    second call of one phase (the speed sweep's later shapes, say) can take what the visit has left, rather than
+    its phase's share of a first call."""
+    if args.seconds is not None:
+        return args.seconds
+    return ALL_BUDGET if args.phase == "all" else PHASE_BUDGETS[args.phase]
 
 
 def commit_of(args):
@@ -1088,6 +1098,11 @@ def rehearse(args, out):
         got = prediction_lines(dict(result, rows=[fake]), [first])[-2].split(" | ")[5]
         if got != want:
             problems.append(f"the predictions' table says '{got}' where it should say '{want}'")
+    # --seconds gives a call of one phase the time the visit has left, not the phase's share of a first call.
+    for phase, seconds, want in (("speed", None, PHASE_BUDGETS["speed"]), ("speed", 420, 420),
+                                 ("all", None, ALL_BUDGET), ("all", 300, 300)):
+        if call_budget(argparse.Namespace(phase=phase, seconds=seconds)) != want:
+            problems.append(f"--phase {phase} --seconds {seconds}: the call's budget is not {want} s")
     problems += drill(args, result)
     print("\n== rehearsal: " + ("every check passed" if not problems else "FAILED"))
     for problem in problems:
@@ -1250,6 +1265,8 @@ def main():
     parser.add_argument("--impls", help="only the GPU implementations whose name this regular expression finds")
     parser.add_argument("--first-shape", type=int, default=0,
                         help="speed: start at this shape of the plan (a second call goes on where the first stopped)")
+    parser.add_argument("--seconds", type=int,
+                        help="this call's budget: instead of the 9 minutes of --phase all, or of the one phase's own")
     parser.add_argument("--last-shape", type=int,
                         help="speed: stop after this shape of the plan (the rest of the budget goes to the extra phase)")
     args = parser.parse_args()
