@@ -412,8 +412,9 @@ struct Producer {
     } else {
       for (;;) {
         mbarrier_wait(tiles.q_full(), Ring<1>::full_parity(start.tile));
-        const int number = *tiles.tile_number();
-        __syncwarp(0xfffffffeu);  // lanes 1 to 31 have read it
+        // Read by lane 1 alone, the lane that then gives the word back on q_empty, and shuffled to the others
+        // (the consumers' read below says why).
+        const int number = __shfl_sync(0xfffffffeu, lane == 1 ? *tiles.tile_number() : 0, 1);
         if (lane == 1) mbarrier_arrive(tiles.q_empty());
         if (number >= args.order.tiles()) return;
         const BlockWork work = block_work<Config>(args, args.order(number));
@@ -844,7 +845,15 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         // The producer's word of which tile comes (TileScheduler) lands with its Q; consumer_mainloop's own
         // wait on the same phase then returns at once.
         mbarrier_wait(tiles.q_full(), Ring<1>::full_parity(start.tile));
-        const int number = *tiles.tile_number();
+        // Lane 0 reads it, the lane that gives Q back on q_empty (ConsumerRows::release), and a shuffle hands
+        // it to the warp. Read from shared memory by every lane, the number was one value a lane to the
+        // compiler, and so was all the loop derives from it: descriptors, ring stages and barrier addresses
+        // left the uniform datapath (sm_90a SASS at d 128: the loop's 106 uniform instructions became 1, with
+        // 4 R2UR before each HGMMA), the likely cause of the 6-15% the H200's third run lost on non-causal
+        // shapes. A shuffle's value is the warp's. And the read is now the arriving lane's own: racecheck
+        // flagged the other lanes' reads, which __syncwarp orders before the arrive; whether it accepts this
+        // form is for a GPU run to show.
+        const int number = __shfl_sync(0xffffffffu, threadIdx.x % 32 == 0 ? *tiles.tile_number() : 0, 0);
         if (number >= args.order.tiles()) break;
         tile = args.order(number);
       }
