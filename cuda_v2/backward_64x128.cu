@@ -304,7 +304,9 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
                                                warp_keys, dkv_dims, lane);
 
     // dQ_i += dS K_j (line 14): the race of docs/08, by fp32 atomics into dQ's accumulator. This lane's four
-    // rows' addresses are formed once a step; each element adds a constant offset.
+    // rows' addresses are formed once a step; each element adds a constant offset. A lane's two adjacent
+    // columns go in one red.global.add.v2.f32: on the H200 these adds, two a pair, kept the L2's input busy
+    // for most of the kernel (docs/08, "the products' addresses from bases converted once").
     float dq[2][kHeadDim / 32][4] = {};
     rows_by_dims<Element, kHeadDim>(dq, ptx::shared_address(sdS), ptx::shared_address(sK), warp_rows, dq_dims,
                                     lane);
@@ -316,10 +318,8 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
         if (row >= rows_q) continue;
         float* const at = p.dq_accum + row_index(f, b, head, row) * kHeadDim + dq_dims + 2 * quad_lane;
 #pragma unroll
-        for (int nt = 0; nt < kHeadDim / 32; ++nt) {
-          atomicAdd(at + 8 * nt, dq[mt][nt][2 * half]);
-          atomicAdd(at + 8 * nt + 1, dq[mt][nt][2 * half + 1]);
-        }
+        for (int nt = 0; nt < kHeadDim / 32; ++nt)
+          ptx::red_add_f32x2(at + 8 * nt, dq[mt][nt][2 * half], dq[mt][nt][2 * half + 1]);
       }
 
     // dK_j += dS^T Q_i (line 15), as dV.

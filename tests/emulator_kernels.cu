@@ -96,6 +96,13 @@ __global__ void mma_kernel(float* out, const uint32_t* a, const uint32_t* b, con
   for (int i = 0; i < 4; ++i) out[4 * lane + i] = d[i];
 }
 
+// Every thread adds (1, 2) times its block's number plus one to pair `threadIdx.x % pairs` of `sums`, in one
+// red.global.add.v2.f32: many lanes add to the same pair at once.
+__global__ void red_pairs_kernel(float* sums, int pairs) {
+  const float scale = static_cast<float>(blockIdx.x + 1);
+  ptx::red_add_f32x2(sums + 2 * (threadIdx.x % pairs), scale, 2.0f * scale);
+}
+
 __global__ void cp_async_kernel(float* out, const float* source, const int* in_range, int chunks) {
   float* shared = cuda::dynamic_shared_memory<float>();
   const int lane = static_cast<int>(threadIdx.x);
@@ -294,6 +301,13 @@ std::vector<float> mma(bool bf16, const std::vector<uint32_t>& a, const std::vec
     cuda::launch_kernel<mma_kernel<__half>>(dim3(1), dim3(32), 0, nullptr, out.get(), da.get(), db.get(),
                                             dc.get());
   return download(out);
+}
+
+std::vector<float> red_pairs(int blocks, int threads, int pairs) {
+  const cuda::DeviceBuffer<float> sums = upload(std::vector<float>(2 * static_cast<size_t>(pairs), 0.0f));
+  cuda::launch_kernel<red_pairs_kernel>(dim3(static_cast<unsigned>(blocks)),
+                                        dim3(static_cast<unsigned>(threads)), 0, nullptr, sums.get(), pairs);
+  return download(sums);
 }
 
 std::vector<float> cp_async(const std::vector<float>& source, const std::vector<int>& in_range) {

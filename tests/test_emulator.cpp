@@ -214,6 +214,32 @@ TEST_CASE("cp.async copies 16 bytes, or zero-fills them when the source is out o
   });
 }
 
+TEST_CASE("red.global.add.v2.f32 adds both floats of a pair, each atomically, from many lanes at once") {
+  // 3 blocks of 96 threads onto 5 pairs: pair i takes the threads t of each block with t % 5 == i, each
+  // adding (b + 1, 2 (b + 1)); small integers, so every order of the adds gives the same sums exactly.
+  const int blocks = 3, threads = 96, pairs = 5;
+  const auto check = [&](const std::vector<float>& sums) {
+    REQUIRE(sums.size() == 2 * pairs);
+    for (int i = 0; i < pairs; ++i) {
+      const int adders = threads / pairs + (i < threads % pairs ? 1 : 0);  // a block's threads on pair i
+      const float first = static_cast<float>(adders * (1 + 2 + 3));        // blocks 0, 1, 2 add 1, 2, 3
+      INFO("pair ", i);
+      CHECK(sums[2 * i] == first);
+      CHECK(sums[2 * i + 1] == 2.0f * first);
+    }
+  };
+  SUBCASE("emulated") {
+    check(k::emulated::red_pairs(blocks, threads, pairs));
+  }
+#if FLASHLAB_HAVE_CUDA
+  if (cuda::unavailable_reason().empty()) {
+    SUBCASE("gpu") {
+      check(k::gpu::red_pairs(blocks, threads, pairs));
+    }
+  }
+#endif
+}
+
 TEST_CASE("a correct kernel passes under both schedules") {
   for (const emulator::ScheduleSetting& schedule :
        {emulator::ScheduleSetting{false, 0}, emulator::ScheduleSetting{true, 5}}) {

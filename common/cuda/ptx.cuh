@@ -9,6 +9,7 @@
 //   mma.sync   m16n8k16 with fp16/bf16 inputs and fp32 accumulators: one warp-wide tensor-core product
 //   bar.sync, bar.arrive   named barriers over a subset of the block's warps
 //   ex2.approx 2^x in one special-function-unit instruction
+//   red.global.add.v2.f32   two fp32 adds into global memory in one instruction (sm_90; two atomicAdd before)
 //   cvt.rn.satfinite.e4m3x2.f32   two floats to FP8 (sm_89+; the Hopper FP8 kernels)
 // The sm_90a instructions (wgmma, TMA, mbarrier, setmaxnreg) are wrapped the same way in cuda_v3_hopper/.
 #pragma once
@@ -177,6 +178,21 @@ __device__ inline void barrier_arrive(uint32_t id, uint32_t threads) {
   emulator::barrier_arrive(id, threads);
 #else
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+#endif
+}
+
+// ---- red.global.add.v2.f32 ----
+
+// a[0] += x and a[1] += y in global memory, each add atomic on its own (the PTX ISA: a vector red is a red
+// per element), with no result. `a` must be 8-byte aligned. On sm_90 one instruction (REDG.E.ADD.F32x2) for
+// both, where two atomicAdd issue two; the PTX built for older GPUs (compute_80) takes two atomicAdd. Either
+// way each element is rounded as atomicAdd rounds it.
+__device__ inline void red_add_f32x2(float* a, float x, float y) {
+#if defined(FLASHLAB_EMULATED) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900)
+  atomicAdd(a, x);
+  atomicAdd(a + 1, y);
+#else
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(a), "f"(x), "f"(y) : "memory");
 #endif
 }
 
