@@ -61,10 +61,12 @@ FLASHLAB_HOST_DEVICE inline int64_t fp8_tiles(int64_t seqlen, int64_t block) {
 // Rather than moving P between threads (quad shuffles), V's keys are stored in the order the accumulator
 // already holds them: position 16h + 4t + 2q + e of a 32-key group holds key 16h + 8q + 2t + e. P V sums over
 // the same pairs (P_j, V_j), only in another order. A tile's last partial group (block_k % 32 keys, possible
-// only for tiles the FP8 kernel does not take) keeps the natural order.
-FLASHLAB_HOST_DEVICE constexpr int64_t fp8_v_key(int64_t position, int64_t block_k) {
+// only for tiles the FP8 kernel does not take) keeps the natural order. In the integer type of the caller's
+// offsets: the pre-pass's per-element loop takes 32-bit ones (positions within a tile of at most 4096 keys).
+template <typename Int>
+FLASHLAB_HOST_DEVICE constexpr Int fp8_v_key(Int position, Int block_k) {
   if (position >= block_k / 32 * 32) return position;
-  const int64_t group = position / 32 * 32, w = position % 32;
+  const Int group = position / 32 * 32, w = position % 32;
   return group + 16 * (w / 16) + 8 * ((w % 4) / 2) + 2 * ((w % 16) / 4) + w % 2;
 }
 FLASHLAB_HOST_DEVICE constexpr int64_t fp8_v_position(int64_t key, int64_t block_k) {
