@@ -144,6 +144,9 @@ int atomic_max(int* address, int value);
 int atomic_min(int* address, int value);
 int atomic_exchange(int* address, int value);
 int atomic_compare_exchange(int* address, int compare, int value);
+// red.global.add.v2.f32: address[0] += x, address[1] += y, each an atomic add of its own (the PTX ISA's
+// vector red). The address must be global memory, 8-byte aligned; anything else stops the kernel.
+void red_add_f32x2(float* address, float x, float y);
 
 // ---- Special functions ----
 // ex2.approx.f32 (and .ftz): 2^x. The emulator computes it correctly rounded; the hardware's result is

@@ -446,6 +446,19 @@ float atomic_add(float* address, float value) {
   }
   return old;
 }
+void red_add_f32x2(float* address, float x, float y) {
+  {
+    const Entered entered("red.global.add.v2.f32");
+    ThreadState& t = entered;
+    const auto where = reinterpret_cast<uintptr_t>(address);
+    if (where % 8 != 0) t.block->fail(t, "red.global.add.v2.f32: ", Hex{where}, " is not aligned to 8 bytes");
+    if (t.block->in_shared_window(where))
+      t.block->fail(t, "red.global.add.v2.f32: ", Hex{where},
+                    " is shared memory; a vector red takes global only");
+  }
+  atomic_add(address, x);  // each element checked and counted as an atomic of its own
+  atomic_add(address + 1, y);
+}
 int atomic_max(int* address, int value) {
   std::atomic_ref<int> target(*atomic_target(address, "atomicMax"));
   int old = target.load(std::memory_order_relaxed);

@@ -98,7 +98,7 @@ __global__ void mma_kernel(float* out, const uint32_t* a, const uint32_t* b, con
 
 // Every thread adds (1, 2) times its block's number plus one to pair `threadIdx.x % pairs` of `sums`, in one
 // red.global.add.v2.f32: many lanes add to the same pair at once.
-__global__ void red_pairs_kernel(float* sums, int pairs) {
+__global__ void red_pairs_kernel(float* sums, int pairs) {  // sums: 8-byte aligned, or a planted mistake
   const float scale = static_cast<float>(blockIdx.x + 1);
   ptx::red_add_f32x2(sums + 2 * (threadIdx.x % pairs), scale, 2.0f * scale);
 }
@@ -303,11 +303,14 @@ std::vector<float> mma(bool bf16, const std::vector<uint32_t>& a, const std::vec
   return download(out);
 }
 
-std::vector<float> red_pairs(int blocks, int threads, int pairs) {
-  const cuda::DeviceBuffer<float> sums = upload(std::vector<float>(2 * static_cast<size_t>(pairs), 0.0f));
+std::vector<float> red_pairs(int blocks, int threads, int pairs, int first) {
+  const cuda::DeviceBuffer<float> sums =
+      upload(std::vector<float>(2 * static_cast<size_t>(pairs) + static_cast<size_t>(first), 0.0f));
   cuda::launch_kernel<red_pairs_kernel>(dim3(static_cast<unsigned>(blocks)),
-                                        dim3(static_cast<unsigned>(threads)), 0, nullptr, sums.get(), pairs);
-  return download(sums);
+                                        dim3(static_cast<unsigned>(threads)), 0, nullptr, sums.get() + first,
+                                        pairs);
+  const std::vector<float> all = download(sums);
+  return std::vector<float>(all.begin() + first, all.end());
 }
 
 std::vector<float> cp_async(const std::vector<float>& source, const std::vector<int>& in_range) {

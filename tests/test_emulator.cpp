@@ -230,6 +230,9 @@ TEST_CASE("red.global.add.v2.f32 adds both floats of a pair, each atomically, fr
   };
   SUBCASE("emulated") {
     check(k::emulated::red_pairs(blocks, threads, pairs));
+    // A GPU faults on a vector red that is not 8-byte aligned; the emulator stops the kernel and says why.
+    CHECK_THROWS_WITH(k::emulated::red_pairs(1, 32, pairs, 1),
+                      doctest::Contains("is not aligned to 8 bytes"));
   }
 #if FLASHLAB_HAVE_CUDA
   if (cuda::unavailable_reason().empty()) {

@@ -186,9 +186,12 @@ __device__ inline void barrier_arrive(uint32_t id, uint32_t threads) {
 // a[0] += x and a[1] += y in global memory, each add atomic on its own (the PTX ISA: a vector red is a red
 // per element), with no result. `a` must be 8-byte aligned. On sm_90 one instruction (REDG.E.ADD.F32x2) for
 // both, where two atomicAdd issue two; the PTX built for older GPUs (compute_80) takes two atomicAdd. Either
-// way each element is rounded as atomicAdd rounds it.
+// way each element is rounded as atomicAdd rounds it. The emulator refuses an address that is not 8-byte
+// aligned global memory, which a GPU would fault on.
 __device__ inline void red_add_f32x2(float* a, float x, float y) {
-#if defined(FLASHLAB_EMULATED) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900)
+#if defined(FLASHLAB_EMULATED)
+  emulator::red_add_f32x2(a, x, y);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   atomicAdd(a, x);
   atomicAdd(a + 1, y);
 #else
