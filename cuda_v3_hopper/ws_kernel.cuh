@@ -383,8 +383,9 @@ struct Producer {
   // kernel the next tile's loads follow at once, into the stages the consumers free: its K_0 and Q land
   // while the consumers finish this tile's last P V and its epilogue. There lane 0 is also the tile
   // scheduler (TileScheduler): it hands each tile's number out with the tile's Q, and when no tile is left a
-  // number past the last; the lanes that zero the tails read the numbers as the consumers do, and one of
-  // them arrives on q_empty once they all have, so that lane 0 writes no number over one not yet read.
+  // number past the last; the lanes that zero the tails take the numbers as the consumers do (lane 1 reads
+  // each, shuffles it to the others and arrives on q_empty), so that lane 0 writes no number over one not yet
+  // read.
   __device__ static void run(const SharedTiles<Config>& tiles, const CUtensorMap* q_map,
                              const CUtensorMap* k_map, const CUtensorMap* v_map, const WsArgs& args) {
     if (threadIdx.x >= 32) return;
