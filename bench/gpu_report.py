@@ -1091,6 +1091,12 @@ def rehearse(args, out):
                 p["metric"] not in ("tflops", "time_ms", "copy_share", "speedup")) or (
                 p["metric"] == "speedup" and p.get("over") not in names):
             problems.append(f"bench/predictions.json: {p['impl']}: unknown entry, range, metric or source")
+    # One prediction a figure: two for the same implementation, pass, shape and metric would give the run's
+    # table two verdicts on one measurement.
+    figures = [json.dumps([p["impl"], p.get("pass", "forward"), p["shape"], p["metric"], p.get("over")],
+                          sort_keys=True) for p in load_predictions()]
+    if len(set(figures)) != len(figures):
+        problems.append("bench/predictions.json: two predictions of one figure (impl, pass, shape, metric)")
     first = load_predictions()[0]
     row = dict(first["shape"], impl=first["impl"], dtype="bf16", time_ms=1.0, tflops=first["low"] * 0.9)
     for want, fake in (("within", dict(row, tflops=(first["low"] + first["high"]) / 2)), ("below (-10%)", row),
