@@ -883,9 +883,11 @@ PROFILED = [
     # Then the candidate rungs beside them, while time is left: first the backward in FlashAttention-2's warp
     # layout (64 query rows a step over 128 keys) and the decode with its query rows on the tensor cores, then
     # the backward on 128-key tiles, beside the backward_kernel above.
+    # Its stalls by instruction too (SourceCounters): the third H200 run put its time on the L2's input, busy with
+    # dQ's atomics, by inference from the stall reasons alone; the samples say which instructions wait.
     ("cuda_v2/split_q_bwd64x128", "backward_64x128_kernel",
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128", "--pass", "backward", "--dtype",
-      "bf16"]),
+      "bf16"], 1, ["SourceCounters"]),
     ("decoding/cuda_split_kv_mma", "split_kv_mma_kernel",
      ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "65536", "--head-dim",
       "128"]),
@@ -900,9 +902,10 @@ PROFILED = [
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),
     ("cuda_v3_hopper/ws_m192", "ws_attention_kernel",  # its tiles are 64 wide
      ["--batch", "2", "--heads", "32", "--seqlen-q", "8192", "--head-dim", "64"]),
-    # The decode's combine, 82 partials a row at 64k keys: the second H200 run bounded it and the launch gap
-    # together (25 us of the median call's 139), not it alone.
-    ("decoding/cuda_split_kv", "combine_kernel",
+    # The decode's combine after the tensor-core split kernel, 49 partials a row at 64k keys: the third H200 run
+    # profiled it after cuda_split_kv's (82 partials, 40.8 us), and put it and the launch gap at about 18 us of
+    # cuda_split_kv_mma's median 86.5 by difference.
+    ("decoding/cuda_split_kv_mma", "combine_kernel",
      ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "65536", "--head-dim",
       "128"]),
 ]
@@ -950,6 +953,7 @@ def profile_kernels(visit, names):
                                                   + glob.glob("/opt/nvidia/nsight-compute/*/ncu"))), None)
     for impl, kernel, flags, *more in PROFILED:
         launches = more[0] if more else 1
+        sections = NCU_SECTIONS + (more[1] if len(more) > 1 else [])
         step = f"ncu {impl} ({kernel})"
         log = f"ncu_{impl.replace('/', '_')}_{re.sub(r'[^A-Za-z0-9]+', '_', kernel).strip('_')}.log"
         if impl not in names:
@@ -969,7 +973,7 @@ def profile_kernels(visit, names):
         # --print-details all: the memory tables' shared-memory rows (bank conflicts) print only with it.
         argv = [ncu, "--clock-control", "none", "-k", f"regex:{kernel}", "--launch-count", str(launches),
                 "--print-details", "all"]
-        for section in NCU_SECTIONS:
+        for section in sections:
             argv += ["--section", section]
         argv += [visit.flashlab, "gpu-bench", impl] + flags + ["--seconds", "0.01", "--repeat", "3"]
 
