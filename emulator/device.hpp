@@ -144,9 +144,10 @@ int atomic_max(int* address, int value);
 int atomic_min(int* address, int value);
 int atomic_exchange(int* address, int value);
 int atomic_compare_exchange(int* address, int compare, int value);
-// red.global.add.v2.f32: address[0] += x, address[1] += y, each an atomic add of its own (the PTX ISA's
-// vector red). The address must be global memory, 8-byte aligned; anything else stops the kernel.
-void red_add_f32x2(float* address, float x, float y);
+// red.global.add.v2.f32 and .v4.f32: address[i] += values[i] for i < width (2 or 4), each an atomic add of
+// its own (the PTX ISA's vector red). The address must be global memory aligned to the vector's bytes (8 or
+// 16); anything else stops the kernel.
+void red_add_f32_vector(float* address, const float* values, int width);
 
 // ---- Special functions ----
 // ex2.approx.f32 (and .ftz): 2^x. The emulator computes it correctly rounded; the hardware's result is

@@ -446,18 +446,22 @@ float atomic_add(float* address, float value) {
   }
   return old;
 }
-void red_add_f32x2(float* address, float x, float y) {
+void red_add_f32_vector(float* address, const float* values, int width) {
   {
-    const Entered entered("red.global.add.v2.f32");
+    const char* const name = width == 4 ? "red.global.add.v4.f32" : "red.global.add.v2.f32";
+    const Entered entered(name);
     ThreadState& t = entered;
     const auto where = reinterpret_cast<uintptr_t>(address);
-    if (where % 8 != 0) t.block->fail(t, "red.global.add.v2.f32: ", Hex{where}, " is not aligned to 8 bytes");
+    const auto alignment = static_cast<uintptr_t>(4 * width);
+    if (width != 2 && width != 4)
+      t.block->fail(t, "red.global.add: ", width, " is not a vector width (2 or 4)");
+    if (where % alignment != 0)
+      t.block->fail(t, name, ": ", Hex{where}, " is not aligned to ", alignment, " bytes");
     if (t.block->in_shared_window(where))
-      t.block->fail(t, "red.global.add.v2.f32: ", Hex{where},
-                    " is shared memory; a vector red takes global only");
+      t.block->fail(t, name, ": ", Hex{where}, " is shared memory; a vector red takes global only");
   }
-  atomic_add(address, x);  // each element checked and counted as an atomic of its own
-  atomic_add(address + 1, y);
+  for (int i = 0; i < width; ++i)
+    atomic_add(address + i, values[i]);  // each element checked and counted as an atomic of its own
 }
 int atomic_max(int* address, int value) {
   std::atomic_ref<int> target(*atomic_target(address, "atomicMax"));

@@ -96,11 +96,18 @@ __global__ void mma_kernel(float* out, const uint32_t* a, const uint32_t* b, con
   for (int i = 0; i < 4; ++i) out[4 * lane + i] = d[i];
 }
 
-// Every thread adds (1, 2) times its block's number plus one to pair `threadIdx.x % pairs` of `sums`, in one
-// red.global.add.v2.f32: many lanes add to the same pair at once.
-__global__ void red_pairs_kernel(float* sums, int pairs) {  // sums: 8-byte aligned, or a planted mistake
+// Every thread adds (1, 2) or (1, 2, 3, 4) times its block's number plus one to vector `threadIdx.x %
+// vectors` of `sums`, in one red.global.add.v2.f32 or .v4.f32: many lanes add to the same vector at once.
+template <int kWidth>
+__global__ void red_vectors_kernel(float* sums, int vectors) {  // sums: aligned, or a planted mistake
   const float scale = static_cast<float>(blockIdx.x + 1);
-  ptx::red_add_f32x2(sums + 2 * (threadIdx.x % pairs), scale, 2.0f * scale);
+  float* const at = sums + kWidth * (threadIdx.x % vectors);
+  if constexpr (kWidth == 2) {
+    ptx::red_add_f32x2(at, scale, 2.0f * scale);
+  } else {
+    const float values[4] = {scale, 2.0f * scale, 3.0f * scale, 4.0f * scale};
+    ptx::red_add_f32x4(at, values);
+  }
 }
 
 __global__ void cp_async_kernel(float* out, const float* source, const int* in_range, int chunks) {
@@ -303,12 +310,14 @@ std::vector<float> mma(bool bf16, const std::vector<uint32_t>& a, const std::vec
   return download(out);
 }
 
-std::vector<float> red_pairs(int blocks, int threads, int pairs, int first) {
-  const cuda::DeviceBuffer<float> sums =
-      upload(std::vector<float>(2 * static_cast<size_t>(pairs) + static_cast<size_t>(first), 0.0f));
-  cuda::launch_kernel<red_pairs_kernel>(dim3(static_cast<unsigned>(blocks)),
-                                        dim3(static_cast<unsigned>(threads)), 0, nullptr, sums.get() + first,
-                                        pairs);
+std::vector<float> red_vectors(int width, int blocks, int threads, int vectors, int first) {
+  const cuda::DeviceBuffer<float> sums = upload(std::vector<float>(
+      static_cast<size_t>(width) * static_cast<size_t>(vectors) + static_cast<size_t>(first), 0.0f));
+  const dim3 grid(static_cast<unsigned>(blocks)), block(static_cast<unsigned>(threads));
+  if (width == 4)
+    cuda::launch_kernel<red_vectors_kernel<4>>(grid, block, 0, nullptr, sums.get() + first, vectors);
+  else
+    cuda::launch_kernel<red_vectors_kernel<2>>(grid, block, 0, nullptr, sums.get() + first, vectors);
   const std::vector<float> all = download(sums);
   return std::vector<float>(all.begin() + first, all.end());
 }

@@ -53,10 +53,11 @@ FLASHLAB_FOR_EACH_TARGET(
     // mma.sync m16n8k16: the 32 lanes' registers a[4], b[2], c[4] in, d[4] out (lane-major).
     std::vector<float> mma(bool bf16, const std::vector<uint32_t>& a, const std::vector<uint32_t>& b,
                            const std::vector<float>& c);
-    // `blocks` blocks of `threads`: each thread adds (b + 1, 2 (b + 1)) in block b to pair thread % pairs of
-    // `pairs` pairs of floats, starting at 0, with one red.global.add.v2.f32; returns the sums. The pairs
-    // start `first` floats into their buffer: 1 misaligns them (a mistake: the emulator stops it).
-    std::vector<float> red_pairs(int blocks, int threads, int pairs, int first = 0);
+    // `blocks` blocks of `threads`: each thread adds (1, 2) (b + 1) in block b, or with `width` 4 (1, 2, 3,
+    // 4) (b + 1), to vector thread % vectors of `vectors` vectors of `width` floats, starting at 0, with one
+    // red.global.add.v2.f32 or .v4.f32; returns the sums. The vectors start `first` floats into their
+    // buffer: 1 misaligns them (a mistake: the emulator stops it).
+    std::vector<float> red_vectors(int width, int blocks, int threads, int vectors, int first = 0);
     // cp.async of `source` (16-byte chunks, chunk i with src-size sizes[i]) into shared memory, committed in
     // one group and waited for, then read back.
     std::vector<float> cp_async(const std::vector<float>& source, const std::vector<int>& sizes);

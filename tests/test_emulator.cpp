@@ -214,30 +214,37 @@ TEST_CASE("cp.async copies 16 bytes, or zero-fills them when the source is out o
   });
 }
 
-TEST_CASE("red.global.add.v2.f32 adds both floats of a pair, each atomically, from many lanes at once") {
-  // 3 blocks of 96 threads onto 5 pairs: pair i takes the threads t of each block with t % 5 == i, each
-  // adding (b + 1, 2 (b + 1)); small integers, so every order of the adds gives the same sums exactly.
-  const int blocks = 3, threads = 96, pairs = 5;
-  const auto check = [&](const std::vector<float>& sums) {
-    REQUIRE(sums.size() == 2 * pairs);
-    for (int i = 0; i < pairs; ++i) {
-      const int adders = threads / pairs + (i < threads % pairs ? 1 : 0);  // a block's threads on pair i
-      const float first = static_cast<float>(adders * (1 + 2 + 3));        // blocks 0, 1, 2 add 1, 2, 3
-      INFO("pair ", i);
-      CHECK(sums[2 * i] == first);
-      CHECK(sums[2 * i + 1] == 2.0f * first);
+TEST_CASE("red.global.add.v2.f32 and .v4.f32 add every float of a vector, each atomically, from many lanes") {
+  // 3 blocks of 96 threads onto 5 vectors: vector i takes the threads t of each block with t % 5 == i, each
+  // adding (1, 2[, 3, 4]) (b + 1); small integers, so every order of the adds gives the same sums exactly.
+  const int blocks = 3, threads = 96, vectors = 5;
+  const auto check = [&](int width, const std::vector<float>& sums) {
+    REQUIRE(sums.size() == static_cast<size_t>(width * vectors));
+    for (int i = 0; i < vectors; ++i) {
+      const int adders = threads / vectors + (i < threads % vectors ? 1 : 0);  // a block's threads on i
+      const float first = static_cast<float>(adders * (1 + 2 + 3));            // blocks 0, 1, 2 add 1, 2, 3
+      for (int e = 0; e < width; ++e) {
+        INFO("width ", width, ", vector ", i, ", element ", e);
+        CHECK(sums[width * i + e] == static_cast<float>(e + 1) * first);
+      }
     }
   };
   SUBCASE("emulated") {
-    check(k::emulated::red_pairs(blocks, threads, pairs));
-    // A GPU faults on a vector red that is not 8-byte aligned; the emulator stops the kernel and says why.
-    CHECK_THROWS_WITH(k::emulated::red_pairs(1, 32, pairs, 1),
-                      doctest::Contains("is not aligned to 8 bytes"));
+    for (const int width : {2, 4}) {
+      check(width, k::emulated::red_vectors(width, blocks, threads, vectors));
+      // A GPU faults on a vector red that is not aligned to its bytes; the emulator stops the kernel and
+      // says why: one float off, and for .v4 also two (8-byte aligned, not 16).
+      CHECK_THROWS_WITH(
+          k::emulated::red_vectors(width, 1, 32, vectors, 1),
+          doctest::Contains(width == 4 ? "is not aligned to 16 bytes" : "is not aligned to 8 bytes"));
+    }
+    CHECK_THROWS_WITH(k::emulated::red_vectors(4, 1, 32, vectors, 2),
+                      doctest::Contains("is not aligned to 16 bytes"));
   }
 #if FLASHLAB_HAVE_CUDA
   if (cuda::unavailable_reason().empty()) {
     SUBCASE("gpu") {
-      check(k::gpu::red_pairs(blocks, threads, pairs));
+      for (const int width : {2, 4}) check(width, k::gpu::red_vectors(width, blocks, threads, vectors));
     }
   }
 #endif

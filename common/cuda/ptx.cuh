@@ -9,7 +9,8 @@
 //   mma.sync   m16n8k16 with fp16/bf16 inputs and fp32 accumulators: one warp-wide tensor-core product
 //   bar.sync, bar.arrive   named barriers over a subset of the block's warps
 //   ex2.approx 2^x in one special-function-unit instruction
-//   red.global.add.v2.f32   two fp32 adds into global memory in one instruction (sm_90; two atomicAdd before)
+//   red.global.add.v2.f32, .v4.f32   two or four fp32 adds into global memory in one instruction (sm_90;
+//              an atomicAdd each before)
 //   cvt.rn.satfinite.e4m3x2.f32   two floats to FP8 (sm_89+; the Hopper FP8 kernels)
 // The sm_90a instructions (wgmma, TMA, mbarrier, setmaxnreg) are wrapped the same way in cuda_v3_hopper/.
 #pragma once
@@ -181,21 +182,34 @@ __device__ inline void barrier_arrive(uint32_t id, uint32_t threads) {
 #endif
 }
 
-// ---- red.global.add.v2.f32 ----
+// ---- red.global.add.v2.f32, red.global.add.v4.f32 ----
 
-// a[0] += x and a[1] += y in global memory, each add atomic on its own (the PTX ISA: a vector red is a red
-// per element), with no result. `a` must be 8-byte aligned. On sm_90 one instruction (REDG.E.ADD.F32x2) for
-// both, where two atomicAdd issue two; the PTX built for older GPUs (compute_80) takes two atomicAdd. Either
-// way each element is rounded as atomicAdd rounds it. The emulator refuses an address that is not 8-byte
-// aligned global memory, which a GPU would fault on.
+// a[i] += the i-th value in global memory, each add atomic on its own (the PTX ISA: a vector red is a red
+// per element), with no result. `a` must be aligned to the vector's bytes (8 or 16). On sm_90 one
+// instruction (REDG.E.ADD.F32x2, .F32x4) for the vector, where atomicAdd issues one per element; the PTX
+// built for older GPUs (compute_80) takes an atomicAdd per element. Either way each element is rounded as
+// atomicAdd rounds it. The emulator refuses an address that is not so aligned global memory, which a GPU
+// would fault on.
 __device__ inline void red_add_f32x2(float* a, float x, float y) {
 #if defined(FLASHLAB_EMULATED)
-  emulator::red_add_f32x2(a, x, y);
+  const float values[2] = {x, y};
+  emulator::red_add_f32_vector(a, values, 2);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   atomicAdd(a, x);
   atomicAdd(a + 1, y);
 #else
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(a), "f"(x), "f"(y) : "memory");
+#endif
+}
+__device__ inline void red_add_f32x4(float* a, const float (&v)[4]) {
+#if defined(FLASHLAB_EMULATED)
+  emulator::red_add_f32_vector(a, v, 4);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  for (int i = 0; i < 4; ++i) atomicAdd(a + i, v[i]);
+#else
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(a), "f"(v[0]), "f"(v[1]), "f"(v[2]),
+               "f"(v[3])
+               : "memory");
 #endif
 }
 
