@@ -55,7 +55,8 @@ constexpr int smem_bytes() {
   return (2 * kBlockN * kHeadDim + 2 * 2 * kBlockM * kHeadDim + kBlockN * kDsPitch) * 2 + 2 * 2 * kBlockM * 4;
 }
 
-// D_i = rowsum(dO_i * O_i) (Algorithm 2 line 4), 0 for a padded row; and row i of dQ's accumulator zeroed.
+// D_i = rowsum(dO_i * O_i) (Algorithm 2 line 4), 0 for a padded row; and row i of dQ's accumulator zeroed (in
+// the fragments' order, the block's whole tile).
 // Each warp takes 16 rows and forms D as the diagonal of dO O^T on the tensor cores: the same instructions,
 // in the same order over head_dim, as the main kernel's dP = dO V^T. Where one key j dominates a row, O_i is
 // V_j to the bit and dP_ij - D_i is then exactly 0, as it is in exact arithmetic (a CUDA-core sum would round
@@ -67,6 +68,12 @@ __global__ void __launch_bounds__(kThreads) dot_kernel(const SplitQBackwardParam
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, quad_lane = lane % 4;
   const int row0 = (blockIdx.x * kWarps + warp) * 16, head = blockIdx.y, b = blockIdx.z;
   if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) *p.nonfinite = 0;
+  if (p.dq_tiled) {  // the block's 64 rows are one tile in the fragments' order: zeroed whole, padding too
+    static_assert(16 * kWarps == DqFragmentTile::kRows, "a block's rows are one tile");
+    float4* const tile =
+        reinterpret_cast<float4*>(p.dq_accum + dq_tile_begin(p, b, head, 16 * kWarps * blockIdx.x));
+    for (int i = threadIdx.x; i < DqFragmentTile::kRows * kHeadDim / 4; i += kThreads) tile[i] = float4{};
+  }
   if (row0 >= f.seqlen_q) return;  // the whole warp
   const int rows_q = cuda::rows_q(f, b);
   const int64_t offset = cuda::o_begin(f, b) + head * f.o_head_stride;
@@ -97,7 +104,7 @@ __global__ void __launch_bounds__(kThreads) dot_kernel(const SplitQBackwardParam
       const int row = row0 + 8 * n + group;
       if (row < f.seqlen_q) p.d_sum[row_index(f, b, head, row)] = c[n][2 * n + e];
     }
-  if (!p.deterministic)
+  if (!p.deterministic && !p.dq_tiled)
     for (int r = 0; r < 16 && row0 + r < f.seqlen_q; ++r)
       for (int col = lane; col < kHeadDim; col += 32)
         p.dq_accum[row_index(f, b, head, row0 + r) * kHeadDim + col] = 0.0f;
@@ -364,8 +371,9 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>,
     }
 }
 
-// dQ in the input format: the accumulator, or the key tiles' partials summed in order of j (deterministic),
-// times the scale the main kernels left out of dS. One warp per query row; padded rows are 0.
+// dQ in the input format: the accumulator (in row order, or in the fragments' order: dq_accumulator_index),
+// or the key tiles' partials summed in order of j (deterministic), times the scale the main kernels left out
+// of dS. One warp per query row; padded rows are 0.
 template <typename Element, int kBlockN>
 __global__ void __launch_bounds__(kThreads) dq_kernel(const SplitQBackwardParams p) {
   const SplitQParams& f = p.forward;
@@ -386,7 +394,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const SplitQBackwardParams
       static_cast<Element*>(p.dq) + cuda::q_begin(f, b) + row * f.q_row_stride + head * f.q_head_stride;
   for (int c = lane; c < f.head_dim; c += 32) {
     float value = 0.0f;
-    if (valid && !p.deterministic) value = p.dq_accum[at + c];
+    if (valid && !p.deterministic) value = p.dq_accum[dq_accumulator_index(p, b, head, row, c)];
     for (int j = first; j < last; ++j) value += p.dq_accum[j * partial_elements + at + c];
     value *= f.softmax_scale;
     dq[c] = cuda::from_float<Element>(value);
@@ -600,8 +608,9 @@ void split_q_backward(const SplitQBackwardParams& params, cudaStream_t stream) {
 
 namespace {
 // With `section` >= 0, the key tiles in split_q_bwd_longest_first_order (0: sections as L2 sizes them).
+// With `dq_tiled`, dQ's accumulator in the fragments' order (the 64 x 128 kernel in the grid's order).
 void launch_backward(const Problem& problem, const BackwardTensors& tensors, bool deterministic, int block_n,
-                     int block_m = kBackwardBlockM, int section = -1) {
+                     int block_m = kBackwardBlockM, int section = -1, bool dq_tiled = false) {
   SplitQBackwardParams params;
   params.forward =
       split_q_params(problem, tensors.forward);  // narrows the lengths into the workspace's start
@@ -617,6 +626,7 @@ void launch_backward(const Problem& problem, const BackwardTensors& tensors, boo
   params.deterministic = deterministic;
   params.block_n = block_n;
   params.block_m = block_m;
+  params.dq_tiled = dq_tiled;
   if (section >= 0) {
     params.longest_first = true;
     params.order = split_q_bwd_longest_first_order(params.forward, section);
@@ -644,6 +654,9 @@ void launch_split_q_bwd64x128_longest_first_sections(const Problem& problem, con
 }
 void launch_split_q_bwd64x128_longest_first_backward(const Problem& problem, const BackwardTensors& tensors) {
   launch_split_q_bwd64x128_longest_first_sections(problem, tensors, 0);
+}
+void launch_split_q_bwd64x128_tiled_dq_backward(const Problem& problem, const BackwardTensors& tensors) {
+  launch_backward(problem, tensors, false, kBackwardWideBlockN, kBackwardWideBlockM, -1, true);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

@@ -45,10 +45,12 @@ struct SplitQBackwardParams {
   void* dq = nullptr;           // the strides of Q
   void* dk = nullptr;           // dK and dV: the strides of K and V
   void* dv = nullptr;
-  float* d_sum = nullptr;     // D [batch, heads_q, seqlen_q]
-  float* dq_accum = nullptr;  // fp32 dQ [batch, heads_q, seqlen_q, head_dim]; with `deterministic`, one such
-                              // partial per K/V tile, [kv_tiles][batch, heads_q, seqlen_q, head_dim]
-  int* nonfinite = nullptr;   // raised when a gradient written is NaN or Inf (exact_kernel's cue)
+  float* d_sum = nullptr;  // D [batch, heads_q, seqlen_q]
+  // fp32 dQ [batch, heads_q, seqlen_q, head_dim]; with `deterministic`, one such partial per K/V tile,
+  // [kv_tiles][batch, heads_q, seqlen_q, head_dim]; with `dq_tiled`, [batch, heads_q, Q tiles of 64 rows],
+  // each tile in DqFragmentTile's order (dq_tile.hpp).
+  float* dq_accum = nullptr;
+  int* nonfinite = nullptr;       // raised when a gradient written is NaN or Inf (exact_kernel's cue)
   int block_n = kBackwardBlockN;  // keys a thread block: kBackwardBlockN, or kBackwardWideBlockN (bf16, d 64
                                   // or 128, no score modification or dropout, dQ by atomics)
   int block_m = kBackwardBlockM;  // query rows a step: kBackwardBlockM, or kBackwardWideBlockM (with
@@ -61,6 +63,10 @@ struct SplitQBackwardParams {
   // keys), so the long blocks start first. The launcher sets both (split_q_bwd_longest_first_order).
   bool longest_first = false;
   cuda::TileOrder order;
+  // dQ's accumulator in the fragments' order (cuda_v2/split_q_bwd64x128_tiled_dq, the 64 x 128 kernel in the
+  // grid's order only): each 64-row Q tile's fp32 dQ as the kernel's threads hold it (dq_tile.hpp), added
+  // with one red.global.add.v4.f32 per accumulator, where in row order a lane adds pairs to four rows.
+  bool dq_tiled = false;
 };
 
 // split_q_bwd64x128_longest_first's order: the backward's key tiles of 128 keys, per (batch, kv head) pair,
@@ -73,12 +79,17 @@ inline int backward_kv_tiles(const Problem& p, int block_n = kBackwardBlockN) {
   return static_cast<int>((p.seqlen_k + block_n - 1) / block_n);
 }
 
-// Scratch: the int lengths, D, the special-value flag, and dQ's accumulator (or partials).
-inline size_t backward_workspace_bytes(const Problem& p, bool deterministic, int block_n = kBackwardBlockN) {
+// Scratch: the int lengths, D, the special-value flag, and dQ's accumulator (or partials); `dq_tiled`, the
+// accumulator in whole tiles of 64 rows.
+inline size_t backward_workspace_bytes(const Problem& p, bool deterministic, int block_n = kBackwardBlockN,
+                                       bool dq_tiled = false) {
   const size_t rows = static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q);
+  const size_t tiled_rows = static_cast<size_t>(
+      p.batch * p.heads_q *
+      ((p.seqlen_q + kBackwardWideBlockM - 1) / kBackwardWideBlockM * kBackwardWideBlockM));
   const size_t accumulators = static_cast<size_t>(deterministic ? backward_kv_tiles(p, block_n) : 1);
   return cuda::int_lengths_bytes(p) + (rows * 4 + 15) / 16 * 16 + 16 +
-         accumulators * rows * static_cast<size_t>(p.head_dim) * 4;
+         accumulators * (dq_tiled ? tiled_rows : rows) * static_cast<size_t>(p.head_dim) * 4;
 }
 
 // exact_kernel's grid: each of its threads reads the flag, then (when it is up) each block takes every
@@ -89,13 +100,14 @@ inline constexpr int kExactBlocks = 64, kExactThreads = 128;
 // mask or per-batch lengths (their reads are left out, as in the forward's models): K and V once per key
 // tile, Q, dO, LSE and D once per (query head, Q tile that sees the tile), dK and dV written once, the pre-
 // and post-kernels' rows; and apart, the bytes dQ's atomicAdds read, modify and write. With block_m query
-// rows a step and block_n keys a block. tests/test_counters.cpp holds the kernels to it.
+// rows a step and block_n keys a block; `dq_tiled`, dQ's accumulator in the fragments' order, whose adds
+// cover a last Q tile's rows past the sequence too. tests/test_counters.cpp holds the kernels to it.
 struct BackwardTraffic {
   double bytes = 0;
   double atomic_bytes = 0;
 };
 BackwardTraffic backward_traffic(const Problem& problem, int block_n = kBackwardBlockN,
-                                 int block_m = kBackwardBlockM);
+                                 int block_m = kBackwardBlockM, bool dq_tiled = false);
 
 // Throws flashlab::Error naming the field when the backward cannot run these parameters.
 void check_split_q_backward(const SplitQBackwardParams& params);
@@ -106,6 +118,7 @@ std::string split_q_backward_supports(const Problem& problem);
 std::string split_q_bwd128_backward_supports(const Problem& problem);
 std::string split_q_bwd64x128_backward_supports(const Problem& problem);
 std::string split_q_bwd64x128_longest_first_backward_supports(const Problem& problem);
+std::string split_q_bwd64x128_tiled_dq_backward_supports(const Problem& problem);
 
 FLASHLAB_FOR_EACH_TARGET(
     // The three kernels, enqueued on `stream`.
@@ -124,6 +137,9 @@ FLASHLAB_FOR_EACH_TARGET(
     void launch_split_q_bwd64x128_longest_first_backward(const Problem& problem,
                                                          const BackwardTensors& tensors);
     void launch_split_q_bwd64x128_longest_first_sections(const Problem& problem,
-                                                         const BackwardTensors& tensors, int section);)
+                                                         const BackwardTensors& tensors, int section);
+    // The 64 x 128 kernel with dQ's accumulator in the fragments' order
+    // (cuda_v2/split_q_bwd64x128_tiled_dq's).
+    void launch_split_q_bwd64x128_tiled_dq_backward(const Problem& problem, const BackwardTensors& tensors);)
 
 }  // namespace flashlab::cuda_v2

@@ -175,7 +175,11 @@ __device__ inline cuda::Tile key_tile_of_block(const SplitQBackwardParams& p) {
   }
 }
 
-template <typename Element, int kHeadDim, bool kLongestFirst>
+// With kTiledDq (cuda_v2/split_q_bwd64x128_tiled_dq), dQ's accumulator is in the fragments' order
+// (dq_tile.hpp): each of a thread's accumulators goes in one red.global.add.v4.f32 to a place known when
+// compiling, past the thread's start in its Q tile, with no row's bounds (a padded row's share lands in the
+// tile's padding, which dq_kernel never reads).
+template <typename Element, int kHeadDim, bool kLongestFirst, bool kTiledDq>
 __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQBackwardParams p) {
   const SplitQParams& f = p.forward;
   constexpr int kQTile = kBlockM * kHeadDim, kScores = kBlockM * kBlockN;
@@ -196,7 +200,10 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
   // This warp's part of each product: rows of S, dP and dQ; keys of S, dP, dK and dV; columns of dK and dV,
   // and of dQ.
   const int warp_rows = kWarpRows * (warp / 4), warp_keys = kWarpKeys * (warp % 4);
-  const int dkv_dims = kHeadDim / 2 * (warp / 4), dq_dims = kHeadDim / 4 * (warp % 4);
+  constexpr DqFragmentTile kDqTile{kHeadDim};
+  static_assert(kDqTile.kRows == kBlockM && kDqTile.kThreads == kThreads && kDqTile.kWarpRows == kWarpRows,
+                "dQ's tile is this kernel's");
+  const int dkv_dims = kHeadDim / 2 * (warp / 4), dq_dims = kDqTile.first_col(warp);
   const int rows_q = cuda::rows_q(f, b);
   using Schedule = KeyTileSteps<kBlockM, kBlockN, kHeadDim, kThreads>;
   __shared__ typename Schedule::Notes notes;  // backward_steps.cuh
@@ -303,24 +310,36 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
     accumulate_keys_by_dims<Element, kHeadDim>(dv, ptx::shared_address(sP), ptx::shared_address(sdO),
                                                warp_keys, dkv_dims, lane);
 
-    // dQ_i += dS K_j (line 14): the race of docs/08, by fp32 atomics into dQ's accumulator. This lane's four
-    // rows' addresses are formed once a step; each element adds a constant offset. A lane's two adjacent
-    // columns go in one red.global.add.v2.f32: on the H200 these adds, two a pair, kept the L2's input busy
-    // for most of the kernel (docs/08, "the products' addresses from bases converted once").
+    // dQ_i += dS K_j (line 14): the race of docs/08, by fp32 atomics into dQ's accumulator. In row order,
+    // this lane's four rows' addresses are formed once a step and each element adds a constant offset; a
+    // lane's two adjacent columns go in one red.global.add.v2.f32 (on the H200 these adds, two a pair, kept
+    // the L2's input busy for most of the kernel: docs/08, "the products' addresses from bases converted
+    // once"). In the fragments' order (kTiledDq), each accumulator goes whole to the thread's start in the
+    // tile plus a constant (fragment() is the thread's offset plus the accumulator's), a warp's add 512
+    // contiguous bytes.
     float dq[2][kHeadDim / 32][4] = {};
     rows_by_dims<Element, kHeadDim>(dq, ptx::shared_address(sdS), ptx::shared_address(sK), warp_rows, dq_dims,
                                     lane);
+    if constexpr (kTiledDq) {
+      float* const at = p.dq_accum + dq_tile_begin(p, b, head, row0) + kDqTile.fragment(threadIdx.x, 0, 0);
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = row0 + square_row(mt, 2 * half);
-        if (row >= rows_q) continue;
-        float* const at = p.dq_accum + row_index(f, b, head, row) * kHeadDim + dq_dims + 2 * quad_lane;
+      for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int nt = 0; nt < kHeadDim / 32; ++nt)
-          ptx::red_add_f32x2(at + 8 * nt, dq[mt][nt][2 * half], dq[mt][nt][2 * half + 1]);
-      }
+          ptx::red_add_f32x4(at + kDqTile.fragment(0, mt, nt), dq[mt][nt]);
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = row0 + square_row(mt, 2 * half);
+          if (row >= rows_q) continue;
+          float* const at = p.dq_accum + row_index(f, b, head, row) * kHeadDim + dq_dims + 2 * quad_lane;
+#pragma unroll
+          for (int nt = 0; nt < kHeadDim / 32; ++nt)
+            ptx::red_add_f32x2(at + 8 * nt, dq[mt][nt][2 * half], dq[mt][nt][2 * half + 1]);
+        }
+    }
 
     // dK_j += dS^T Q_i (line 15), as dV.
     accumulate_keys_by_dims<Element, kHeadDim>(dk, ptx::shared_address(sdS), ptx::shared_address(sQ),
@@ -350,16 +369,18 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
       }
 }
 
-template <int kHeadDim, bool kLongestFirst>
+template <int kHeadDim, bool kLongestFirst, bool kTiledDq = false>
 void launch_order(dim3 grid, const SplitQBackwardParams& p, cudaStream_t stream) {
-  launch_backward_tile<backward_64x128_kernel<__nv_bfloat16, kHeadDim, kLongestFirst>>(
+  launch_backward_tile<backward_64x128_kernel<__nv_bfloat16, kHeadDim, kLongestFirst, kTiledDq>>(
       grid, kThreads, smem_bytes<kHeadDim>(), kBlockM, kBlockN, kHeadDim, stream, p);
 }
 
-// The grid's blocks: (key tile, kv head, batch), or as many numbered in p.order.
+// The grid's blocks: (key tile, kv head, batch), or as many numbered in p.order; dQ's accumulator in row
+// order, or in the fragments' order (check_split_q_backward admits it in the grid's order only).
 template <int kHeadDim>
 void launch_head_dim(dim3 grid, const SplitQBackwardParams& p, cudaStream_t stream) {
   if (p.longest_first) return launch_order<kHeadDim, true>(dim3(p.order.tiles()), p, stream);
+  if (p.dq_tiled) return launch_order<kHeadDim, false, true>(grid, p, stream);
   launch_order<kHeadDim, false>(grid, p, stream);
 }
 

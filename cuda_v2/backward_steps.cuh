@@ -16,6 +16,7 @@
 #include "common/error.hpp"
 #include "cuda_v2/backward.hpp"
 #include "cuda_v2/block_mask.cuh"
+#include "cuda_v2/dq_tile.hpp"
 #include "cuda_v2/tensor_core.cuh"
 
 namespace flashlab::cuda_v2 {
@@ -26,6 +27,23 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 // either layout of the problem (packed, seqlen_q is the longest sequence).
 __device__ inline int64_t row_index(const SplitQParams& f, int b, int head, int row) {
   return (static_cast<int64_t>(b) * f.heads_q + head) * f.seqlen_q + row;
+}
+// Where the 64-row Q tile holding `row` begins in dQ's accumulator in the fragments' order (p.dq_tiled):
+// [batch, heads_q, Q tiles], each tile 64 x head_dim floats.
+__device__ inline int64_t dq_tile_begin(const SplitQBackwardParams& p, int b, int head, int row) {
+  const SplitQParams& f = p.forward;
+  const int tiles = (f.seqlen_q + DqFragmentTile::kRows - 1) / DqFragmentTile::kRows;
+  return ((static_cast<int64_t>(b) * f.heads_q + head) * tiles + row / DqFragmentTile::kRows) *
+         DqFragmentTile{f.head_dim}.elements();
+}
+// Element (row, col) of dQ's accumulator for (b, head): in row order, or with p.dq_tiled in whole 64-row
+// tiles in the fragments' order (dq_tile.hpp).
+__device__ inline int64_t dq_accumulator_index(const SplitQBackwardParams& p, int b, int head, int row,
+                                               int col) {
+  const SplitQParams& f = p.forward;
+  if (!p.dq_tiled) return row_index(f, b, head, row) * f.head_dim + col;
+  const DqFragmentTile tile{f.head_dim};
+  return dq_tile_begin(p, b, head, row) + tile.element(row % DqFragmentTile::kRows, col);
 }
 // The forward's LSE of that row, in the problem's layout (common/cuda/sequences.hpp).
 __device__ inline float lse_of(const SplitQParams& f, int b, int head, int row) {

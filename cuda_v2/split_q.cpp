@@ -225,6 +225,18 @@ const Registration split_q_bwd64x128_longest_first{backward_tile_entry(
     FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_bwd64x128_longest_first_backward, backward_workspace),
     split_q_bwd64x128_longest_first_backward_supports)};
 
+size_t backward_workspace_tiled_dq(const Problem& p) {
+  return backward_workspace_bytes(p, false, kBackwardWideBlockN, true);
+}
+
+// The same kernel with dQ's accumulator in the order its threads hold it (dq_tile.hpp, FlashAttention-2's
+// way): each warp's add covers 512 contiguous bytes, where in row order it covers 8 rows of 32 bytes.
+const Registration split_q_bwd64x128_tiled_dq{backward_tile_entry(
+    "cuda_v2/split_q_bwd64x128_tiled_dq",
+    "split_q_bwd64x128 with dQ's fp32 accumulator in the fragments' order: 512 contiguous bytes an add",
+    FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_bwd64x128_tiled_dq_backward, backward_workspace_tiled_dq),
+    split_q_bwd64x128_tiled_dq_backward_supports)};
+
 }  // namespace
 
 }  // namespace flashlab::cuda_v2

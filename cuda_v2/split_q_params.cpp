@@ -245,6 +245,10 @@ void check_bwd64x128_backward(const SplitQParams& p, Checks checks) {
   check_wide_backward("cuda_v2/split_q_bwd64x128", p, checks);
 }
 
+void check_bwd64x128_tiled_dq_backward(const SplitQParams& p, Checks checks) {
+  check_wide_backward("cuda_v2/split_q_bwd64x128_tiled_dq", p, checks);
+}
+
 // The 64 x 128 kernel's key tiles in split_q_bwd_longest_first_order, numbered in an int.
 void check_bwd64x128_longest_first_backward(const SplitQParams& p, Checks checks) {
   check_wide_backward("cuda_v2/split_q_bwd64x128_longest_first", p, checks);
@@ -278,8 +282,11 @@ std::string split_q_bwd64x128_backward_supports(const Problem& p) {
 std::string split_q_bwd64x128_longest_first_backward_supports(const Problem& p) {
   return refusal(check_bwd64x128_longest_first_backward, p);
 }
+std::string split_q_bwd64x128_tiled_dq_backward_supports(const Problem& p) {
+  return refusal(check_bwd64x128_tiled_dq_backward, p);
+}
 
-BackwardTraffic backward_traffic(const Problem& problem, int block_n, int block_m) {
+BackwardTraffic backward_traffic(const Problem& problem, int block_n, int block_m, bool dq_tiled) {
   check_tile(block_m, block_n);
   const SplitQParams f = split_q_params(problem);  // no lengths, no mask: every row and key valid
   const double d = static_cast<double>(f.head_dim), element = 2, heads_q = f.heads_q;
@@ -287,8 +294,9 @@ BackwardTraffic backward_traffic(const Problem& problem, int block_n, int block_
   BackwardTraffic t;
   // dot_kernel: dO and O read, D written, dQ's accumulator zeroed; dq_kernel: the accumulator read, dQ
   // written.
-  t.bytes += f.batch * heads_q * rows * (2 * d * element + 4 + d * 4 + d * 4 + d * element);
   const int q_tiles = (f.seqlen_q + block_m - 1) / block_m;
+  const double zeroed_rows = dq_tiled ? q_tiles * block_m : rows;  // in the fragments' order, whole tiles
+  t.bytes += f.batch * heads_q * (rows * (2 * d * element + 4 + d * 4 + d * element) + zeroed_rows * d * 4);
   for (int b = 0; b < f.batch; ++b)
     for (int j = 0; j < backward_kv_tiles(problem, block_n); ++j) {
       const double keys = std::min(block_n, f.seqlen_k - j * block_n);
@@ -301,7 +309,8 @@ BackwardTraffic backward_traffic(const Problem& problem, int block_n, int block_
         if (j < block.tile_begin || j >= block.tile_end) continue;
         const double tile_rows = std::min(block_m, f.seqlen_q - i * block_m);
         t.bytes += heads_q * tile_rows * (2 * d * element + 2 * 4);  // Q_i, dO_i, LSE_i, D_i
-        t.atomic_bytes += heads_q * tile_rows * d * 4;               // dQ_i's share
+        // dQ_i's share; in the fragments' order a whole tile's, past the rows' end too
+        t.atomic_bytes += heads_q * (dq_tiled ? block_m : tile_rows) * d * 4;
       }
     }
   t.bytes +=
@@ -315,6 +324,9 @@ void check_split_q_backward(const SplitQBackwardParams& p) {
     fail("deterministic (true) takes block_n ", kBackwardBlockN, ", not ", p.block_n);
   if (p.longest_first && p.block_m != kBackwardWideBlockM)
     fail("longest_first (true) takes block_m ", kBackwardWideBlockM, ", not ", p.block_m);
+  if (p.dq_tiled && p.longest_first) fail("dq_tiled (true) takes the grid's order, not longest_first");
+  if (p.dq_tiled && p.block_m != kBackwardWideBlockM)
+    fail("dq_tiled (true) takes block_m ", kBackwardWideBlockM, ", not ", p.block_m);
   if (p.longest_first) {  // the order first: it is the launcher's, the problem's device memory after it
     const cuda::TileOrder& o = p.order;
     if (o.blocks != (p.forward.seqlen_k + kBackwardWideBlockN - 1) / kBackwardWideBlockN ||
@@ -322,7 +334,9 @@ void check_split_q_backward(const SplitQBackwardParams& p) {
       fail("order (", o.blocks, " x ", o.heads, " x ", o.batches, " in sections of ", o.section,
            ") must number the key tiles x heads_kv x batch of the problem, in sections of at least 1");
     check_bwd64x128_longest_first_backward(p.forward, Checks::launch);
-  } else if (p.block_m == kBackwardWideBlockM)
+  } else if (p.dq_tiled)
+    check_bwd64x128_tiled_dq_backward(p.forward, Checks::launch);
+  else if (p.block_m == kBackwardWideBlockM)
     check_bwd64x128_backward(p.forward, Checks::launch);
   else if (p.block_n == kBackwardWideBlockN)
     check_bwd128_backward(p.forward, Checks::launch);

@@ -303,7 +303,7 @@ TEST_CASE("the swizzled GPU stages meet no bank conflicts and touch no sector mo
 // once per (query head, Q tile, key tile that Q tile sees): with 64 keys a block (split_q's) and with 128
 // (split_q_bwd128's, bf16 only), whose Q tiles and atomics are half as many where a row sees many keys; and
 // with 64 query rows a step over 128 keys (split_q_bwd64x128's), whose K/V tiles are visited by half as many
-// Q tiles.
+// Q tiles; and the same with dQ's accumulator in the fragments' order, whose adds cover whole Q tiles.
 TEST_CASE("the GPU backward moves the global bytes its traffic model says") {
   if (!emulator::counting_complete()) {
     MESSAGE("skipped: this build (the sanitizer's) does not see every global access of emulated kernels");
@@ -311,12 +311,14 @@ TEST_CASE("the GPU backward moves the global bytes its traffic model says") {
   }
   const bool forced = cuda::emulation_forced();
   cuda::force_emulation(true);
-  for (const auto& [name, block_n, block_m, dtype] :
-       {std::tuple{"cuda_v2/split_q", cuda_v2::kBackwardBlockN, cuda_v2::kBackwardBlockM, DType::f16},
+  for (const auto& [name, block_n, block_m, dtype, dq_tiled] :
+       {std::tuple{"cuda_v2/split_q", cuda_v2::kBackwardBlockN, cuda_v2::kBackwardBlockM, DType::f16, false},
         std::tuple{"cuda_v2/split_q_bwd128", cuda_v2::kBackwardWideBlockN, cuda_v2::kBackwardBlockM,
-                   DType::bf16},
+                   DType::bf16, false},
         std::tuple{"cuda_v2/split_q_bwd64x128", cuda_v2::kBackwardWideBlockN, cuda_v2::kBackwardWideBlockM,
-                   DType::bf16}}) {
+                   DType::bf16, false},
+        std::tuple{"cuda_v2/split_q_bwd64x128_tiled_dq", cuda_v2::kBackwardWideBlockN,
+                   cuda_v2::kBackwardWideBlockM, DType::bf16, true}}) {
     const Implementation* impl = find_implementation(name);
     REQUIRE(impl != nullptr);
     for (const Problem& p :
@@ -329,7 +331,7 @@ TEST_CASE("the GPU backward moves the global bytes its traffic model says") {
       emulator::start_counting();
       run_backward(*impl, p, inputs, forward, d_out);
       const emulator::Counters c = emulator::stop_counting();
-      const cuda_v2::BackwardTraffic model = cuda_v2::backward_traffic(p, block_n, block_m);
+      const cuda_v2::BackwardTraffic model = cuda_v2::backward_traffic(p, block_n, block_m, dq_tiled);
       INFO(name, " on ", p.describe(), ": counted ", c.global_read_bytes + c.global_write_bytes,
            " bytes and ", c.global_atomic_bytes, " in atomics; the model ", model.bytes, " and ",
            model.atomic_bytes);

@@ -4,10 +4,12 @@
 // the order of the tiles, so its gradients are the same bits under every schedule. Both are held to the
 // gradient tolerance, and so are the kernels with 128 keys a block (cuda_v2/split_q_bwd128's, 32 query rows a
 // step, and cuda_v2/split_q_bwd64x128's, 64 in FlashAttention-2's warp layout) under both schedules. Last,
-// cuda_v2/split_q_bwd64x128_longest_first's order of key tiles, and its blocks against the grid's kernel.
+// cuda_v2/split_q_bwd64x128_longest_first's order of key tiles, and its blocks against the grid's kernel;
+// cuda_v2/split_q_bwd64x128_tiled_dq's accumulator map, and its gradients against the grid's kernel's.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +20,8 @@
 #include "common/reference_backward.hpp"
 #include "common/tolerance.hpp"
 #include "cuda_v2/backward.hpp"
+#include "cuda_v2/dq_tile.hpp"
+#include "emulator/fragments.hpp"
 #include "emulator/launch.hpp"
 #include "tests/harness.hpp"
 
@@ -172,15 +176,33 @@ TEST_CASE("cuda_v2/split_q_bwd64x128_longest_first's order: key tiles in L2 sect
   backward.block_m = cuda_v2::kBackwardBlockM;
   CHECK(contains(error_of([&] { cuda_v2::check_split_q_backward(backward); }),
                  "longest_first (true) takes block_m 64, not 32"));
+  // dQ's accumulator in the fragments' order is the 64 x 128 kernel's, in the grid's order only.
+  backward.block_m = cuda_v2::kBackwardWideBlockM;
+  backward.dq_tiled = true;
+  CHECK(contains(error_of([&] { cuda_v2::check_split_q_backward(backward); }),
+                 "dq_tiled (true) takes the grid's order, not longest_first"));
+  backward.longest_first = false;
+  backward.block_m = cuda_v2::kBackwardBlockM;
+  CHECK(contains(error_of([&] { cuda_v2::check_split_q_backward(backward); }),
+                 "dq_tiled (true) takes block_m 64, not 32"));
+  backward.block_m = cuda_v2::kBackwardWideBlockM;
+  CHECK(contains(error_of([&] { cuda_v2::check_split_q_backward(backward); }), "must be a device pointer"));
 }
 
-// Each block of split_q_bwd64x128_longest_first computes the key tile its number names in the order, with
-// split_q_bwd64x128's code. In sections of 1, 3 (the last one short) and every pair, over padded rows and
-// keys with NaN and Inf in the padding, GQA, a window and packed batches, on poisoned outputs, in order and
-// (sections of 3) shuffled: dK and dV, which one block writes a key tile of, must be split_q_bwd64x128's bit
-// for bit (a tile never computed shows there); dQ, which every key tile adds to by atomics in the order the
-// blocks run, must pass the gradient tolerance (a tile computed twice adds its share twice).
-TEST_CASE("cuda_v2/split_q_bwd64x128_longest_first in sections of 1, 3 and every pair computes its tiles") {
+// The problems on which a variant of the 64 x 128 kernel is held to split_q_bwd64x128 itself: padded rows
+// and keys with NaN and Inf in the padding, GQA, a causal mask, a window at d 128 and packed batches. For
+// each, `check` gets the problem, split_q_bwd64x128's gradients (in order), and what to run the variant with:
+// its launcher under a schedule, on poisoned outputs.
+struct GridKernelCase {
+  const Problem& p;
+  const AttentionGradients& expected;
+  const ReferenceGradients& reference;
+  const GradientTolerance& tolerance;
+  std::function<AttentionGradients(const emulator::ScheduleSetting&, size_t workspace_bytes,
+                                   const std::function<void(const BackwardTensors&)>&)>
+      run;
+};
+void against_the_grid_kernel(const char* entry, const std::function<void(const GridKernelCase&)>& check) {
   Problem causal = problem_shape(2, 4, 2, 300, 400, 64);
   causal.dtype = DType::bf16;
   causal.causal = true;
@@ -191,49 +213,119 @@ TEST_CASE("cuda_v2/split_q_bwd64x128_longest_first in sections of 1, 3 and every
   window.window_left = 90;
   const Problem packed = packed_causal_problem(64);
   const Implementation& split_q = *find_implementation("cuda_v2/split_q");
-  const Implementation& longest_first = *find_implementation("cuda_v2/split_q_bwd64x128_longest_first");
+  const Implementation& variant = *find_implementation(entry);
   const bool forced = cuda::emulation_forced();
   cuda::force_emulation(true);
   for (const Problem& p : {causal, window, packed}) {
     p.validate();
     INFO(p.describe());
-    REQUIRE(why_cannot_run_backward(longest_first, p).empty());
+    REQUIRE(why_cannot_run_backward(variant, p).empty());
     AttentionInputs inputs = random_inputs(p, Distribution::normal, 21);
     poison_padding(p, inputs);
     const HostTensor d_out = random_d_out(p, 22);
     const AttentionOutputs forward = run_forward(split_q, p, inputs);
     const ReferenceGradients reference = reference_backward(p, inputs, d_out);
     const GradientTolerance tolerance = gradient_tolerance_from_baseline(
-        p.dtype, gradient_deviation(p, baseline_backward(p, inputs, d_out, p.dtype, longest_first.rounds_p),
-                                    reference));
-    const size_t bytes = cuda_v2::backward_workspace_bytes(p, false);
-    AttentionGradients expected = AttentionGradients::poisoned(p);
-    cuda::emulated::run_backward_on_device(p, inputs, forward, d_out, expected, bytes,
-                                           [&](const BackwardTensors& tensors) {
-                                             cuda_v2::emulated::launch_split_q_bwd64x128_backward(p, tensors);
-                                           });
+        p.dtype,
+        gradient_deviation(p, baseline_backward(p, inputs, d_out, p.dtype, variant.rounds_p), reference));
+    const auto run = [&](const emulator::ScheduleSetting& schedule, size_t bytes,
+                         const std::function<void(const BackwardTensors&)>& launch) {
+      AttentionGradients gradients = AttentionGradients::poisoned(p);
+      const ScheduleFor scope(schedule);
+      cuda::emulated::run_backward_on_device(p, inputs, forward, d_out, gradients, bytes, launch);
+      return gradients;
+    };
+    const AttentionGradients expected =
+        run({false, 0}, cuda_v2::backward_workspace_bytes(p, false), [&](const BackwardTensors& tensors) {
+          cuda_v2::emulated::launch_split_q_bwd64x128_backward(p, tensors);
+        });
+    check({p, expected, reference, tolerance, run});
+  }
+  cuda::force_emulation(forced);
+}
+
+// Each block of split_q_bwd64x128_longest_first computes the key tile its number names in the order, with
+// split_q_bwd64x128's code. In sections of 1, 3 (the last one short) and every pair, on the problems above,
+// in order and (sections of 3) shuffled: dK and dV, which one block writes a key tile of, must be
+// split_q_bwd64x128's bit for bit (a tile never computed shows there); dQ, which every key tile adds to by
+// atomics in the order the blocks run, must pass the gradient tolerance (a tile computed twice adds its share
+// twice).
+TEST_CASE("cuda_v2/split_q_bwd64x128_longest_first in sections of 1, 3 and every pair computes its tiles") {
+  against_the_grid_kernel("cuda_v2/split_q_bwd64x128_longest_first", [](const GridKernelCase& c) {
     // The last run under the shuffled schedule too: this instantiation's 8 warps and barriers, and dK and dV
     // the same bits whatever the order of the threads.
     const emulator::ScheduleSetting in_order{false, 0}, shuffled{true, 7};
     for (const auto& [section, schedule] :
          {std::pair{1, in_order}, {3, in_order}, {0, in_order}, {3, shuffled}}) {
       INFO("sections of ", section, " pairs (0: as L2 sizes them, here every pair), ", schedule.describe());
-      AttentionGradients gradients = AttentionGradients::poisoned(p);
-      {
-        const ScheduleFor scope(schedule);
-        cuda::emulated::run_backward_on_device(
-            p, inputs, forward, d_out, gradients, bytes, [&](const BackwardTensors& tensors) {
-              cuda_v2::emulated::launch_split_q_bwd64x128_longest_first_sections(p, tensors, section);
-            });
-      }
-      CHECK(same_bits(gradients.dk, expected.dk));
-      CHECK(same_bits(gradients.dv, expected.dv));
-      const GradientVerdict verdict = judge_gradients(p, gradients, reference, tolerance);
+      const AttentionGradients gradients =
+          c.run(schedule, cuda_v2::backward_workspace_bytes(c.p, false), [&](const BackwardTensors& tensors) {
+            cuda_v2::emulated::launch_split_q_bwd64x128_longest_first_sections(c.p, tensors, section);
+          });
+      CHECK(same_bits(gradients.dk, c.expected.dk));
+      CHECK(same_bits(gradients.dv, c.expected.dv));
+      const GradientVerdict verdict = judge_gradients(c.p, gradients, c.reference, c.tolerance);
       INFO(verdict.explain());
       CHECK(verdict.passed());
     }
+  });
+}
+
+// dQ's accumulator in the fragments' order (cuda_v2/dq_tile.hpp): thread t's accumulator (mt, nt) of the 64 x
+// 128 kernel's dQ product, whose elements are where the mma's accumulator layout puts them (emulator/
+// fragments.hpp's, held to CuTe's by tests/test_fragments.cpp) in its warp's 32 rows x head_dim / 4 columns,
+// lies at fragment(t, mt, nt), its 4 floats together; element(row, col) finds the same place from the other
+// side; every element of the 64-row tile has one place; and a warp's 32 lanes fill 512 contiguous bytes.
+TEST_CASE("dQ's accumulator in the fragments' order holds each element once, where its thread adds it") {
+  namespace mma = emulator::fragments::m16n8k16;
+  for (const int head_dim : {64, 128}) {
+    const cuda_v2::DqFragmentTile tile{head_dim};
+    std::vector<int> seen(static_cast<size_t>(tile.elements()), 0);
+    int wrong = 0, apart = 0;
+    for (int thread = 0; thread < cuda_v2::DqFragmentTile::kThreads; ++thread)
+      for (int mt = 0; mt < 2; ++mt)
+        for (int nt = 0; nt < tile.n_tiles(); ++nt) {
+          const int warp = thread / 32, lane = thread % 32;
+          apart += tile.fragment(thread, mt, nt) != tile.fragment(32 * warp, mt, nt) + 4 * lane;
+          for (int e = 0; e < mma::c_registers; ++e) {
+            const emulator::fragments::Element in_tile = mma::c(lane, e);
+            const int row = cuda_v2::DqFragmentTile::first_row(warp) + 16 * mt + in_tile.row;
+            const int col = tile.first_col(warp) + 8 * nt + in_tile.col;
+            const int at = tile.fragment(thread, mt, nt) + e;
+            wrong += tile.element(row, col) != at;
+            if (at >= 0 && at < tile.elements()) ++seen[static_cast<size_t>(at)];
+          }
+        }
+    INFO("head_dim ", head_dim);
+    CHECK(wrong == 0);
+    CHECK(apart == 0);
+    CHECK(std::count(seen.begin(), seen.end(), 1) == tile.elements());
   }
-  cuda::force_emulation(forced);
+}
+
+// split_q_bwd64x128_tiled_dq is split_q_bwd64x128 with dQ's adds in the fragments' order: dK and dV must be
+// its bits; dQ, read back from the tiles by dq_kernel (and zeroed through the same map), must be its bits too
+// in order, where both kernels' blocks add in the same order, and pass the gradient tolerance shuffled. Rows
+// past a sequence's end (300 and 100 of 320 and 128 tiled rows, packed 200, 1 and 129) add into the tiles'
+// padding, which no one reads.
+TEST_CASE("cuda_v2/split_q_bwd64x128_tiled_dq's gradients are the row order's") {
+  against_the_grid_kernel("cuda_v2/split_q_bwd64x128_tiled_dq", [](const GridKernelCase& c) {
+    for (const emulator::ScheduleSetting& schedule :
+         {emulator::ScheduleSetting{false, 0}, emulator::ScheduleSetting{true, 7}}) {
+      INFO(schedule.describe());
+      const AttentionGradients gradients =
+          c.run(schedule, cuda_v2::backward_workspace_bytes(c.p, false, cuda_v2::kBackwardWideBlockN, true),
+                [&](const BackwardTensors& tensors) {
+                  cuda_v2::emulated::launch_split_q_bwd64x128_tiled_dq_backward(c.p, tensors);
+                });
+      CHECK(same_bits(gradients.dk, c.expected.dk));
+      CHECK(same_bits(gradients.dv, c.expected.dv));
+      if (!schedule.shuffled) CHECK(same_bits(gradients.dq, c.expected.dq));
+      const GradientVerdict verdict = judge_gradients(c.p, gradients, c.reference, c.tolerance);
+      INFO(verdict.explain());
+      CHECK(verdict.passed());
+    }
+  });
 }
 
 }  // namespace flashlab::testing
