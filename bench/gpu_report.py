@@ -63,11 +63,13 @@ PRIORITY = ["cuda_v3_hopper/ws", "cuda_v3_hopper/ws_bc176", "cuda_v3_hopper/ws_m
             "cuda_v3_hopper/ws_persistent", "cuda_v3_hopper/ws_no_overlap", "cuda_v3_hopper/ws_no_pingpong",
             "cuda_v3_hopper/ws_no_producer", "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "decoding/cuda_split_kv_mma", "cuda_v2/split_q", "cuda_v2/split_q_4warps",
             "cuda_v2/split_q_bc128", "cuda_v2/split_q_longest_first",
-            "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd64x128_longest_first", "cuda_v2/split_q_bwd128",
+            "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd64x128_tiled_dq", "cuda_v2/split_q_bwd64x128_longest_first",
+            "cuda_v2/split_q_bwd128",
             "cuda_v2/split_q_simt", "cuda_v1/split_k"]
 # Entries whose forward is another entry's kernel (cuda_v2/split_q_bwd128's, split_q_bwd64x128's and its
-# longest-first order's are split_q's): timed in the backward shapes only.
-BACKWARD_RUNGS = {"cuda_v2/split_q_bwd128", "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd64x128_longest_first"}
+# longest-first order's and tiled dQ's are split_q's): timed in the backward shapes only.
+BACKWARD_RUNGS = {"cuda_v2/split_q_bwd128", "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd64x128_longest_first",
+                  "cuda_v2/split_q_bwd64x128_tiled_dq"}
 PEERS = ["torch/sdpa_flash", "torch/sdpa_cudnn", "torch/sdpa_efficient", "torch/sdpa_math"]
 # The harness's test cases each sanitizer runs, in one process: every GPU implementation's small cases (forward
 # and backward, tests/test_small_cases.cpp); memcheck also the FP8 pre-pass and kernel checks.
@@ -888,6 +890,12 @@ PROFILED = [
     ("cuda_v2/split_q_bwd64x128", "backward_64x128_kernel",
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128", "--pass", "backward", "--dtype",
       "bf16"], 1, ["SourceCounters"]),
+    # The same kernel with dQ's accumulator in the fragments' order: whether the L2's requests for dQ's adds
+    # (the memory tables' reduction rows, where the third run read 10 requests a RED) fall with the 512
+    # contiguous bytes an add covers.
+    ("cuda_v2/split_q_bwd64x128_tiled_dq", "backward_64x128_kernel",
+     ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128", "--pass", "backward", "--dtype",
+      "bf16"]),
     ("decoding/cuda_split_kv_mma", "split_kv_mma_kernel",
      ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "65536", "--head-dim",
       "128"]),
