@@ -432,12 +432,15 @@ NB_MODULE(_flashlab, m) {
   m.doc() = "flashlab's compiled core; use the package `flashlab` (python/flashlab/__init__.py)";
   // A mistake in the input (flashlab::Error, the tool's exit code 2) is a ValueError with the tool's message;
   // an implementation that failed as it ran (flashlab::ExecutionError, exit code 1: a kernel's fault, or what
-  // the emulator found wrong in one), a RuntimeError.
+  // the emulator found wrong in one), a RuntimeError; a problem too large for the GPU's memory
+  // (flashlab::DeviceMemoryError), a MemoryError, as one too large for the host's memory is (std::bad_alloc).
   nb::register_exception_translator([](const std::exception_ptr& error, void*) {
     try {
       std::rethrow_exception(error);
     } catch (const flashlab::ExecutionError& e) {
       PyErr_SetString(PyExc_RuntimeError, e.what());
+    } catch (const flashlab::DeviceMemoryError& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
     } catch (const flashlab::Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     }

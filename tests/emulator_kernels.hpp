@@ -4,6 +4,7 @@
 // outputs; a kernel that goes wrong throws flashlab::Error (in the emulator: with what the emulator found).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -58,6 +59,8 @@ FLASHLAB_FOR_EACH_TARGET(
     // red.global.add.v2.f32 or .v4.f32; returns the sums. The vectors start `first` floats into their
     // buffer: 1 misaligns them (a mistake: the emulator stops it).
     std::vector<float> red_vectors(int width, int blocks, int threads, int vectors, int first = 0);
+    // A device allocation of `bytes` (cuda::DeviceBuffer), freed at once: what a failed one throws.
+    void allocate(std::size_t bytes);
     // cp.async of `source` (16-byte chunks, chunk i with src-size sizes[i]) into shared memory, committed in
     // one group and waited for, then read back.
     std::vector<float> cp_async(const std::vector<float>& source, const std::vector<int>& sizes);

@@ -250,6 +250,37 @@ TEST_CASE("red.global.add.v2.f32 and .v4.f32 add every float of a vector, each a
 #endif
 }
 
+// A device allocation the memory cannot hold (2^50 bytes, a petabyte) fails as cudaMalloc fails, and the
+// check (common/cuda/check.hpp) throws DeviceMemoryError, the problem's size: the tool's exit code 2, a row
+// that says so in compare, grad and gpu-bench, and Python's MemoryError. Not an ExecutionError: the device is
+// fine.
+TEST_CASE("a device allocation too large for the memory throws DeviceMemoryError, naming the call") {
+  const size_t too_large = size_t{1} << 50;
+  const auto check = [](const std::function<void()>& allocate) {
+    try {
+      allocate();
+      FAIL("the allocation did not fail");
+    } catch (const ExecutionError& error) {
+      FAIL("an ExecutionError: ", error.what());
+    } catch (const DeviceMemoryError& error) {
+      CHECK(contains(error.what(), "cudaMalloc"));
+      CHECK(contains(error.what(), "the problem is too large for this device's memory"));
+    }
+  };
+  SUBCASE("emulated") {
+    check([&] { k::emulated::allocate(too_large); });
+    k::emulated::allocate(1024);  // and the next allocation succeeds
+  }
+#if FLASHLAB_HAVE_CUDA
+  if (cuda::unavailable_reason().empty()) {
+    SUBCASE("gpu") {
+      check([&] { k::gpu::allocate(too_large); });
+      k::gpu::allocate(1024);
+    }
+  }
+#endif
+}
+
 TEST_CASE("a correct kernel passes under both schedules") {
   for (const emulator::ScheduleSetting& schedule :
        {emulator::ScheduleSetting{false, 0}, emulator::ScheduleSetting{true, 5}}) {

@@ -62,8 +62,33 @@ assert [r.get("measuring") for r in records] == ["cuda_v2/split_q", None], recor
 assert records[1]["time_ms"] > 0 and "failed" not in records[1] and "skipped" not in records[1], records
 ' <<<"$out" || fail "gpu-bench --json-lines without a failure: $out"
 
+# A problem too large for the GPU's memory (FLASHLAB_INJECT=oom:IMPL, as a failed device allocation throws) is
+# the problem's size, not a failure: its row says so as a refusal's would, the device stays usable (the next GPU
+# stage runs), and the exit code is 0 (`run`, one stage, exits 2 with the message).
+too_large="the problem is too large for this device's memory"
+out=$(FLASHLAB_INJECT=oom:cuda_v2/split_q "$tool" gpu-bench cuda_v2/split_q cuda_v2/split_q_simt --emulate \
+  --batch 1 --heads 2 --seqlen-q 64 --head-dim 64 --json-lines 2>/dev/null) ||
+  fail "gpu-bench with a shape too large for one implementation exited $?: $out"
+python3 -c '
+import json, sys
+rows = [json.loads(line) for line in sys.stdin if line.strip() and "measuring" not in json.loads(line)]
+assert rows[0]["impl"] == "cuda_v2/split_q" and sys.argv[1] in rows[0]["skipped"], rows[0]
+assert rows[0]["time_ms"] is None and "failed" not in rows[0], rows[0]
+assert rows[1]["impl"] == "cuda_v2/split_q_simt" and rows[1]["time_ms"] > 0 and "skipped" not in rows[1], rows[1]
+assert len(rows) == 2, rows
+' "$too_large" <<<"$out" || fail "gpu-bench --json-lines with a shape too large for one implementation: $out"
+for pass in "" --backward; do
+  [[ $pass == --backward ]] && stages=(cuda_v2/split_q cuda_v2/split_q_bwd128) ||
+    stages=(cuda_v2/split_q cuda_v2/split_q_simt)
+  out=$(FLASHLAB_INJECT=oom:cuda_v2/split_q "$tool" compare "${stages[@]}" $pass "${small[@]}" 2>&1) ||
+    fail "compare $pass with a problem too large for one implementation exited $?: $out"
+  grep -qE "^cuda_v2/split_q +(emu|cuda) +skipped: .*$too_large" <<<"$out" ||
+    fail "compare $pass: the problem's size is not in its row: $out"
+  grep -qE "^${stages[1]} +(emu|cuda) +[0-9.e+-]+ " <<<"$out" || fail "compare $pass: the GPU stage after it did not run: $out"
+done
+
 # A drill written wrong is refused by name (exit 2).
 out=$(FLASHLAB_INJECT=crash:x "$tool" compare cpu_tiled/forward "${small[@]}" 2>&1)
-[[ $? == 2 ]] && grep -qF "FLASHLAB_INJECT (crash:x) must be fault:IMPL or hang:IMPL" <<<"$out" ||
+[[ $? == 2 ]] && grep -qF "FLASHLAB_INJECT (crash:x) must be fault:IMPL, hang:IMPL or oom:IMPL" <<<"$out" ||
   fail "a bad FLASHLAB_INJECT was not refused by name: $out"
 exit 0

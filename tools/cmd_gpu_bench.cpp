@@ -9,17 +9,17 @@
 //
 // Shapes are the outer loop: a shape's inputs and its sampled fp64 reference are made once, then every named
 // implementation (in the order named; else the registry's) runs on them. An implementation that refuses a
-// shape gets a row that says why ("skipped"); one that fails as it runs, a row with its error ("failed"), and
-// the exit code is then 1. One whose forward is a pre-pass and a main kernel
-// (cuda_v3_hopper/fp8) gets a second row, "IMPL (main kernel)": the kernel alone, as FA3 reports its FP8
-// kernel, on the pre-pass's output; its O is checked like the whole forward's. Shape sets: "sweep"
-// (FlashAttention's benchmark: batch * seqlen = 16k tokens, 2048 hidden, seqlen 1k..16k, head_dim 64 and 128,
-// causal or not), "occupancy" (8 heads against 256 (batch, head) pairs at seqlen 4k), "decode" (one query
-// row, 32/8 heads, head_dim 128, KV 8k to 128k at batch 1, 16k at batch 8, 4k at batch 64, and 64k again from
-// a paged cache of 256-token pages), "all" (sweep + occupancy), "quick" (two small shapes), "report" (the GPU
-// report's, headline shapes first: each goal of docs/results' GPU issue, then the rest of the sweep),
-// "backward" (the backward's: d 128 and 64 at 8k) and "rehearse" (tiny shapes for the emulator). Problem
-// flags instead of --shapes time one shape.
+// shape gets a row that says why ("skipped"), as does one the shape is too large for (the GPU's memory ran
+// out); one that fails as it runs, a row with its error ("failed"), and the exit code is then 1. One whose
+// forward is a pre-pass and a main kernel (cuda_v3_hopper/fp8) gets a second row, "IMPL (main kernel)": the
+// kernel alone, as FA3 reports its FP8 kernel, on the pre-pass's output; its O is checked like the whole
+// forward's. Shape sets: "sweep" (FlashAttention's benchmark: batch * seqlen = 16k tokens, 2048 hidden,
+// seqlen 1k..16k, head_dim 64 and 128, causal or not), "occupancy" (8 heads against 256 (batch, head) pairs
+// at seqlen 4k), "decode" (one query row, 32/8 heads, head_dim 128, KV 8k to 128k at batch 1, 16k at batch 8,
+// 4k at batch 64, and 64k again from a paged cache of 256-token pages), "all" (sweep + occupancy), "quick"
+// (two small shapes), "report" (the GPU report's, headline shapes first: each goal of docs/results' GPU
+// issue, then the rest of the sweep), "backward" (the backward's: d 128 and 64 at 8k) and "rehearse" (tiny
+// shapes for the emulator). Problem flags instead of --shapes time one shape.
 //
 // --emulate runs the emulator's build of the same launchers on the same device-pointer path (the GPU report's
 // rehearsal): its rows are marked "emulated" and carry no rate, since their time is the CPU's.
@@ -459,6 +459,11 @@ int gpu_bench_command(const std::vector<std::string>& argv) {
     try {
       emit(bench.run(impl, dtype, gpu_plan, emulated_plan, main_kernel));
       return rows.back().skipped.empty();
+    } catch (const DeviceMemoryError& error) {  // the shape's size: a row that says so, as a refusal's
+      BenchRow row = unmeasured();
+      row.skipped = error.what();
+      emit(row);
+      return false;
     } catch (const ExecutionError& error) {  // a kernel's fault, or what the emulator found wrong in one
       BenchRow row = unmeasured();
       row.failed = error.what();

@@ -204,6 +204,10 @@ int compare_backward(const Args& args) {
         injected_before_run(row.impl->name);
         const AttentionOutputs fwd = run_forward(*row.impl, run, setup.inputs);
         row.m = measure_backward(*row.impl, run, setup.inputs, fwd, d_out, static_cast<int>(repeats));
+      } catch (const DeviceMemoryError& error) {  // the problem's size: a row that says so, as a refusal's
+        row.reason = error.what();
+        rows.push_back(std::move(row));
+        continue;
       } catch (const ExecutionError& error) {  // e.g. what the emulator found wrong in a kernel
         row.failure = error.what();
         note_failure(*row.impl, row.impl->name);

@@ -77,8 +77,8 @@ const std::pair<std::string, std::string>& injected() {
     const std::string text(value);
     const size_t colon = text.find(':');
     const std::string kind = text.substr(0, colon);
-    if (colon == std::string::npos || (kind != "fault" && kind != "hang"))
-      fail("FLASHLAB_INJECT (", text, ") must be fault:IMPL or hang:IMPL");
+    if (colon == std::string::npos || (kind != "fault" && kind != "hang" && kind != "oom"))
+      fail("FLASHLAB_INJECT (", text, ") must be fault:IMPL, hang:IMPL or oom:IMPL");
     return std::pair{kind, text.substr(colon + 1)};
   }();
   return drill;
@@ -99,6 +99,9 @@ void injected_before_run(const std::string& impl) {
   if (kind.empty() || impl != target) return;
   if (kind == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  if (kind == "oom")  // as common/cuda/check.hpp throws where a device allocation fails
+    throw DeviceMemoryError("an injected allocation failure (FLASHLAB_INJECT=oom:" + impl +
+                            "): the problem is too large for this device's memory");
   throw ExecutionError("an injected fault (FLASHLAB_INJECT=fault:" + impl + ")");
 }
 

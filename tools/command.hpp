@@ -85,11 +85,12 @@ void require_one_can_run(bool named, const std::vector<Row>& rows, const char* w
 void note_failure(const Implementation& impl, const std::string& name);  // `name` as its table names it
 std::string refusal_after_failure(const Implementation& impl);           // "" when `impl` can still run here
 
-// Fault drills, with no faulty kernel: the environment variable FLASHLAB_INJECT, "fault:IMPL" or "hang:IMPL",
-// makes IMPL's run throw as a GPU fault that leaves the device unusable would, or never return. The GPU
-// report's rehearsal and the tool's tests use it to check what a kernel's failure costs (compare, compare
-// --backward, gpu-bench call this before each run). Unset, it does nothing; check_injection() refuses a value
-// not of that form (exit 2), and each of those commands calls it before anything runs.
+// Fault drills, with no faulty kernel: the environment variable FLASHLAB_INJECT, "fault:IMPL", "hang:IMPL" or
+// "oom:IMPL", makes IMPL's run throw as a GPU fault that leaves the device unusable would, never return, or
+// throw as a device allocation too large for the GPU's memory does. The GPU report's rehearsal and the tool's
+// tests use it to check what a kernel's failure costs (compare, compare --backward, gpu-bench call this
+// before each run). Unset, it does nothing; check_injection() refuses a value not of that form (exit 2), and
+// each of those commands calls it before anything runs.
 void injected_before_run(const std::string& impl);
 void check_injection();
 

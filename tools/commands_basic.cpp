@@ -213,6 +213,10 @@ std::vector<CompareRow> compare_on(const std::vector<const Implementation*>& cho
       try {
         injected_before_run(row.impl->name);
         row.m = measure(*row.impl, run, setup.inputs, static_cast<int>(repeats), budget_seconds);
+      } catch (const DeviceMemoryError& error) {  // the problem's size: a row that says so, as a refusal's
+        row.reason = error.what();
+        rows.push_back(std::move(row));
+        continue;
       } catch (const ExecutionError& error) {  // e.g. what the emulator found wrong in a kernel
         row.failure = error.what();
         note_failure(*row.impl, row.impl->name);

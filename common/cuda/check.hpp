@@ -1,7 +1,7 @@
 // CUDA error checks, in one place: every CUDA call and every kernel launch goes through these. A failure
 // throws naming the call, the file and line, and CUDA's error string: flashlab::ExecutionError (the tool's
 // exit code 1: the implementation or the device failed), except out of device memory, which is the problem's
-// size (flashlab::Error, exit code 2, as a problem too large for the CPU's memory is).
+// size (flashlab::DeviceMemoryError, exit code 2, as a problem too large for the CPU's memory is).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,7 +19,7 @@ inline void check(cudaError_t status, const char* call, const char* file, int li
   const std::string message = std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
                               cudaGetErrorName(status) + ": " + cudaGetErrorString(status);
   if (status == cudaErrorMemoryAllocation)
-    throw Error(message + " (the problem is too large for this device's memory)");
+    throw DeviceMemoryError(message + " (the problem is too large for this device's memory)");
   throw ExecutionError(message);
 }
 
