@@ -912,10 +912,12 @@ PROFILED = [
      ["--batch", "2", "--heads", "32", "--seqlen-q", "8192", "--head-dim", "64"]),
     # The decode's combine after the tensor-core split kernel, 49 partials a row at 64k keys: the third H200 run
     # profiled it after cuda_split_kv's (82 partials, 40.8 us), and put it and the launch gap at about 18 us of
-    # cuda_split_kv_mma's median 86.5 by difference.
+    # cuda_split_kv_mma's median 86.5 by difference. Its caches left as the split kernel left them
+    # (--cache-control none): a profile that flushes them reads the partials from DRAM, where the timed runs
+    # find them in the L2.
     ("decoding/cuda_split_kv_mma", "combine_kernel",
      ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "65536", "--head-dim",
-      "128"]),
+      "128"], 1, [], ["--cache-control", "none"]),
 ]
 # What each profile reads: achieved occupancy, the pipes' utilization (the tensor pipe among them), shared-memory
 # bank conflicts, DRAM throughput, and what the warps wait on (WarpStateStats: the stall reasons, which the
@@ -959,9 +961,10 @@ def profile_kernels(visit, names):
     """Nsight Compute on one launch of each top kernel, the clocks left as they are (--clock-control none)."""
     ncu = shutil.which("ncu") or next(iter(sorted(glob.glob("/usr/local/cuda*/bin/ncu")
                                                   + glob.glob("/opt/nvidia/nsight-compute/*/ncu"))), None)
-    for impl, kernel, flags, *more in PROFILED:
+    for impl, kernel, flags, *more in PROFILED:  # more: launches, sections beside NCU_SECTIONS, ncu's options
         launches = more[0] if more else 1
         sections = NCU_SECTIONS + (more[1] if len(more) > 1 else [])
+        options = more[2] if len(more) > 2 else []
         step = f"ncu {impl} ({kernel})"
         log = f"ncu_{impl.replace('/', '_')}_{re.sub(r'[^A-Za-z0-9]+', '_', kernel).strip('_')}.log"
         if impl not in names:
@@ -980,7 +983,7 @@ def profile_kernels(visit, names):
             continue
         # --print-details all: the memory tables' shared-memory rows (bank conflicts) print only with it.
         argv = [ncu, "--clock-control", "none", "-k", f"regex:{kernel}", "--launch-count", str(launches),
-                "--print-details", "all"]
+                "--print-details", "all"] + options
         for section in sections:
             argv += ["--section", section]
         argv += [visit.flashlab, "gpu-bench", impl] + flags + ["--seconds", "0.01", "--repeat", "3"]
