@@ -61,7 +61,8 @@ ALL_BUDGET = 540
 # stages a short visit must not leave untimed), then FA2, then the CUDA-core baselines.
 PRIORITY = ["cuda_v3_hopper/ws", "cuda_v3_hopper/ws_bc176", "cuda_v3_hopper/ws_m192",
             "cuda_v3_hopper/ws_persistent", "cuda_v3_hopper/ws_no_overlap", "cuda_v3_hopper/ws_no_pingpong",
-            "cuda_v3_hopper/ws_no_producer", "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "decoding/cuda_split_kv_mma", "cuda_v2/split_q", "cuda_v2/split_q_4warps",
+            "cuda_v3_hopper/ws_no_producer", "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "decoding/cuda_split_kv_mma",
+            "decoding/cuda_split_kv_mma_two_pass", "cuda_v2/split_q", "cuda_v2/split_q_4warps",
             "cuda_v2/split_q_bc128", "cuda_v2/split_q_longest_first",
             "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd64x128_tiled_dq", "cuda_v2/split_q_bwd64x128_longest_first",
             "cuda_v2/split_q_bwd128",
@@ -916,6 +917,10 @@ PROFILED = [
     # (--cache-control none): a profile that flushes them reads the partials from DRAM, where the timed runs
     # find them in the L2.
     ("decoding/cuda_split_kv_mma", "combine_kernel",
+     ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "65536", "--head-dim",
+      "128"], 1, [], ["--cache-control", "none"]),
+    # Beside it, the combine in two passes (decoding/cuda_split_kv_mma_two_pass), the same way.
+    ("decoding/cuda_split_kv_mma_two_pass", "combine_two_pass_kernel",
      ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "65536", "--head-dim",
       "128"], 1, [], ["--cache-control", "none"]),
 ]

@@ -90,6 +90,20 @@ const Registration cuda_split_kv_mma{gpu_implementation(
      FLASHLAB_GPU_BUILD(cuda_split_kv_mma_registry_workspace_bytes),
      &emulated::cuda_split_kv_mma_registry_workspace_bytes})};
 
+// Beside it: the same split kernel, with the combine in two passes, the row's LSE first and then every
+// split's O weighted, so that its loads are in flight together (cuda_split_kv.cuh, combine_two_pass_kernel).
+const Registration cuda_split_kv_mma_two_pass{gpu_implementation(
+    {.name = "decoding/cuda_split_kv_mma_two_pass",
+     .summary = "cuda_split_kv_mma with its combine in two passes: the row's LSE, then every O_j weighted",
+     .dtypes = {DType::f16, DType::bf16},
+     .constraints = kConstraints,
+     .rounds_p = true,  // cuda_split_kv_mma's split kernel
+     .supports = [](const Problem& p) { return supports_as(p, "decoding/cuda_split_kv_mma_two_pass"); },
+     .bytes_moved = [](const Problem& p) { return bytes_moved(p, true); }},
+    {FLASHLAB_GPU_BUILD(launch_cuda_split_kv_mma_two_pass), &emulated::launch_cuda_split_kv_mma_two_pass,
+     FLASHLAB_GPU_BUILD(cuda_split_kv_mma_registry_workspace_bytes),
+     &emulated::cuda_split_kv_mma_registry_workspace_bytes})};
+
 // The core (cuda_core.cu): Flash-Decoding as the method says it, the plain case. The padded query rows and
 // pages the full kernel refuses or takes, it refuses by name (the registry refuses the explicit mask).
 std::string core_supports(const Problem& p) {

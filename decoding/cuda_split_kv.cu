@@ -83,8 +83,12 @@ void launch(const SplitKvParams& p, int num_splits, cudaStream_t stream) {
     launch_split<T, D, false>(p, num_splits, stream);
   if (num_splits > 1) {
     const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
-    cuda::launch_kernel<kernels::combine_kernel<T, D>>(dim3(static_cast<unsigned>(rows)), dim3(D), 0, stream,
-                                                       p, num_splits);
+    if (p.two_pass_combine)
+      cuda::launch_kernel<kernels::combine_two_pass_kernel<T, D>>(dim3(static_cast<unsigned>(rows)), dim3(D),
+                                                                  0, stream, p, num_splits);
+    else
+      cuda::launch_kernel<kernels::combine_kernel<T, D>>(dim3(static_cast<unsigned>(rows)), dim3(D), 0,
+                                                         stream, p, num_splits);
   }
 }
 
@@ -157,12 +161,16 @@ int64_t registry_partial_elements(const Problem& problem, bool tensor_cores) {
   return partial_elements(p, resolve_splits(p));
 }
 
-void launch_registry(const Problem& problem, const DeviceTensors& tensors, bool tensor_cores) {
-  const char* const name = tensor_cores ? "decoding/cuda_split_kv_mma" : "decoding/cuda_split_kv";
+void launch_registry(const Problem& problem, const DeviceTensors& tensors, bool tensor_cores,
+                     bool two_pass_combine = false) {
+  const char* const name = two_pass_combine ? "decoding/cuda_split_kv_mma_two_pass"
+                           : tensor_cores   ? "decoding/cuda_split_kv_mma"
+                                            : "decoding/cuda_split_kv";
   if (!problem.seqlens_q.empty())
     for (const int64_t rows : problem.seqlens_q)
       if (rows != problem.seqlen_q) fail(name, ": seqlens_q (padded query rows) is not supported");
   SplitKvParams params = split_kv_params(problem, tensor_cores);
+  params.two_pass_combine = two_pass_combine;
   params.q = tensors.q;
   params.k = tensors.k;
   params.v = tensors.v;
@@ -205,6 +213,9 @@ int64_t cuda_split_kv_mma_partial_elements(const Problem& problem) {
 }
 void launch_cuda_split_kv_mma(const Problem& problem, const DeviceTensors& tensors) {
   launch_registry(problem, tensors, true);
+}
+void launch_cuda_split_kv_mma_two_pass(const Problem& problem, const DeviceTensors& tensors) {
+  launch_registry(problem, tensors, true, true);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

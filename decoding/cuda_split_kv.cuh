@@ -463,4 +463,68 @@ __global__ void __launch_bounds__(D)
   if (channel == 0) p.lse[row_index] = state.lse();
 }
 
+// The combine in two passes (decoding/cuda_split_kv_mma_two_pass; decoding/CUDA.md, "The combine in two
+// passes"): the row's state over every split's LSE first, each thread merging some splits' and the block
+// merging the threads'; each split's weight exp(LSE_j - m) once, into shared memory; then thread c sums its
+// channel of every O_j, weighted. The second pass's loads depend on nothing the loop computes, so they can be
+// in flight together, where combine_kernel tests each split's LSE before it reads that split's O: on an H200
+// its merge of 49 splits waited on about 98 memory latencies in a row. The same exact merge, rounded in
+// another order. An empty split (LSE_j = -inf) weighs nothing and its O_j is not added, as in merge.
+template <typename T, int D>
+__global__ void __launch_bounds__(D)
+    combine_two_pass_kernel(const __grid_constant__ SplitKvParams p, int num_splits) {
+  static_assert(D % 32 == 0, "whole warps");
+  constexpr float kEmpty = -1.0f;                       // a weight no split has: exp() >= 0, or NaN
+  __shared__ float weight[kSplitKvMaxSplits];           // exp(LSE_j - m), or kEmpty
+  __shared__ float warp_max[D / 32], warp_sum[D / 32];  // each warp's state
+  const int64_t row_index = blockIdx.x;                 // (b * heads_q + h) * seqlen_q + qi
+  const int qi = static_cast<int>(row_index % p.seqlen_q);
+  const int h = static_cast<int>(row_index / p.seqlen_q % p.heads_q);
+  const int b = static_cast<int>(row_index / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+  const int channel = threadIdx.x, lane = channel % 32, warp = channel / 32;
+  const float* o_partial = static_cast<const float*>(p.workspace);
+  const int64_t partial_rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * num_splits;
+  const float* lse_row = o_partial + partial_rows * D + row_index * num_splits;
+  const float* o_row = o_partial + row_index * num_splits * D;
+  const auto merge = [](SoftmaxState<float>& state, float row_max, float row_sum) {
+    state.merge(SoftmaxState<float>{row_max, row_sum}, static_cast<const float*>(nullptr),
+                static_cast<float*>(nullptr), 0);
+  };
+
+  // Pass 1: the row's state {m, l} over the splits, every thread ending with the same bits (a merge's sum
+  // is the same added either way round, and every thread merges the warps' states in the same order).
+  SoftmaxState<float> state;
+  for (int split = channel; split < num_splits; split += D) {
+    const SoftmaxState<float> partial = SoftmaxState<float>::from_lse(lse_row[split]);
+    merge(state, partial.row_max, partial.row_sum);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    merge(state, __shfl_xor_sync(0xffffffffu, state.row_max, offset),
+          __shfl_xor_sync(0xffffffffu, state.row_sum, offset));
+  if (lane == 0) warp_max[warp] = state.row_max, warp_sum[warp] = state.row_sum;
+  // Each split's weight against the row's max, once.
+  __syncthreads();
+  state = {};
+  for (int w = 0; w < D / 32; ++w) merge(state, warp_max[w], warp_sum[w]);
+  for (int split = channel; split < num_splits; split += D) {
+    const float lse = lse_row[split];
+    weight[split] = lse == SoftmaxState<float>::neg_inf ? kEmpty : expf(lse - state.row_max);
+  }
+  __syncthreads();
+
+  // Pass 2: acc = sum_j exp(LSE_j - m) O_j over the splits that saw a key, this thread's channel.
+  float acc = 0.0f;
+#pragma unroll 8
+  for (int split = 0; split < num_splits; ++split) {
+    const float w = weight[split], o = o_row[static_cast<int64_t>(split) * D + channel];
+    acc = w == kEmpty ? acc : fmaf(w, o, acc);
+  }
+  float out;
+  state.finalize(&acc, &out, 1);  // acc / l: 0 for a row that saw no key in any split
+  T* o = static_cast<T*>(p.o) + b * p.o_stride_batch + qi * p.o_stride_seq + h * p.o_stride_head;
+  if (channel < p.head_dim) o[channel] = cuda::from_float<T>(out);
+  if (channel == 0) p.lse[row_index] = state.lse();
+}
+
 }  // namespace flashlab::decoding::kernels

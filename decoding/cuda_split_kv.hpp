@@ -75,6 +75,10 @@ struct SplitKvParams {
   // The split kernel: S and P V on the CUDA cores (split_kv_kernel, decoding/cuda_split_kv), or with the
   // block's 16 query rows on the tensor cores (split_kv_mma_kernel, decoding/cuda_split_kv_mma).
   bool tensor_cores = false;
+  // The combine: each split merged in turn (combine_kernel, the course's exercise), or in two passes, the
+  // row's LSE first and then every split's O weighted (combine_two_pass_kernel,
+  // decoding/cuda_split_kv_mma_two_pass).
+  bool two_pass_combine = false;
   // Device workspace for the partials (O_j and LSE_j, float), cuda_split_kv_workspace_bytes() bytes, 16-byte
   // aligned. Unused (may be null) when the resolved num_splits is 1.
   void* workspace = nullptr;
@@ -121,9 +125,11 @@ FLASHLAB_FOR_EACH_TARGET(
     size_t cuda_split_kv_registry_workspace_bytes(const Problem& problem);
     int64_t cuda_split_kv_partial_elements(const Problem& problem);
     void launch_cuda_split_kv(const Problem& problem, const DeviceTensors& tensors);
-    // The same for decoding/cuda_split_kv_mma (tensor_cores).
+    // The same for decoding/cuda_split_kv_mma (tensor_cores), whose workspace and partials
+    // decoding/cuda_split_kv_mma_two_pass shares (its launcher: the combine in two passes).
     size_t cuda_split_kv_mma_registry_workspace_bytes(const Problem& problem);
     int64_t cuda_split_kv_mma_partial_elements(const Problem& problem);
-    void launch_cuda_split_kv_mma(const Problem& problem, const DeviceTensors& tensors);)
+    void launch_cuda_split_kv_mma(const Problem& problem, const DeviceTensors& tensors);
+    void launch_cuda_split_kv_mma_two_pass(const Problem& problem, const DeviceTensors& tensors);)
 
 }  // namespace flashlab::decoding

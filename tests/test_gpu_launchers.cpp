@@ -229,20 +229,30 @@ TEST_CASE("decoding/cuda_split_kv merges 1, 7, 82 and 128 splits (some empty) ex
   // 2049 keys: 65 tiles of 32 (33 of 64 for the tensor-core kernel). 82 splits of one tile leave splits 65-81
   // without a key (33-81), 128 leave 63 (95); their partials (LSE -inf) must weigh nothing in the combine.
   // Splits past the first start their contiguous K/V offsets at tile_begin > 0. Both split kernels:
-  // decoding/cuda_split_kv's, and cuda_split_kv_mma's (tensor_cores), which rounds P for its mma.
-  Problem p = problem_shape(2, 8, 2, 3, 2049, 128);
-  p.causal = true;
-  p.dtype = DType::bf16;
-  p.seqlens_k = {2049, 700};
-  const AttentionInputs inputs = random_inputs(p, Distribution::normal, 31);
-  const ReferenceResult reference = reference_attention(p, inputs);
-  for (const bool tensor_cores : {false, true})
+  // decoding/cuda_split_kv's, and cuda_split_kv_mma's (tensor_cores), which rounds P for its mma; and both
+  // combines: each split merged in turn, and in two passes (cuda_split_kv_mma_two_pass), at d 128 and at d
+  // 64, where its 64 threads take 82 and 128 splits more than one each.
+  struct Run {
+    bool tensor_cores, two_pass;
+    int64_t head_dim;
+  };
+  for (const Run run :
+       {Run{false, false, 128}, Run{true, false, 128}, Run{true, true, 128}, Run{true, true, 64}})
     for (int splits : {1, 7, 82, 128}) {
-      INFO(splits, " splits", tensor_cores ? ", tensor cores" : "");
+      const bool tensor_cores = run.tensor_cores;
+      INFO(splits, " splits", tensor_cores ? ", tensor cores" : "", run.two_pass ? ", two passes" : "",
+           ", d ", run.head_dim);
+      Problem p = problem_shape(2, 8, 2, 3, 2049, run.head_dim);
+      p.causal = true;
+      p.dtype = DType::bf16;
+      p.seqlens_k = {2049, 700};
+      const AttentionInputs inputs = random_inputs(p, Distribution::normal, 31);
+      const ReferenceResult reference = reference_attention(p, inputs);
       const Tolerance tolerance = tolerance_from_baseline(
           p.dtype, deviation(p, baseline_attention(p, inputs, p.dtype, tensor_cores), reference));
       decoding::SplitKvParams params = decoding::split_kv_params(p, tensor_cores);
       params.num_splits = splits;
+      params.two_pass_combine = run.two_pass;
       const size_t partial_bytes = splits == 1 ? 0
                                                : sizeof(float) *
                                                      static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q) *
@@ -270,6 +280,27 @@ TEST_CASE("decoding/cuda_split_kv merges 1, 7, 82 and 128 splits (some empty) ex
       const Verdict emulated = judge(p, out, reference, tolerance);
       INFO("emulated: ", emulated.explain());
       CHECK(emulated.passed());
+      if (run.two_pass) {
+        // The same merge as the one split at a time, rounded in another order: LSE within a few fp32 ulp, O
+        // within one bf16 ulp (both round the same fp32 sums), an empty row's -inf the same.
+        params.two_pass_combine = false;
+        AttentionOutputs merged = AttentionOutputs::poisoned(p);
+        cuda::emulated::run_on_device(
+            p, inputs, merged, workspace,
+            launch(decoding::emulated::cuda_split_kv_forward, cuda::emulated::narrow_lengths));
+        params.two_pass_combine = true;
+        int lse_apart = 0, o_apart = 0;
+        for (int64_t i = 0; i < merged.lse.size(); ++i) {
+          const float a = out.lse.data[i], b = merged.lse.data[i];
+          lse_apart += !(a == b || std::fabs(a - b) <= 1e-5f * std::max(1.0f, std::fabs(b)));
+        }
+        for (int64_t i = 0; i < merged.o.size(); ++i) {
+          const float a = out.o.data[i], b = merged.o.data[i];
+          o_apart += !(std::fabs(a - b) <= std::ldexp(std::max(std::fabs(a), std::fabs(b)), -7));
+        }
+        CHECK(lse_apart == 0);
+        CHECK(o_apart == 0);
+      }
 #if FLASHLAB_HAVE_CUDA
       if (cuda::unavailable_reason().empty()) {
         AttentionOutputs on_gpu = AttentionOutputs::poisoned(p);
