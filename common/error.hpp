@@ -24,7 +24,8 @@ class ExecutionError : public Error {
 
 // A problem too large for the device's memory: a device allocation failed (common/cuda/check.hpp). The
 // problem's size, as a problem too large for the host's memory is: the tool's exit code 2 where one stage
-// runs, a row that says so where compare, grad and gpu-bench run several; Python's MemoryError.
+// runs, a row that says so where compare (forward and --backward) and gpu-bench run several; Python's
+// MemoryError.
 class DeviceMemoryError : public Error {
  public:
   using Error::Error;

@@ -326,6 +326,10 @@ void allocate(std::size_t bytes) {
   const cuda::DeviceBuffer<char> buffer(bytes);
 }
 
+bool error_pending() {
+  return cudaPeekAtLastError() != cudaSuccess;
+}
+
 std::vector<float> cp_async(const std::vector<float>& source, const std::vector<int>& in_range) {
   const int chunks = static_cast<int>(in_range.size());
   cuda::DeviceBuffer<float> out(4 * static_cast<size_t>(chunks));

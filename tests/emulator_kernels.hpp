@@ -59,8 +59,9 @@ FLASHLAB_FOR_EACH_TARGET(
     // red.global.add.v2.f32 or .v4.f32; returns the sums. The vectors start `first` floats into their
     // buffer: 1 misaligns them (a mistake: the emulator stops it).
     std::vector<float> red_vectors(int width, int blocks, int threads, int vectors, int first = 0);
-    // A device allocation of `bytes` (cuda::DeviceBuffer), freed at once: what a failed one throws.
-    void allocate(std::size_t bytes);
+    // A device allocation of `bytes` (cuda::DeviceBuffer), freed at once: what a failed one throws; and
+    // whether CUDA's last error is set (cudaPeekAtLastError), which the next launch's check would report.
+    void allocate(std::size_t bytes); bool error_pending();
     // cp.async of `source` (16-byte chunks, chunk i with src-size sizes[i]) into shared memory, committed in
     // one group and waited for, then read back.
     std::vector<float> cp_async(const std::vector<float>& source, const std::vector<int>& sizes);

@@ -252,8 +252,9 @@ TEST_CASE("red.global.add.v2.f32 and .v4.f32 add every float of a vector, each a
 
 // A device allocation the memory cannot hold (2^50 bytes, a petabyte) fails as cudaMalloc fails, and the
 // check (common/cuda/check.hpp) throws DeviceMemoryError, the problem's size: the tool's exit code 2, a row
-// that says so in compare, grad and gpu-bench, and Python's MemoryError. Not an ExecutionError: the device is
-// fine.
+// that says so in compare (forward and --backward) and gpu-bench, and Python's MemoryError. Not an
+// ExecutionError: the device is fine, and no error is left pending for the next launch's check to report
+// against another stage.
 TEST_CASE("a device allocation too large for the memory throws DeviceMemoryError, naming the call") {
   const size_t too_large = size_t{1} << 50;
   const auto check = [](const std::function<void()>& allocate) {
@@ -269,12 +270,14 @@ TEST_CASE("a device allocation too large for the memory throws DeviceMemoryError
   };
   SUBCASE("emulated") {
     check([&] { k::emulated::allocate(too_large); });
+    CHECK_FALSE(k::emulated::error_pending());
     k::emulated::allocate(1024);  // and the next allocation succeeds
   }
 #if FLASHLAB_HAVE_CUDA
   if (cuda::unavailable_reason().empty()) {
     SUBCASE("gpu") {
       check([&] { k::gpu::allocate(too_large); });
+      CHECK_FALSE(k::gpu::error_pending());
       k::gpu::allocate(1024);
     }
   }

@@ -18,8 +18,12 @@ inline void check(cudaError_t status, const char* call, const char* file, int li
   if (status == cudaSuccess) return;
   const std::string message = std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
                               cudaGetErrorName(status) + ": " + cudaGetErrorString(status);
-  if (status == cudaErrorMemoryAllocation)
+  if (status == cudaErrorMemoryAllocation) {
+    // Not sticky: the device stays usable. Cleared here, or the next launch's check would report it again,
+    // against the next stage (compare and gpu-bench go on after it).
+    (void)cudaGetLastError();
     throw DeviceMemoryError(message + " (the problem is too large for this device's memory)");
+  }
   throw ExecutionError(message);
 }
 
