@@ -618,11 +618,11 @@ void launch_backward(const Problem& problem, const BackwardTensors& tensors, boo
   params.dq = tensors.dq;
   params.dk = tensors.dk;
   params.dv = tensors.dv;
-  const size_t rows = static_cast<size_t>(problem.batch * problem.heads_q * problem.seqlen_q);
-  char* const scratch = static_cast<char*>(tensors.forward.workspace) + cuda::int_lengths_bytes(problem);
-  params.d_sum = reinterpret_cast<float*>(scratch);
-  params.nonfinite = reinterpret_cast<int*>(scratch + (rows * 4 + 15) / 16 * 16);
-  params.dq_accum = reinterpret_cast<float*>(scratch + (rows * 4 + 15) / 16 * 16 + 16);
+  char* const workspace = static_cast<char*>(tensors.forward.workspace);
+  const BackwardScratch scratch = backward_scratch(problem, deterministic, block_n, dq_tiled);
+  params.d_sum = reinterpret_cast<float*>(workspace + scratch.d_sum);
+  params.nonfinite = reinterpret_cast<int*>(workspace + scratch.nonfinite);
+  params.dq_accum = reinterpret_cast<float*>(workspace + scratch.dq_accum);
   params.deterministic = deterministic;
   params.block_n = block_n;
   params.block_m = block_m;

@@ -79,17 +79,30 @@ inline int backward_kv_tiles(const Problem& p, int block_n = kBackwardBlockN) {
   return static_cast<int>((p.seqlen_k + block_n - 1) / block_n);
 }
 
-// Scratch: the int lengths, D, the special-value flag, and dQ's accumulator (or partials); `dq_tiled`, the
-// accumulator in whole tiles of 64 rows.
-inline size_t backward_workspace_bytes(const Problem& p, bool deterministic, int block_n = kBackwardBlockN,
-                                       bool dq_tiled = false) {
+// Where the backward's scratch lies in its workspace, in bytes from its start: the int lengths, D, the
+// special-value flag, and dQ's accumulator (or partials; `dq_tiled`, in whole tiles of 64 rows) at a 256-byte
+// boundary, cudaMalloc's alignment, so that a warp's adds meet whole 32-byte sectors and 128-byte lines (16
+// bytes past one, each 32 bytes a quad of lanes adds straddled two sectors).
+struct BackwardScratch {
+  size_t d_sum = 0, nonfinite = 0, dq_accum = 0, bytes = 0;
+};
+inline BackwardScratch backward_scratch(const Problem& p, bool deterministic, int block_n = kBackwardBlockN,
+                                        bool dq_tiled = false) {
   const size_t rows = static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q);
   const size_t tiled_rows = static_cast<size_t>(
       p.batch * p.heads_q *
       ((p.seqlen_q + kBackwardWideBlockM - 1) / kBackwardWideBlockM * kBackwardWideBlockM));
   const size_t accumulators = static_cast<size_t>(deterministic ? backward_kv_tiles(p, block_n) : 1);
-  return cuda::int_lengths_bytes(p) + (rows * 4 + 15) / 16 * 16 + 16 +
-         accumulators * (dq_tiled ? tiled_rows : rows) * static_cast<size_t>(p.head_dim) * 4;
+  BackwardScratch s;
+  s.d_sum = cuda::int_lengths_bytes(p);
+  s.nonfinite = s.d_sum + (rows * 4 + 15) / 16 * 16;
+  s.dq_accum = (s.nonfinite + 4 + 255) / 256 * 256;
+  s.bytes = s.dq_accum + accumulators * (dq_tiled ? tiled_rows : rows) * static_cast<size_t>(p.head_dim) * 4;
+  return s;
+}
+inline size_t backward_workspace_bytes(const Problem& p, bool deterministic, int block_n = kBackwardBlockN,
+                                       bool dq_tiled = false) {
+  return backward_scratch(p, deterministic, block_n, dq_tiled).bytes;
 }
 
 // exact_kernel's grid: each of its threads reads the flag, then (when it is up) each block takes every

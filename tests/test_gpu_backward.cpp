@@ -187,6 +187,18 @@ TEST_CASE("cuda_v2/split_q_bwd64x128_longest_first's order: key tiles in L2 sect
                  "dq_tiled (true) takes block_m 64, not 32"));
   backward.block_m = cuda_v2::kBackwardWideBlockM;
   CHECK(contains(error_of([&] { cuda_v2::check_split_q_backward(backward); }), "must be a device pointer"));
+  // Its adds and zeroing are 16 bytes wide: an accumulator off a 16-byte boundary is refused by name (the
+  // pointers are made up; the check reads none of them).
+  alignas(16) static float made_up[8];
+  backward.d_sum = backward.dq_accum = made_up;
+  backward.nonfinite = reinterpret_cast<int*>(made_up);
+  backward.d_out = backward.dq = backward.dk = backward.dv = made_up;
+  backward.forward.q = backward.forward.k = backward.forward.v = backward.forward.o = made_up;
+  backward.forward.lse = made_up;
+  CHECK(error_of([&] { cuda_v2::check_split_q_backward(backward); }) == "");
+  backward.dq_accum = made_up + 2;
+  CHECK(contains(error_of([&] { cuda_v2::check_split_q_backward(backward); }),
+                 "dq_accum must be 16-byte aligned with dq_tiled (true)"));
 }
 
 // The problems on which a variant of the 64 x 128 kernel is held to split_q_bwd64x128 itself: padded rows
