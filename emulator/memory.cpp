@@ -21,6 +21,7 @@
 
 #include "emulator/block.hpp"
 #include "emulator/counters.hpp"
+#include "emulator/launch.hpp"
 #include "emulator/report.hpp"
 
 namespace flashlab::emulator {
@@ -169,6 +170,9 @@ void access(const void* pointer, size_t bytes, bool write, const void* site) {
 }  // namespace
 
 void* device_allocate(size_t bytes) {
+  // More than the emulated device holds (DeviceLimits::global_bytes, an H100's 80 GiB) fails, as cudaMalloc's
+  // does on a GPU, before the host is asked for it.
+  if (bytes > DeviceLimits::global_bytes) return nullptr;
   const size_t total = (bytes + 2 * kGuard + kAlignment - 1) / kAlignment * kAlignment;
   char* base = static_cast<char*>(std::aligned_alloc(kAlignment, total));
   if (base == nullptr) return nullptr;

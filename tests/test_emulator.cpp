@@ -250,13 +250,14 @@ TEST_CASE("red.global.add.v2.f32 and .v4.f32 add every float of a vector, each a
 #endif
 }
 
-// A device allocation the memory cannot hold (2^50 bytes, a petabyte) fails as cudaMalloc fails, and the
+// A device allocation the memory cannot hold (2^40 bytes, a terabyte: more than the emulated device's 80 GiB
+// and any GPU's; the emulator refuses it before asking the host) fails as cudaMalloc fails, and the
 // check (common/cuda/check.hpp) throws DeviceMemoryError, the problem's size: the tool's exit code 2, a row
 // that says so in compare (forward and --backward) and gpu-bench, and Python's MemoryError. Not an
 // ExecutionError: the device is fine, and no error is left pending for the next launch's check to report
 // against another stage.
 TEST_CASE("a device allocation too large for the memory throws DeviceMemoryError, naming the call") {
-  const size_t too_large = size_t{1} << 50;
+  const size_t too_large = size_t{1} << 40;
   const auto check = [](const std::function<void()>& allocate) {
     try {
       allocate();
