@@ -85,7 +85,8 @@ void launch(const SplitKvParams& p, int num_splits, cudaStream_t stream) {
     const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
     if (p.two_pass_combine)
       cuda::launch_kernel<kernels::combine_two_pass_kernel<T, D>>(dim3(static_cast<unsigned>(rows)), dim3(D),
-                                                                  0, stream, p, num_splits);
+                                                                  kernels::combine_two_pass_smem_bytes<D>(),
+                                                                  stream, p, num_splits);
     else
       cuda::launch_kernel<kernels::combine_kernel<T, D>>(dim3(static_cast<unsigned>(rows)), dim3(D), 0,
                                                          stream, p, num_splits);

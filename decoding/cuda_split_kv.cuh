@@ -470,14 +470,21 @@ __global__ void __launch_bounds__(D)
 // in flight together, where combine_kernel tests each split's LSE before it reads that split's O: on an H200
 // its merge of 49 splits waited on about 98 memory latencies in a row. The same exact merge, rounded in
 // another order. An empty split (LSE_j = -inf) weighs nothing and its O_j is not added, as in merge.
+// Its shared memory, dynamic (so that the emulator's race detector sees it): a weight per split, then each
+// warp's state.
+template <int D>
+constexpr size_t combine_two_pass_smem_bytes() {
+  return (kSplitKvMaxSplits + 2 * (D / 32)) * sizeof(float);
+}
 template <typename T, int D>
 __global__ void __launch_bounds__(D)
     combine_two_pass_kernel(const __grid_constant__ SplitKvParams p, int num_splits) {
   static_assert(D % 32 == 0, "whole warps");
-  constexpr float kEmpty = -1.0f;                       // a weight no split has: exp() >= 0, or NaN
-  __shared__ float weight[kSplitKvMaxSplits];           // exp(LSE_j - m), or kEmpty
-  __shared__ float warp_max[D / 32], warp_sum[D / 32];  // each warp's state
-  const int64_t row_index = blockIdx.x;                 // (b * heads_q + h) * seqlen_q + qi
+  constexpr float kEmpty = -1.0f;                              // a weight no split has: exp() >= 0, or NaN
+  float* const weight = cuda::dynamic_shared_memory<float>();  // [split]: exp(LSE_j - m), or kEmpty
+  float* const warp_max = weight + kSplitKvMaxSplits;          // [warp]: each warp's state
+  float* const warp_sum = warp_max + D / 32;
+  const int64_t row_index = blockIdx.x;  // (b * heads_q + h) * seqlen_q + qi
   const int qi = static_cast<int>(row_index % p.seqlen_q);
   const int h = static_cast<int>(row_index / p.seqlen_q % p.heads_q);
   const int b = static_cast<int>(row_index / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
