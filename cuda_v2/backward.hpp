@@ -25,6 +25,7 @@
 #include "common/cuda/target.hpp"
 #include "common/cuda/tile_order.hpp"
 #include "common/registry.hpp"
+#include "cuda_v2/dq_tile.hpp"
 #include "cuda_v2/split_q.hpp"
 
 namespace flashlab::cuda_v2 {
@@ -89,9 +90,9 @@ struct BackwardScratch {
 inline BackwardScratch backward_scratch(const Problem& p, bool deterministic, int block_n = kBackwardBlockN,
                                         bool dq_tiled = false) {
   const size_t rows = static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q);
-  const size_t tiled_rows = static_cast<size_t>(
-      p.batch * p.heads_q *
-      ((p.seqlen_q + kBackwardWideBlockM - 1) / kBackwardWideBlockM * kBackwardWideBlockM));
+  constexpr int kTileRows = DqFragmentTile::kRows;
+  const size_t tiled_rows =
+      static_cast<size_t>(p.batch * p.heads_q * ((p.seqlen_q + kTileRows - 1) / kTileRows * kTileRows));
   const size_t accumulators = static_cast<size_t>(deterministic ? backward_kv_tiles(p, block_n) : 1);
   BackwardScratch s;
   s.d_sum = cuda::int_lengths_bytes(p);

@@ -516,7 +516,7 @@ __global__ void __launch_bounds__(D)
   for (int w = 0; w < D / 32; ++w) merge(state, warp_max[w], warp_sum[w]);
   for (int split = channel; split < num_splits; split += D) {
     const float lse = lse_row[split];
-    weight[split] = lse == SoftmaxState<float>::neg_inf ? kEmpty : expf(lse - state.row_max);
+    weight[split] = lse == SoftmaxState<float>::neg_inf ? kEmpty : state.weight(lse);
   }
   __syncthreads();
 
