@@ -36,6 +36,12 @@ std::string wide_keys_supports(const Problem& p) {
 std::string longest_first_supports(const Problem& p) {
   return refusal(check_split_q_longest_first, p);
 }
+std::string four_warps_longest_first_supports(const Problem& p) {
+  return refusal(check_split_q_4warps_longest_first, p);
+}
+std::string wide_keys_longest_first_supports(const Problem& p) {
+  return refusal(check_split_q_bc128_longest_first, p);
+}
 
 // Both kernels' global traffic: FA2's Q-block-outer order (common/flops.hpp), K/V tiles read by cp.async up
 // to the batch's last key. `flashlab profile` counts it in the emulator (tests/test_counters.cpp holds them
@@ -179,6 +185,20 @@ const Registration split_q_longest_first{gpu_implementation(
      .supports = longest_first_supports,
      .bytes_moved = tensor_core_bytes_moved},
     FLASHLAB_DEVICE_BUILDS(launch_split_q_longest_first, workspace_bytes))};
+
+// FA2's tiles of the two entries above, their grids handed out in the same order: under a causal mask they
+// lose more to the grid's tail than split_q does (two blocks a SM, tools/wave_model.py), so the order the
+// H200 measured at 1.07x on split_q is expected to gain more on them.
+const Registration split_q_4warps_longest_first{one_width_entry(
+    "cuda_v2/split_q_4warps_longest_first",
+    "split_q_4warps with its tiles launched longest first, in L2 sections of heads",
+    "a multiple of 8 from 104 to 128", four_warps_longest_first_supports, tensor_core_bytes_moved,
+    FLASHLAB_DEVICE_BUILDS(launch_split_q_4warps_longest_first, workspace_bytes))};
+const Registration split_q_bc128_longest_first{
+    one_width_entry("cuda_v2/split_q_bc128_longest_first",
+                    "split_q_bc128 with its tiles launched longest first, in L2 sections of heads",
+                    "a multiple of 8 from 40 to 64", wide_keys_longest_first_supports, wide_keys_bytes_moved,
+                    FLASHLAB_DEVICE_BUILDS(launch_split_q_bc128_longest_first, workspace_bytes))};
 
 // An entry beside split_q whose forward is split_q's kernel and whose backward takes another tile, a
 // candidate for the GPU to judge against split_q's: bf16, head dims 64 and 128, no score modification or

@@ -119,6 +119,14 @@ struct WideKeysRung {
   static constexpr bool kTileOrder = false;
 };
 
+// Each of those two with its grid's tiles handed out longest first (SplitQParams::longest_first), as
+// split_q_longest_first hands out split_q's: cuda_v2/split_q_4warps_longest_first and
+// split_q_bc128_longest_first. The same kernel and tiles; only the block's tile comes from p.order.
+template <class Rung>
+struct LongestFirst : Rung {
+  static constexpr bool kTileOrder = true;
+};
+
 // The tiles a rung takes in a tile width: split_q's, but for the entries built for one width.
 template <int kHeadDim, class Rung>
 struct RungConfig : SplitQConfig<kHeadDim> {};
@@ -130,6 +138,8 @@ template <>
 struct RungConfig<64, WideKeysRung> {
   static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_bc128_tile().block_n;
 };
+template <int kHeadDim, class Rung>
+struct RungConfig<kHeadDim, LongestFirst<Rung>> : RungConfig<kHeadDim, Rung> {};
 
 template <int kHeadDim, class Rung = SplitQRung>
 struct SplitQShape {
@@ -580,18 +590,37 @@ void launch_split_q_bc128(const Problem& problem, const DeviceTensors& tensors) 
       params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream), tensors.stream);
 }
 
-void launch_split_q_longest_first_sections(const Problem& problem, const DeviceTensors& tensors,
-                                           int section) {
+void launch_split_q_longest_first_sections(const Problem& problem, const DeviceTensors& tensors, int section,
+                                           ForwardTiles tiles) {
   SplitQParams params = split_q_params(problem, tensors);
   params.longest_first = true;
   params.order = split_q_longest_first_order(params, section);
-  check_split_q_longest_first(params);
-  forward_rung<SplitQRung>(params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream),
-                           tensors.stream);
+  // The check first: the flag's clearing is the first write to the problem's device memory.
+  const Check check = tiles == ForwardTiles::four_warps ? check_split_q_4warps_longest_first
+                      : tiles == ForwardTiles::bc128    ? check_split_q_bc128_longest_first
+                                                        : check_split_q_longest_first;
+  check(params, Checks::launch);
+  unsigned* const special_rows = cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream);
+  switch (tiles) {
+    case ForwardTiles::split_q:
+      return forward_rung<SplitQRung>(params, special_rows, tensors.stream);
+    case ForwardTiles::four_warps:
+      return forward_rung<LongestFirst<FourWarpsRung>>(params, special_rows, tensors.stream);
+    case ForwardTiles::bc128:
+      return forward_rung<LongestFirst<WideKeysRung>>(params, special_rows, tensors.stream);
+  }
 }
 
 void launch_split_q_longest_first(const Problem& problem, const DeviceTensors& tensors) {
-  launch_split_q_longest_first_sections(problem, tensors, 0);
+  launch_split_q_longest_first_sections(problem, tensors, 0, ForwardTiles::split_q);
+}
+
+void launch_split_q_4warps_longest_first(const Problem& problem, const DeviceTensors& tensors) {
+  launch_split_q_longest_first_sections(problem, tensors, 0, ForwardTiles::four_warps);
+}
+
+void launch_split_q_bc128_longest_first(const Problem& problem, const DeviceTensors& tensors) {
+  launch_split_q_longest_first_sections(problem, tensors, 0, ForwardTiles::bc128);
 }
 
 void launch_mma_cp_async(const Problem& problem, const DeviceTensors& tensors) {

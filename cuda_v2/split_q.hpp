@@ -116,6 +116,8 @@ void check_split_q_rung(const SplitQParams& params, Checks checks = Checks::laun
 void check_split_q_4warps(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_bc128(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_longest_first(const SplitQParams& params, Checks checks = Checks::launch);
+void check_split_q_4warps_longest_first(const SplitQParams& params, Checks checks = Checks::launch);
+void check_split_q_bc128_longest_first(const SplitQParams& params, Checks checks = Checks::launch);
 using Check = void (*)(const SplitQParams&, Checks);
 
 // An implementation's supports(): "" when `check` passes the problem's parameters, else its reason.
@@ -126,8 +128,14 @@ std::string refusal(Check check, const Problem& problem);
 SplitQParams split_q_params(const Problem& problem);
 
 // split_q_longest_first's order of split_q's tiles (split_q_tile) for these parameters: sections of the
-// (batch, head) pairs whose K and V fit cuda::kL2SectionBytes, or `section` pairs when it is given.
+// (batch, head) pairs whose K and V fit cuda::kL2SectionBytes, or `section` pairs when it is given. The
+// entries of one tile width have split_q's query tile (split_q_tile), so their longest-first twins take it
+// too.
 cuda::TileOrder split_q_longest_first_order(const SplitQParams& params, int section = 0);
+
+// The kernel and tiles a longest-first launch takes: split_q's (cuda_v2/split_q_longest_first), or those of
+// an entry of one tile width (split_q_4warps_longest_first, split_q_bc128_longest_first).
+enum class ForwardTiles { split_q, four_warps, bc128 };
 
 // Scratch the registry launchers need: the int copies of the per-batch lengths, then split_q's flag of
 // special values (common/cuda/exact_rows.hpp).
@@ -158,10 +166,13 @@ FLASHLAB_FOR_EACH_TARGET(
     void launch_split_q_4warps(const Problem& problem, const DeviceTensors& tensors);
     // Beside the ladder: split_q with FA2's key tile at the 64 tile width, 128 keys a tile (bf16).
     void launch_split_q_bc128(const Problem& problem, const DeviceTensors& tensors);
-    // Beside the ladder: split_q with its grid's tiles handed out longest first, in L2 sections; or in
-    // sections of `section` (batch, head) pairs, so that a small problem has several.
+    // Beside the ladder: split_q with its grid's tiles handed out longest first, in L2 sections, and
+    // split_q_4warps and split_q_bc128 likewise; or in sections of `section` (batch, head) pairs, so that a
+    // small problem has several.
     void launch_split_q_longest_first(const Problem& problem, const DeviceTensors& tensors);
+    void launch_split_q_4warps_longest_first(const Problem& problem, const DeviceTensors& tensors);
+    void launch_split_q_bc128_longest_first(const Problem& problem, const DeviceTensors& tensors);
     void launch_split_q_longest_first_sections(const Problem& problem, const DeviceTensors& tensors,
-                                               int section);)
+                                               int section, ForwardTiles tiles);)
 
 }  // namespace flashlab::cuda_v2

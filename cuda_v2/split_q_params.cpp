@@ -181,20 +181,37 @@ cuda::TileOrder split_q_longest_first_order(const SplitQParams& p, int section) 
                               section);
 }
 
+namespace {
+// A grid numbered in split_q_longest_first_order: its blocks are numbered in an int (cuda::TileOrder), at
+// most 2^31 - 1 of them.
+void check_longest_first_grid(const SplitQParams& p, const char* name) {
+  if (const cuda::TileOrder order = split_q_longest_first_order(p);
+      !cuda::numbered_in_an_int(order.blocks, order.heads, order.batches))
+    fail("batch x heads_q x query blocks (", int64_t{order.blocks} * order.heads * order.batches,
+         ") must be at most ", INT_MAX, " for ", name, "'s grid");
+}
+}  // namespace
+
 void check_split_q_longest_first(const SplitQParams& p, Checks checks) {
   check_split_q(p, checks);
   // Like the other entries beside the ladder, the plain kernel only: the order is the same with the variants.
   if (p.has_variants())
     fail("cuda_v2/split_q_longest_first takes no score modification or dropout (split_q does)");
-  // The grid's blocks are numbered in an int (cuda::TileOrder), at most 2^31 - 1 of them.
-  if (const cuda::TileOrder order = split_q_longest_first_order(p);
-      !cuda::numbered_in_an_int(order.blocks, order.heads, order.batches))
-    fail("batch x heads_q x query blocks (", int64_t{order.blocks} * order.heads * order.batches,
-         ") must be at most ", INT_MAX, " for cuda_v2/split_q_longest_first's grid");
+  check_longest_first_grid(p, "cuda_v2/split_q_longest_first");
+}
+
+void check_split_q_4warps_longest_first(const SplitQParams& p, Checks checks) {
+  check_one_width(p, checks, "cuda_v2/split_q_4warps_longest_first", 128);
+  check_longest_first_grid(p, "cuda_v2/split_q_4warps_longest_first");
 }
 
 void check_split_q_bc128(const SplitQParams& p, Checks checks) {
   check_one_width(p, checks, "cuda_v2/split_q_bc128", 64);
+}
+
+void check_split_q_bc128_longest_first(const SplitQParams& p, Checks checks) {
+  check_one_width(p, checks, "cuda_v2/split_q_bc128_longest_first", 64);
+  check_longest_first_grid(p, "cuda_v2/split_q_bc128_longest_first");
 }
 
 void check_mma(const SplitQParams& p, Checks checks) {

@@ -52,10 +52,9 @@ void check_each_ran(const Widths& widths, std::map<std::string, Tally>& tally) {
 // (its dtypes are one kernel template). In order only (tests/CMakeLists.txt): the shuffled schedule runs the
 // same kernels' synchronization on the matrix itself.
 TEST_CASE("one-width entries meet the matrix's kinds of case at their width") {
-  const Widths widths = {{"cuda_v2/split_q_4warps", 128},
-                         {"cuda_v2/split_q_bc128", 64},
-                         {"cuda_v3_hopper/ws_bc176", 128},
-                         {"cuda_v3_hopper/ws_m192", 64}};
+  const Widths widths = {{"cuda_v2/split_q_4warps", 128},  {"cuda_v2/split_q_4warps_longest_first", 128},
+                         {"cuda_v2/split_q_bc128", 64},    {"cuda_v2/split_q_bc128_longest_first", 64},
+                         {"cuda_v3_hopper/ws_bc176", 128}, {"cuda_v3_hopper/ws_m192", 64}};
   std::map<std::string, Tally> tally;
   for (const Case& original : case_matrix())
     for (const Implementation* impl : selected_implementations()) {

@@ -67,6 +67,8 @@ TEST_CASE("the GPU stages move the global bytes their traffic models say") {
       // split_q's 64-key kernel in its place would fail here.
       Expected{"cuda_v2/split_q_bc128", shaped(2, 2, 300, 333, 64, DType::bf16, true)},
       Expected{"cuda_v2/split_q_bc128", windowed(shaped(2, 1, 400, 400, 64, DType::bf16, false, 2), 100, 30)},
+      // Its tiles in another order read the same bytes.
+      Expected{"cuda_v2/split_q_bc128_longest_first", shaped(2, 2, 300, 333, 64, DType::bf16, true)},
       // FA3's 192-row tile: its model counts K and V once per 192 rows, so a launch of the 128-row kernel in
       // its place would fail here.
       Expected{"cuda_v3_hopper/ws_m192", shaped(2, 2, 300, 333, 64, DType::bf16, true)},

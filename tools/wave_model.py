@@ -17,7 +17,8 @@ each starting the next block in launch order as soon as one ends (greedy list sc
 launch orders of the same tiles:
   grid     (row block, head, batch), the row block fastest: split_q's and FlashAttention-2's grid;
   longest  common/cuda/tile_order.hpp's: heads in L2 sections, within a section row block by row block from
-           the last (the longest) to the first: cuda_v2/split_q_longest_first, and FA3's scheduler's rule.
+           the last (the longest) to the first: cuda_v2/split_q_longest_first (and split_q_4warps_longest_first,
+           split_q_bc128_longest_first), and FA3's scheduler's rule.
 It prints each order's makespan against the ideal (all work spread evenly over the slots) and their ratio, the
 speed-up the model predicts.
 
