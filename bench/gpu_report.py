@@ -63,7 +63,8 @@ PRIORITY = ["cuda_v3_hopper/ws", "cuda_v3_hopper/ws_bc176", "cuda_v3_hopper/ws_m
             "cuda_v3_hopper/ws_persistent", "cuda_v3_hopper/ws_no_overlap", "cuda_v3_hopper/ws_no_pingpong",
             "cuda_v3_hopper/ws_no_producer", "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "decoding/cuda_split_kv_mma",
             "decoding/cuda_split_kv_mma_two_pass", "cuda_v2/split_q", "cuda_v2/split_q_4warps",
-            "cuda_v2/split_q_bc128", "cuda_v2/split_q_longest_first",
+            "cuda_v2/split_q_bc128", "cuda_v2/split_q_longest_first", "cuda_v2/split_q_4warps_longest_first",
+            "cuda_v2/split_q_bc128_longest_first",
             "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd64x128_tiled_dq", "cuda_v2/split_q_bwd64x128_longest_first",
             "cuda_v2/split_q_bwd128",
             "cuda_v2/split_q_simt", "cuda_v1/split_k"]
