@@ -72,6 +72,14 @@ PRIORITY = ["cuda_v3_hopper/ws", "cuda_v3_hopper/ws_bc176", "cuda_v3_hopper/ws_m
 # longest-first order's and tiled dQ's are split_q's): timed in the backward shapes only.
 BACKWARD_RUNGS = {"cuda_v2/split_q_bwd128", "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd64x128_longest_first",
                   "cuda_v2/split_q_bwd64x128_tiled_dq"}
+# The cores, the tensor-core ladder's lower rungs and the CUDA-core baselines: the papers' algorithms as written,
+# and FA1 and FA2's schedules on fp32 CUDA cores. They are slow (cuda_v1/split_k takes 2.4 s a call at 16k keys on
+# an H200) and not what a visit tunes, so they are timed on the first FORWARD_BASELINE_SHAPES forward shapes (the
+# goals' three and the first one's causal twin: the ladder's table in docs/04 and the stage table's figures), and
+# left out of the rest of the sweep with a row that says so. --every-shape times them on every shape.
+BASELINES = {"cuda_v1/split_k", "cuda_v2/split_q_simt", "cuda_v2/mma", "cuda_v2/mma_ldmatrix", "cuda_v2/mma_cp_async",
+             "cuda_v3_hopper/ws_core", "decoding/cuda_core"}
+FORWARD_BASELINE_SHAPES = 4
 PEERS = ["torch/sdpa_flash", "torch/sdpa_cudnn", "torch/sdpa_efficient", "torch/sdpa_math"]
 # The harness's test cases each sanitizer runs, in one process: every GPU implementation's small cases (forward
 # and backward, tests/test_small_cases.cpp); memcheck also the FP8 pre-pass and kernel checks.
@@ -275,7 +283,9 @@ def markdown(r):
                   "|---|---|---:|---:|---:|---:|---:|---:|"]
         for row in rows:
             if row.get("time_ms") is None:
-                why = f"FAILED: {row['failed']}" if "failed" in row else f"refused: {row.get('skipped', '')}"
+                skipped = row.get("skipped", "")
+                why = f"FAILED: {row['failed']}" if "failed" in row else skipped if skipped.startswith(
+                    ("left out", "not measured")) else f"refused: {skipped}"
                 lines.append(f"| {row['impl']} | {row['dtype']} | {why.replace('|', '/')[:160]} | | | | | |")
                 continue
             ratios = [fmt(peer[p] / row["time_ms"] if p in peer and not row.get("emulated") else None, ".2f")
@@ -610,6 +620,13 @@ class Visit:
                     break
                 names = backward_impls if is_backward else [e["name"] for e in self.gpu_implementations()
                                                              if e["name"] not in BACKWARD_RUNGS]
+                if not is_backward:
+                    names, left = baselines_left_out(names, n if n < 3 else n - len(backward), self.args.every_shape)
+                    dtypes = {e["name"]: e["dtypes"][0] for e in self.gpu_implementations()}
+                    self.report.rows([self.unmeasured_row(
+                        shape, name, dtypes[name], "forward",
+                        skipped=f"left out: a core or baseline, timed on the first {FORWARD_BASELINE_SHAPES} forward "
+                                "shapes (--every-shape times it here)") for name in left])
                 self.time_ours(n, shape, names, is_backward)
                 peers.time(n, shape, is_backward)
         finally:
@@ -1051,6 +1068,13 @@ def commit_of(args):
     return result.stdout.strip() + (" (with uncommitted changes)" if dirty.strip() else "")
 
 
+def baselines_left_out(names, forward_index, every_shape):
+    """The names to time on the forward list's shape `forward_index`, and the BASELINES left out of it."""
+    if every_shape or forward_index < FORWARD_BASELINE_SHAPES:
+        return names, []
+    return [n for n in names if n not in BASELINES], [n for n in names if n in BASELINES]
+
+
 def files_in(folder):
     return [os.path.join(d, f) for d, _, names in os.walk(folder) for f in names]
 
@@ -1130,6 +1154,13 @@ def rehearse(args, out):
                                  ("all", None, ALL_BUDGET), ("all", 300, 300)):
         if call_budget(argparse.Namespace(phase=phase, seconds=seconds)) != want:
             problems.append(f"--phase {phase} --seconds {seconds}: the call's budget is not {want} s")
+    # The cores and baselines: timed on the first forward shapes, left out after them unless --every-shape.
+    names = ["cuda_v2/split_q", "cuda_v1/split_k", "decoding/cuda_core"]
+    for index, every_shape, want in ((FORWARD_BASELINE_SHAPES - 1, False, []), (FORWARD_BASELINE_SHAPES, True, []),
+                                     (FORWARD_BASELINE_SHAPES, False, names[1:])):
+        timed, left = baselines_left_out(names, index, every_shape)
+        if left != want or sorted(timed + left) != sorted(names):
+            problems.append(f"forward shape {index} (--every-shape {every_shape}): {left} left out, not {want}")
     problems += drill(args, result)
     print("\n== rehearsal: " + ("every check passed" if not problems else "FAILED"))
     for problem in problems:
@@ -1294,6 +1325,9 @@ def main():
                         help="speed: start at this shape of the plan (a second call goes on where the first stopped)")
     parser.add_argument("--seconds", type=int,
                         help="this call's budget: instead of the 9 minutes of --phase all, or of the one phase's own")
+    parser.add_argument("--every-shape", action="store_true",
+                        help="speed: time the cores and baselines (BASELINES) on every shape, not only the first "
+                             f"{FORWARD_BASELINE_SHAPES} forward ones")
     parser.add_argument("--last-shape", type=int,
                         help="speed: stop after this shape of the plan (the rest of the budget goes to the extra phase)")
     args = parser.parse_args()
