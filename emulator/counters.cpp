@@ -71,8 +71,8 @@ void close_instructions(WarpAccesses& warp) {
 
 const char* access_name(Access kind) {
   static constexpr const char* names[kAccessKinds] = {
-      "ld.global", "st.global",         "cp.async (global)", "ld.shared",     "st.shared",
-      "ldmatrix",  "cp.async (shared)", "TMA (shared)",      "wgmma operands"};
+      "ld.global", "st.global", "cp.async (global)", "atom/red.global", "ld.shared",
+      "st.shared", "ldmatrix",  "cp.async (shared)", "TMA (shared)",    "wgmma operands"};
   return names[static_cast<int>(kind)];
 }
 

@@ -11,7 +11,8 @@
 //   full, and two threads reading the same byte count it twice. Counted: each thread's ld/st.global,
 //   cp.async's source bytes (src-size, not the zero-filled rest), TMA loads and stores of the elements inside
 //   the tensor (out-of-bounds elements are filled or dropped without an access). Counted apart: the bytes of
-//   device memory that atomics read, modify and write (atomicAdd, ...), one element each. Not counted: the
+//   device memory that atomics read, modify and write (atomicAdd, red.global.add, ...), one element each, and
+//   their warp-level instructions' sectors (a vector red is one access of its whole vector). Not counted: the
 //   kernel parameter space.
 // - A warp-level memory instruction: the accesses of a warp's lanes at one instruction. A GPU runs a warp's
 //   lanes together; the emulator runs them one after another, so it groups the n-th access of each lane at
@@ -47,11 +48,12 @@
 
 namespace flashlab::emulator {
 
-// The kinds of warp-level memory instruction counted: the first three in sectors, the rest in wavefronts.
+// The kinds of warp-level memory instruction counted: the first four in sectors, the rest in wavefronts.
 enum class Access : uint8_t {
   global_load,      // ld.global
   global_store,     // st.global
   cp_async_global,  // cp.async's read of its source
+  global_atomic,    // atom.global and red.global (an atomic on shared memory is not counted)
   shared_load,      // ld.shared
   shared_store,     // st.shared
   ldmatrix,
@@ -59,10 +61,10 @@ enum class Access : uint8_t {
   tma_shared,       // a TMA load's write or store's read of its box
   wgmma_operand,    // wgmma's reads of A and B in shared memory
 };
-inline constexpr int kAccessKinds = 9;
+inline constexpr int kAccessKinds = 10;
 const char* access_name(Access kind);  // "ld.global", "ldmatrix", ...
 constexpr bool counts_sectors(Access kind) {
-  return kind <= Access::cp_async_global;
+  return kind <= Access::global_atomic;
 }
 
 struct AccessCounts {

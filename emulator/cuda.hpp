@@ -244,26 +244,26 @@ T __ldg(const T* pointer) {
 }
 
 // ---- Atomics ----
-inline int atomicAdd(int* address, int value) {
-  return atomic_add(address, value);
+inline int atomicAdd(int* address, int value, Where where = Where::current()) {
+  return atomic_add(address, value, where);
 }
-inline unsigned atomicAdd(unsigned* address, unsigned value) {
-  return atomic_add(address, value);
+inline unsigned atomicAdd(unsigned* address, unsigned value, Where where = Where::current()) {
+  return atomic_add(address, value, where);
 }
-inline float atomicAdd(float* address, float value) {
-  return atomic_add(address, value);
+inline float atomicAdd(float* address, float value, Where where = Where::current()) {
+  return atomic_add(address, value, where);
 }
-inline int atomicMax(int* address, int value) {
-  return atomic_max(address, value);
+inline int atomicMax(int* address, int value, Where where = Where::current()) {
+  return atomic_max(address, value, where);
 }
-inline int atomicMin(int* address, int value) {
-  return atomic_min(address, value);
+inline int atomicMin(int* address, int value, Where where = Where::current()) {
+  return atomic_min(address, value, where);
 }
-inline int atomicExch(int* address, int value) {
-  return atomic_exchange(address, value);
+inline int atomicExch(int* address, int value, Where where = Where::current()) {
+  return atomic_exchange(address, value, where);
 }
-inline int atomicCAS(int* address, int compare, int value) {
-  return atomic_compare_exchange(address, compare, value);
+inline int atomicCAS(int* address, int compare, int value, Where where = Where::current()) {
+  return atomic_compare_exchange(address, compare, value, where);
 }
 
 // ---- Integer and float intrinsics ----

@@ -137,17 +137,18 @@ void bulk_wait_group_read(int pending, Where where = Where::current());
 void fence_proxy_async(Where where = Where::current());
 
 // ---- Atomics (global or shared memory; relaxed, like CUDA's atomicAdd) ----
-int atomic_add(int* address, int value);
-unsigned atomic_add(unsigned* address, unsigned value);
-float atomic_add(float* address, float value);
-int atomic_max(int* address, int value);
-int atomic_min(int* address, int value);
-int atomic_exchange(int* address, int value);
-int atomic_compare_exchange(int* address, int compare, int value);
+// `where` groups the lanes' atomics on global memory into warp instructions for the counters.
+int atomic_add(int* address, int value, Where where = Where::current());
+unsigned atomic_add(unsigned* address, unsigned value, Where where = Where::current());
+float atomic_add(float* address, float value, Where where = Where::current());
+int atomic_max(int* address, int value, Where where = Where::current());
+int atomic_min(int* address, int value, Where where = Where::current());
+int atomic_exchange(int* address, int value, Where where = Where::current());
+int atomic_compare_exchange(int* address, int compare, int value, Where where = Where::current());
 // red.global.add.v2.f32 and .v4.f32: address[i] += values[i] for i < width (2 or 4), each an atomic add of
-// its own (the PTX ISA's vector red). The address must be global memory aligned to the vector's bytes (8 or
-// 16); anything else stops the kernel.
-void red_add_f32_vector(float* address, const float* values, int width);
+// its own (the PTX ISA's vector red), counted as one access of the whole vector. The address must be global
+// memory aligned to the vector's bytes (8 or 16); anything else stops the kernel.
+void red_add_f32_vector(float* address, const float* values, int width, Where where = Where::current());
 
 // ---- Special functions ----
 // ex2.approx.f32 (and .ftz): 2^x. The emulator computes it correctly rounded; the hardware's result is

@@ -406,83 +406,92 @@ void mma_m16n8k16(float* d, const uint32_t* a, const uint32_t* b, const float* c
 
 namespace {
 
-// An atomic's address must be device memory or this block's shared memory.
+// An atomic's address must be device memory or this block's shared memory. One on global memory is counted:
+// its element's bytes, and while counting is on, the lane's access of `lane_bytes` at `where` (0: the caller
+// counts the access, as a vector red counts its whole vector once).
 template <typename T>
-T* atomic_target(T* address, const char* operation) {
+T* atomic_target(T* address, const char* operation, const Where& where, uint32_t lane_bytes = sizeof(T)) {
   const Entered entered(operation);
   ThreadState& t = entered;
   BlockRunner& block = *t.block;
-  const auto where = reinterpret_cast<uintptr_t>(address);
-  if (where % sizeof(T) != 0)
-    block.fail(t, operation, ": ", Hex{where}, " is not aligned to ", sizeof(T), " bytes");
-  if (block.in_shared_window(where)) {
-    block.check_shared_range(t,
-                             static_cast<uint32_t>(where - reinterpret_cast<uintptr_t>(block.shared_base())),
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  if (at % sizeof(T) != 0)
+    block.fail(t, operation, ": ", Hex{at}, " is not aligned to ", sizeof(T), " bytes");
+  if (block.in_shared_window(at)) {
+    block.check_shared_range(t, static_cast<uint32_t>(at - reinterpret_cast<uintptr_t>(block.shared_base())),
                              sizeof(T), operation);
   } else if (!is_device_range(address, sizeof(T))) {
-    std::string problem = compose(operation, " at ", Hex{where}, ": not device memory (") +
-                          describe_device_address(where) + ")";
+    std::string problem =
+        compose(operation, " at ", Hex{at}, ": not device memory (") + describe_device_address(at) + ")";
     block.fail_with(t, std::move(problem));
   } else {
     count::global_atomic(sizeof(T));
+    if (lane_bytes > 0 && counting())
+      count::lane_access(t.warp(), t.lane(), source_site(where), Access::global_atomic, at, lane_bytes);
   }
   return address;
 }
 
-}  // namespace
-
-int atomic_add(int* address, int value) {
-  return std::atomic_ref<int>(*atomic_target(address, "atomicAdd"))
-      .fetch_add(value, std::memory_order_relaxed);
-}
-unsigned atomic_add(unsigned* address, unsigned value) {
-  return std::atomic_ref<unsigned>(*atomic_target(address, "atomicAdd"))
-      .fetch_add(value, std::memory_order_relaxed);
-}
-float atomic_add(float* address, float value) {
-  std::atomic_ref<float> target(*atomic_target(address, "atomicAdd"));
+float add_float(float* target_address, float value) {
+  std::atomic_ref<float> target(*target_address);
   float old = target.load(std::memory_order_relaxed);
   while (!target.compare_exchange_weak(old, old + value, std::memory_order_relaxed)) {
   }
   return old;
 }
-void red_add_f32_vector(float* address, const float* values, int width) {
+
+}  // namespace
+
+int atomic_add(int* address, int value, Where where) {
+  return std::atomic_ref<int>(*atomic_target(address, "atomicAdd", where))
+      .fetch_add(value, std::memory_order_relaxed);
+}
+unsigned atomic_add(unsigned* address, unsigned value, Where where) {
+  return std::atomic_ref<unsigned>(*atomic_target(address, "atomicAdd", where))
+      .fetch_add(value, std::memory_order_relaxed);
+}
+float atomic_add(float* address, float value, Where where) {
+  return add_float(atomic_target(address, "atomicAdd", where), value);
+}
+void red_add_f32_vector(float* address, const float* values, int width, Where where) {
+  const char* const name = width == 4 ? "red.global.add.v4.f32" : "red.global.add.v2.f32";
   {
-    const char* const name = width == 4 ? "red.global.add.v4.f32" : "red.global.add.v2.f32";
     const Entered entered(name);
     ThreadState& t = entered;
-    const auto where = reinterpret_cast<uintptr_t>(address);
+    const auto at = reinterpret_cast<uintptr_t>(address);
     const auto alignment = static_cast<uintptr_t>(4 * width);
     if (width != 2 && width != 4)
       t.block->fail(t, "red.global.add: ", width, " is not a vector width (2 or 4)");
-    if (where % alignment != 0)
-      t.block->fail(t, name, ": ", Hex{where}, " is not aligned to ", alignment, " bytes");
-    if (t.block->in_shared_window(where))
-      t.block->fail(t, name, ": ", Hex{where}, " is shared memory; a vector red takes global only");
+    if (at % alignment != 0)
+      t.block->fail(t, name, ": ", Hex{at}, " is not aligned to ", alignment, " bytes");
+    if (t.block->in_shared_window(at))
+      t.block->fail(t, name, ": ", Hex{at}, " is shared memory; a vector red takes global only");
   }
+  // Each element checked and its bytes counted as an atomic of its own; the lane's access is the vector's.
+  const auto vector_bytes = static_cast<uint32_t>(4 * width);
   for (int i = 0; i < width; ++i)
-    atomic_add(address + i, values[i]);  // each element checked and counted as an atomic of its own
+    add_float(atomic_target(address + i, name, where, i == 0 ? vector_bytes : 0), values[i]);
 }
-int atomic_max(int* address, int value) {
-  std::atomic_ref<int> target(*atomic_target(address, "atomicMax"));
+int atomic_max(int* address, int value, Where where) {
+  std::atomic_ref<int> target(*atomic_target(address, "atomicMax", where));
   int old = target.load(std::memory_order_relaxed);
   while (old < value && !target.compare_exchange_weak(old, value, std::memory_order_relaxed)) {
   }
   return old;
 }
-int atomic_min(int* address, int value) {
-  std::atomic_ref<int> target(*atomic_target(address, "atomicMin"));
+int atomic_min(int* address, int value, Where where) {
+  std::atomic_ref<int> target(*atomic_target(address, "atomicMin", where));
   int old = target.load(std::memory_order_relaxed);
   while (old > value && !target.compare_exchange_weak(old, value, std::memory_order_relaxed)) {
   }
   return old;
 }
-int atomic_exchange(int* address, int value) {
-  return std::atomic_ref<int>(*atomic_target(address, "atomicExch"))
+int atomic_exchange(int* address, int value, Where where) {
+  return std::atomic_ref<int>(*atomic_target(address, "atomicExch", where))
       .exchange(value, std::memory_order_relaxed);
 }
-int atomic_compare_exchange(int* address, int compare, int value) {
-  std::atomic_ref<int>(*atomic_target(address, "atomicCAS"))
+int atomic_compare_exchange(int* address, int compare, int value, Where where) {
+  std::atomic_ref<int>(*atomic_target(address, "atomicCAS", where))
       .compare_exchange_strong(compare, value, std::memory_order_relaxed);
   return compare;
 }

@@ -169,6 +169,19 @@ TEST_CASE("the emulator groups a warp's lanes into instructions and counts their
     CHECK(units_of(c[Access::global_load]) == units_of(1, 1, 1));
     CHECK(out[31] == 10.0f);
   }
+  SUBCASE("atomics: a vector red over 512 contiguous bytes, 16 bytes past a sector, and on one vector") {
+    auto c = counted([] { k::emulated::red_vectors(4, 1, 32, 32); });
+    CHECK(units_of(c[Access::global_atomic]) == units_of(1, 16, 16));  // one instruction, not one a float
+    CHECK(c.global_atomic_bytes == 32 * 16);
+    CHECK(c[Access::global_load].instructions + c[Access::global_store].instructions == 0);
+    c = counted([] { k::emulated::red_vectors(4, 1, 32, 32, 4); });
+    CHECK(units_of(c[Access::global_atomic]) == units_of(1, 17, 16));
+    c = counted([] { k::emulated::red_vectors(2, 1, 32, 32); });
+    CHECK(units_of(c[Access::global_atomic]) == units_of(1, 8, 8));
+    c = counted([] { k::emulated::red_vectors(2, 2, 64, 1); });  // 4 warps, each all lanes on one vector
+    CHECK(units_of(c[Access::global_atomic]) == units_of(4, 4, 4));
+    CHECK(c.global_atomic_bytes == 128 * 8);
+  }
   SUBCASE("shared: 2-way and 32-way conflicts, after a conflict-free fill") {
     auto c =
         counted([&] { k::emulated::access_pattern(true, 4, offsets([](int l) { return 8 * l; }), 1024); });
