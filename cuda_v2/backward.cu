@@ -338,16 +338,21 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>,
                          ? p.dq_accum + row_index(f, b, head, row) * kHeadDim + n_base + 2 * quad_lane
                          : nullptr;
     }
+    // The lane's two columns of a row in one add (red.global.add.v2.f32): a quad's adds cover 32 bytes of the
+    // row, one whole sector, where an add a float used half of each sector it touched.
 #pragma unroll
     for (int nt = 0; nt < kPartColumns / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (row_dq[e / 2] == nullptr) continue;
-        float* const at = row_dq[e / 2] + nt * 8 + e % 2;
-        if (p.deterministic)
-          at[kv_tile * rows_total * kHeadDim] = dq[nt][e];  // tile j's own partial
-        else
-          atomicAdd(at, dq[nt][e]);
+      for (int half = 0; half < 2; ++half) {
+        if (row_dq[half] == nullptr) continue;
+        float* const at = row_dq[half] + nt * 8;
+        const float x = dq[nt][2 * half], y = dq[nt][2 * half + 1];
+        if (p.deterministic) {
+          float* const partial = at + kv_tile * rows_total * kHeadDim;  // tile j's own partial
+          partial[0] = x, partial[1] = y;
+        } else {
+          ptx::red_add_f32x2(at, x, y);
+        }
       }
     step = next;
   }

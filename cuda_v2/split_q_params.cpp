@@ -368,6 +368,8 @@ void check_split_q_backward(const SplitQBackwardParams& p) {
   if (has_key_tokens(p.forward) && (p.dk == nullptr || p.dv == nullptr))
     fail("dk and dv must be device pointers, not null");
   if (reinterpret_cast<uintptr_t>(p.d_out) % 16 != 0) fail("d_out must be 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(p.dq_accum) % 8 != 0)
+    fail("dq_accum must be 8-byte aligned: its adds are two floats wide or wider");
   if (p.dq_tiled && reinterpret_cast<uintptr_t>(p.dq_accum) % 16 != 0)
     fail("dq_accum must be 16-byte aligned with dq_tiled (true): its adds and zeroing are 16 bytes wide");
 }

@@ -351,6 +351,11 @@ TEST_CASE("the GPU backward moves the global bytes its traffic model says") {
       CHECK(static_cast<double>(c.global_read_bytes + c.global_write_bytes) == model.bytes);
       CHECK(static_cast<double>(c.global_atomic_bytes) == model.atomic_bytes);
       CHECK(c.launches == 4);
+      // Each warp's add into dQ covers whole 32-byte sectors: a quad's 32 bytes of a row (paired adds), or
+      // 512 contiguous bytes (the fragments' order). Scalar adds used half of each sector they touched.
+      const emulator::AccessCounts& adds = c[emulator::Access::global_atomic];
+      INFO("dQ's adds: ", units_of(adds), " sectors");
+      CHECK(adds.units == adds.ideal);
     }
   }
   cuda::force_emulation(forced);

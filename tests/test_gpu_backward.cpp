@@ -199,6 +199,13 @@ TEST_CASE("cuda_v2/split_q_bwd64x128_longest_first's order: key tiles in L2 sect
   backward.dq_accum = made_up + 2;
   CHECK(contains(error_of([&] { cuda_v2::check_split_q_backward(backward); }),
                  "dq_accum must be 16-byte aligned with dq_tiled (true)"));
+  // Every kernel adds at least two floats at a time.
+  backward.dq_accum = made_up + 1;
+  backward.dq_tiled = false;
+  CHECK(contains(error_of([&] { cuda_v2::check_split_q_backward(backward); }),
+                 "dq_accum must be 8-byte aligned"));
+  backward.dq_accum = made_up + 2;
+  CHECK(error_of([&] { cuda_v2::check_split_q_backward(backward); }) == "");
 }
 
 // The problems on which a variant of the 64 x 128 kernel is held to split_q_bwd64x128 itself: padded rows
