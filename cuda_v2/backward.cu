@@ -338,22 +338,20 @@ __global__ void __launch_bounds__(kBlockThreadsOf<kBlockN>,
                          ? p.dq_accum + row_index(f, b, head, row) * kHeadDim + n_base + 2 * quad_lane
                          : nullptr;
     }
-    // The lane's two columns of a row in one add (red.global.add.v2.f32): a quad's adds cover 32 bytes of the
-    // row, one whole sector, where an add a float used half of each sector it touched.
+    // The lane's two columns of a row in one add (add_row_pairs), or in deterministic mode in one 8-byte
+    // store into tile j's own partial.
 #pragma unroll
-    for (int nt = 0; nt < kPartColumns / 8; ++nt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        if (row_dq[half] == nullptr) continue;
-        float* const at = row_dq[half] + nt * 8;
-        const float x = dq[nt][2 * half], y = dq[nt][2 * half + 1];
-        if (p.deterministic) {
-          float* const partial = at + kv_tile * rows_total * kHeadDim;  // tile j's own partial
-          partial[0] = x, partial[1] = y;
-        } else {
-          ptx::red_add_f32x2(at, x, y);
-        }
+    for (int half = 0; half < 2; ++half) {
+      if (row_dq[half] == nullptr) continue;
+      if (!p.deterministic) {
+        add_row_pairs(row_dq[half], dq, half);
+        continue;
       }
+      float* const partial = row_dq[half] + kv_tile * rows_total * kHeadDim;
+#pragma unroll
+      for (int nt = 0; nt < kPartColumns / 8; ++nt)
+        *reinterpret_cast<float2*>(partial + 8 * nt) = make_float2(dq[nt][2 * half], dq[nt][2 * half + 1]);
+    }
     step = next;
   }
   cp_async_wait<0>();  // the last, empty group; or K and V, when no Q tile saw this key tile

@@ -113,7 +113,7 @@ inline constexpr int kExactBlocks = 64, kExactThreads = 128;
 // The global traffic of the backward (the atomic mode, the registered one) on a problem without an explicit
 // mask or per-batch lengths (their reads are left out, as in the forward's models): K and V once per key
 // tile, Q, dO, LSE and D once per (query head, Q tile that sees the tile), dK and dV written once, the pre-
-// and post-kernels' rows; and apart, the bytes dQ's atomicAdds read, modify and write. With block_m query
+// and post-kernels' rows; and apart, the bytes dQ's atomic adds read, modify and write. With block_m query
 // rows a step and block_n keys a block; `dq_tiled`, dQ's accumulator in the fragments' order, whose adds
 // cover a last Q tile's rows past the sequence too. tests/test_counters.cpp holds the kernels to it.
 struct BackwardTraffic {

@@ -334,10 +334,8 @@ __global__ void __launch_bounds__(kThreads) backward_64x128_kernel(const SplitQB
         for (int half = 0; half < 2; ++half) {
           const int row = row0 + square_row(mt, 2 * half);
           if (row >= rows_q) continue;
-          float* const at = p.dq_accum + row_index(f, b, head, row) * kHeadDim + dq_dims + 2 * quad_lane;
-#pragma unroll
-          for (int nt = 0; nt < kHeadDim / 32; ++nt)
-            ptx::red_add_f32x2(at + 8 * nt, dq[mt][nt][2 * half], dq[mt][nt][2 * half + 1]);
+          add_row_pairs(p.dq_accum + row_index(f, b, head, row) * kHeadDim + dq_dims + 2 * quad_lane, dq[mt],
+                        half);
         }
     }
 

@@ -45,6 +45,18 @@ __device__ inline int64_t dq_accumulator_index(const SplitQBackwardParams& p, in
   const DqFragmentTile tile{f.head_dim};
   return dq_tile_begin(p, b, head, row) + tile.element(row % DqFragmentTile::kRows, col);
 }
+// A lane's share of one row of dQ_i into dQ's accumulator in row order: `at` is the row's element of the
+// lane's first column, and accumulator nt of the lane holds that row's two adjacent columns at 2 * half and
+// 2 * half + 1 (the mma's accumulator layout), 8 columns apart from one nt to the next. Each pair goes in one
+// red.global.add.v2.f32, so that a quad's adds cover 32 bytes of the row, one whole sector (`at` 8-byte
+// aligned: the launch check holds the accumulator to it).
+template <int kNTiles>
+__device__ inline void add_row_pairs(float* at, const float (&acc)[kNTiles][4], int half) {
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt)
+    ptx::red_add_f32x2(at + 8 * nt, acc[nt][2 * half], acc[nt][2 * half + 1]);
+}
+
 // The forward's LSE of that row, in the problem's layout (common/cuda/sequences.hpp).
 __device__ inline float lse_of(const SplitQParams& f, int b, int head, int row) {
   return f.lse[cuda::lse_begin(f, b, head) + row];

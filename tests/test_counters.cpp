@@ -355,6 +355,7 @@ TEST_CASE("the GPU backward moves the global bytes its traffic model says") {
       // 512 contiguous bytes (the fragments' order). Scalar adds used half of each sector they touched.
       const emulator::AccessCounts& adds = c[emulator::Access::global_atomic];
       INFO("dQ's adds: ", units_of(adds), " sectors");
+      CHECK(adds.instructions > 0);
       CHECK(adds.units == adds.ideal);
     }
   }
