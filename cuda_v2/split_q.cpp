@@ -186,9 +186,10 @@ const Registration split_q_longest_first{gpu_implementation(
      .bytes_moved = tensor_core_bytes_moved},
     FLASHLAB_DEVICE_BUILDS(launch_split_q_longest_first, workspace_bytes))};
 
-// FA2's tiles of the two entries above, their grids handed out in the same order: under a causal mask they
-// lose more to the grid's tail than split_q does (two blocks a SM, tools/wave_model.py), so the order the
-// H200 measured at 1.07x on split_q is expected to gain more on them.
+// FA2's tiles of the two entries above, their grids handed out in the same order: the fastest entries at
+// their widths, and under a causal mask split_q_4warps loses more to the grid's tail than split_q (two blocks
+// a SM where split_q has one at d 128), split_q_bc128 as much (both two at d 64; tools/wave_model.py). The
+// order the H200 measured at 1.07x on split_q is expected to gain as much or more on them.
 const Registration split_q_4warps_longest_first{one_width_entry(
     "cuda_v2/split_q_4warps_longest_first",
     "split_q_4warps with its tiles launched longest first, in L2 sections of heads",

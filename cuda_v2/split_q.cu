@@ -595,7 +595,7 @@ void launch_split_q_longest_first_sections(const Problem& problem, const DeviceT
   SplitQParams params = split_q_params(problem, tensors);
   params.longest_first = true;
   params.order = split_q_longest_first_order(params, section);
-  // The check first: the flag's clearing is the first write to the problem's device memory.
+  // Checked before the flag is cleared and the kernel launched.
   const Check check = tiles == ForwardTiles::four_warps ? check_split_q_4warps_longest_first
                       : tiles == ForwardTiles::bc128    ? check_split_q_bc128_longest_first
                                                         : check_split_q_longest_first;

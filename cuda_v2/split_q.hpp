@@ -89,9 +89,9 @@ struct SplitQParams {
   // those rows (common/cuda/exact_rows.hpp, flagged mode); null: the pass scans every row (split_q_simt).
   unsigned* special_rows = nullptr;
   // The grid: split_q's is (q-block, head, batch), FA2's. With `longest_first`
-  // (cuda_v2/split_q_longest_first) it is one-dimensional, block i computing tile i of `order`
-  // (common/cuda/tile_order.hpp: under a causal mask the longest first, in L2 sections); the launcher sets
-  // both (split_q_longest_first_order).
+  // (cuda_v2/split_q_longest_first, split_q_4warps_longest_first, split_q_bc128_longest_first) it is
+  // one-dimensional, block i computing tile i of `order` (common/cuda/tile_order.hpp: under a causal mask the
+  // longest first, in L2 sections); the launcher sets both (split_q_longest_first_order).
   bool longest_first = false;
   cuda::TileOrder order;
 
