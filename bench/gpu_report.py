@@ -2,7 +2,7 @@
 """The GPU report: build, check and time flashlab on a GPU machine, in phases that fit a short, offline visit.
 
     bash bench/gpu_report.sh [--phase all|check|speed|extra] [--commit SHA] [--kit DIR] [--impls REGEX]
-                             [--first-shape N] [--last-shape N] [--seconds N] OUTDIR
+                             [--first-shape N] [--last-shape N] [--baseline-shapes N] [--seconds N] OUTDIR
     bash bench/gpu_report.sh --rehearse OUTDIR       every phase here, without a GPU (CI runs it)
     bash bench/gpu_report.sh --merge OUTDIR RESULTS.json...   one result from several calls' results
 
@@ -76,7 +76,7 @@ BACKWARD_RUNGS = {"cuda_v2/split_q_bwd128", "cuda_v2/split_q_bwd64x128", "cuda_v
 # and FA1 and FA2's schedules on fp32 CUDA cores. They are slow (cuda_v1/split_k takes 2.4 s a call at 16k keys on
 # an H200) and not what a visit tunes, so they are timed on the first FORWARD_BASELINE_SHAPES forward shapes (the
 # goals' three and the first one's causal twin: the ladder's table in docs/04 and the stage table's figures), and
-# left out of the rest of the sweep with a row that says so. --every-shape times them on every shape.
+# left out of the rest of the sweep with a row that says so. --baseline-shapes N times them on the first N.
 BASELINES = {"cuda_v1/split_k", "cuda_v2/split_q_simt", "cuda_v2/mma", "cuda_v2/mma_ldmatrix", "cuda_v2/mma_cp_async",
              "cuda_v3_hopper/ws_core", "decoding/cuda_core"}
 FORWARD_BASELINE_SHAPES = 4
@@ -604,10 +604,11 @@ class Visit:
                 "rehearse" if self.rehearse else "backward")[:1 if self.rehearse else None]
             # The goals' forward shapes, the backward's (its largest measured loss; the H200 visit's budget ran
             # out before its second and third), then the rest of the forward sweep.
-            plan = [(s, False) for s in forward[:3]] + [(s, True) for s in backward] + \
-                   [(s, False) for s in forward[3:]]
+            # Each entry: the shape, whether it is a backward shape, and a forward shape's index in `forward`.
+            plan = [(s, False, i) for i, s in enumerate(forward[:3])] + [(s, True, None) for s in backward] + \
+                   [(s, False, i + 3) for i, s in enumerate(forward[3:])]
             backward_impls = [e["name"] for e in self.gpu_implementations() if e.get("backward")]
-            for n, (shape, is_backward) in enumerate(plan):
+            for n, (shape, is_backward, forward_index) in enumerate(plan):
                 if n < self.args.first_shape:  # measured by an earlier call
                     continue
                 if self.args.last_shape is not None and n > self.args.last_shape:
@@ -621,12 +622,13 @@ class Visit:
                 names = backward_impls if is_backward else [e["name"] for e in self.gpu_implementations()
                                                              if e["name"] not in BACKWARD_RUNGS]
                 if not is_backward:
-                    names, left = baselines_left_out(names, n if n < 3 else n - len(backward), self.args.every_shape)
+                    first = self.args.baseline_shapes
+                    names, left = baselines_left_out(names, forward_index, first)
                     dtypes = {e["name"]: e["dtypes"][0] for e in self.gpu_implementations()}
                     self.report.rows([self.unmeasured_row(
                         shape, name, dtypes[name], "forward",
-                        skipped=f"left out: a core or baseline, timed on the first {FORWARD_BASELINE_SHAPES} forward "
-                                "shapes (--every-shape times it here)") for name in left])
+                        skipped=f"left out: a core or baseline, timed on the first {first} forward shapes "
+                                f"(--baseline-shapes {forward_index + 1} times it here)") for name in left])
                 self.time_ours(n, shape, names, is_backward)
                 peers.time(n, shape, is_backward)
         finally:
@@ -1068,9 +1070,10 @@ def commit_of(args):
     return result.stdout.strip() + (" (with uncommitted changes)" if dirty.strip() else "")
 
 
-def baselines_left_out(names, forward_index, every_shape):
-    """The names to time on the forward list's shape `forward_index`, and the BASELINES left out of it."""
-    if every_shape or forward_index < FORWARD_BASELINE_SHAPES:
+def baselines_left_out(names, forward_index, baseline_shapes):
+    """The names to time on the forward list's shape `forward_index`, and the BASELINES left out of it: they are
+    timed on the first `baseline_shapes`."""
+    if forward_index < baseline_shapes:
         return names, []
     return [n for n in names if n not in BASELINES], [n for n in names if n in BASELINES]
 
@@ -1154,18 +1157,44 @@ def rehearse(args, out):
                                  ("all", None, ALL_BUDGET), ("all", 300, 300)):
         if call_budget(argparse.Namespace(phase=phase, seconds=seconds)) != want:
             problems.append(f"--phase {phase} --seconds {seconds}: the call's budget is not {want} s")
-    # The cores and baselines: timed on the first forward shapes, left out after them unless --every-shape.
+    # The cores and baselines: timed on the first forward shapes, left out after them.
     names = ["cuda_v2/split_q", "cuda_v1/split_k", "decoding/cuda_core"]
-    for index, every_shape, want in ((FORWARD_BASELINE_SHAPES - 1, False, []), (FORWARD_BASELINE_SHAPES, True, []),
-                                     (FORWARD_BASELINE_SHAPES, False, names[1:])):
-        timed, left = baselines_left_out(names, index, every_shape)
+    for index, first, want in ((3, 4, []), (4, 5, []), (4, 4, names[1:])):
+        timed, left = baselines_left_out(names, index, first)
         if left != want or sorted(timed + left) != sorted(names):
-            problems.append(f"forward shape {index} (--every-shape {every_shape}): {left} left out, not {want}")
+            problems.append(f"forward shape {index} (--baseline-shapes {first}): {left} left out, not {want}")
+    problems += baseline_drill(args)
     problems += drill(args, result)
     print("\n== rehearsal: " + ("every check passed" if not problems else "FAILED"))
     for problem in problems:
         print("   " + problem)
     return 1 if problems else 0
+
+
+def baseline_drill(args):
+    """The speed phase with the baselines timed on the first forward shape only: split_q_simt measured there and
+    left out of the later ones with rows that say so, split_q measured wherever it runs."""
+    problems = []
+    with tempfile.TemporaryDirectory() as out:
+        os.environ["FLASHLAB_REPORT_INJECT"] = "no-backward"
+        drill_args = argparse.Namespace(**{**vars(args), "phase": "speed", "impls": "split_q$|split_q_simt",
+                                           "baseline_shapes": 1})
+        print("\n==== drill: the baselines on the first forward shape only")
+        try:
+            run_visit(drill_args, out)
+        finally:
+            del os.environ["FLASHLAB_REPORT_INJECT"]
+        rows = load_result(out)["rows"]
+    first = shape_key(next(row for row in rows if not row["impl"].startswith("torch/")))
+    simt = [row for row in rows if row["impl"] == "cuda_v2/split_q_simt"]
+    if not any(row.get("time_ms") is not None and shape_key(row) == first for row in simt):
+        problems.append("baselines drill: split_q_simt not measured on the first shape")
+    later = [row for row in simt if shape_key(row) != first]
+    if not later or any(not row.get("skipped", "").startswith("left out: a core or baseline") for row in later):
+        problems.append("baselines drill: split_q_simt's later shapes have no rows that say it was left out")
+    if any(row["impl"] == "cuda_v2/split_q" and "left out" in row.get("skipped", "") for row in rows):
+        problems.append("baselines drill: split_q was left out")
+    return problems
 
 
 def drill(args, clean):
@@ -1325,9 +1354,9 @@ def main():
                         help="speed: start at this shape of the plan (a second call goes on where the first stopped)")
     parser.add_argument("--seconds", type=int,
                         help="this call's budget: instead of the 9 minutes of --phase all, or of the one phase's own")
-    parser.add_argument("--every-shape", action="store_true",
-                        help="speed: time the cores and baselines (BASELINES) on every shape, not only the first "
-                             f"{FORWARD_BASELINE_SHAPES} forward ones")
+    parser.add_argument("--baseline-shapes", type=int, default=FORWARD_BASELINE_SHAPES,
+                        help="speed: time the cores and baselines (BASELINES) on the first N forward shapes of the "
+                             f"plan (default {FORWARD_BASELINE_SHAPES}; more than the plan has: every shape)")
     parser.add_argument("--last-shape", type=int,
                         help="speed: stop after this shape of the plan (the rest of the budget goes to the extra phase)")
     args = parser.parse_args()
