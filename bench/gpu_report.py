@@ -24,7 +24,7 @@ the one phase's own (a second call can take what the visit has left).
 
 Everything a step finishes is written at once: OUTDIR always holds a complete, valid result of what has run
 so far, in at most 8 files (results-DEVICE-DATE.json and .md, summary.txt, logs.tar.gz), so a call killed at its
-time limit keeps every finished row. A tool that does not work in this runtime (compute-sanitizer, cuBLAS,
+time limit keeps every finished row. An earlier call's result in OUTDIR is replaced, whatever its date. A tool that does not work in this runtime (compute-sanitizer, cuBLAS,
 PyTorch) is reported "unavailable", never as a kernel failure, and costs no other row. Exit code: 0 when no check
 failed, 1 otherwise, 2 for a usage error.
 
@@ -66,12 +66,13 @@ PRIORITY = ["cuda_v3_hopper/ws", "cuda_v3_hopper/ws_bc176", "cuda_v3_hopper/ws_m
             "cuda_v2/split_q_bc128", "cuda_v2/split_q_longest_first", "cuda_v2/split_q_4warps_longest_first",
             "cuda_v2/split_q_bc128_longest_first",
             "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd64x128_tiled_dq", "cuda_v2/split_q_bwd64x128_longest_first",
+            "cuda_v2/split_q_bwd64x128_tiled_dq_longest_first",
             "cuda_v2/split_q_bwd128",
             "cuda_v2/split_q_simt", "cuda_v1/split_k"]
 # Entries whose forward is another entry's kernel (cuda_v2/split_q_bwd128's, split_q_bwd64x128's and its
 # longest-first order's and tiled dQ's are split_q's): timed in the backward shapes only.
 BACKWARD_RUNGS = {"cuda_v2/split_q_bwd128", "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd64x128_longest_first",
-                  "cuda_v2/split_q_bwd64x128_tiled_dq"}
+                  "cuda_v2/split_q_bwd64x128_tiled_dq", "cuda_v2/split_q_bwd64x128_tiled_dq_longest_first"}
 # The cores, the tensor-core ladder's lower rungs and the CUDA-core baselines: the papers' algorithms as written,
 # and FA1 and FA2's schedules on fp32 CUDA cores. They are slow (cuda_v1/split_k takes 2.4 s a call at 16k keys on
 # an H200) and not what a visit tunes, so they are timed on the first FORWARD_BASELINE_SHAPES forward shapes (the
@@ -104,7 +105,9 @@ class Report:
         if rehearsal:
             self.result["rehearsal"] = True
         self.notes = []  # lines for summary.txt beyond the checks
-        self.written = []
+        # What an earlier call left in OUTDIR is replaced, whatever its date: OUTDIR holds one result.
+        self.written = [os.path.basename(p) for p in glob.glob(os.path.join(out, "results-*.json")) +
+                        glob.glob(os.path.join(out, "results-*.md"))]
 
     def stem(self):
         device = re.sub(r"[^A-Za-z0-9]+", "-", self.result["device"]).strip("-").lower()[:40] or "unknown"
@@ -1157,6 +1160,15 @@ def rehearse(args, out):
                                  ("all", None, ALL_BUDGET), ("all", 300, 300)):
         if call_budget(argparse.Namespace(phase=phase, seconds=seconds)) != want:
             problems.append(f"--phase {phase} --seconds {seconds}: the call's budget is not {want} s")
+    # A result an earlier call left in OUTDIR is replaced, whatever its date (run again after midnight, the
+    # rehearsal found the day before's beside its own).
+    with tempfile.TemporaryDirectory() as earlier, tempfile.TemporaryDirectory() as work:
+        for name in ("results-x-2000-01-01.json", "results-x-2000-01-01.md"):
+            open(os.path.join(earlier, name), "w").close()
+        Report(earlier, work, "the rehearsal", "x", True).write()
+        left = sorted(n for n in os.listdir(earlier) if n.startswith("results-"))
+        if len(left) != 2 or any("2000-01-01" in n for n in left):
+            problems.append(f"an earlier call's result is not replaced: {left}")
     # The cores and baselines: timed on the first forward shapes, left out after them.
     names = ["cuda_v2/split_q", "cuda_v1/split_k", "decoding/cuda_core"]
     for index, first, want in ((3, 4, []), (4, 5, []), (4, 4, names[1:])):
