@@ -611,7 +611,7 @@ void split_q_backward(const SplitQBackwardParams& params, cudaStream_t stream) {
 
 namespace {
 // With `section` >= 0, the key tiles in split_q_bwd_longest_first_order (0: sections as L2 sizes them).
-// With `dq_tiled`, dQ's accumulator in the fragments' order (the 64 x 128 kernel in the grid's order).
+// With `dq_tiled`, dQ's accumulator in the fragments' order (the 64 x 128 kernel).
 void launch_backward(const Problem& problem, const BackwardTensors& tensors, bool deterministic, int block_n,
                      int block_m = kBackwardBlockM, int section = -1, bool dq_tiled = false) {
   SplitQBackwardParams params;
@@ -651,15 +651,19 @@ void launch_split_q_bwd64x128_backward(const Problem& problem, const BackwardTen
   launch_backward(problem, tensors, false, kBackwardWideBlockN, kBackwardWideBlockM);
 }
 void launch_split_q_bwd64x128_longest_first_sections(const Problem& problem, const BackwardTensors& tensors,
-                                                     int section) {
+                                                     int section, bool dq_tiled) {
   if (section < 0) fail("section (", section, ") must be at least 0 (0: as L2 sizes them)");
-  launch_backward(problem, tensors, false, kBackwardWideBlockN, kBackwardWideBlockM, section);
+  launch_backward(problem, tensors, false, kBackwardWideBlockN, kBackwardWideBlockM, section, dq_tiled);
 }
 void launch_split_q_bwd64x128_longest_first_backward(const Problem& problem, const BackwardTensors& tensors) {
   launch_split_q_bwd64x128_longest_first_sections(problem, tensors, 0);
 }
 void launch_split_q_bwd64x128_tiled_dq_backward(const Problem& problem, const BackwardTensors& tensors) {
   launch_backward(problem, tensors, false, kBackwardWideBlockN, kBackwardWideBlockM, -1, true);
+}
+void launch_split_q_bwd64x128_tiled_dq_longest_first_backward(const Problem& problem,
+                                                              const BackwardTensors& tensors) {
+  launch_split_q_bwd64x128_longest_first_sections(problem, tensors, 0, true);
 }
 
 }  // namespace FLASHLAB_CUDA_TARGET

@@ -133,6 +133,7 @@ std::string split_q_bwd128_backward_supports(const Problem& problem);
 std::string split_q_bwd64x128_backward_supports(const Problem& problem);
 std::string split_q_bwd64x128_longest_first_backward_supports(const Problem& problem);
 std::string split_q_bwd64x128_tiled_dq_backward_supports(const Problem& problem);
+std::string split_q_bwd64x128_tiled_dq_longest_first_backward_supports(const Problem& problem);
 
 FLASHLAB_FOR_EACH_TARGET(
     // The three kernels, enqueued on `stream`.
@@ -147,13 +148,18 @@ FLASHLAB_FOR_EACH_TARGET(
     // With 64 query rows a step over 128 keys (cuda_v2/split_q_bwd64x128's), dQ by atomics.
     void launch_split_q_bwd64x128_backward(const Problem& problem, const BackwardTensors& tensors);
     // The same with its key tiles in split_q_bwd_longest_first_order
-    // (cuda_v2/split_q_bwd64x128_longest_first's), in sections of `section` pairs (0: as L2 sizes them).
+    // (cuda_v2/split_q_bwd64x128_longest_first's), in sections of `section` pairs (0: as L2 sizes them);
+    // with `dq_tiled`, dQ's accumulator in the fragments' order too.
     void launch_split_q_bwd64x128_longest_first_backward(const Problem& problem,
                                                          const BackwardTensors& tensors);
     void launch_split_q_bwd64x128_longest_first_sections(const Problem& problem,
-                                                         const BackwardTensors& tensors, int section);
+                                                         const BackwardTensors& tensors, int section,
+                                                         bool dq_tiled = false);
     // The 64 x 128 kernel with dQ's accumulator in the fragments' order
-    // (cuda_v2/split_q_bwd64x128_tiled_dq's).
-    void launch_split_q_bwd64x128_tiled_dq_backward(const Problem& problem, const BackwardTensors& tensors);)
+    // (cuda_v2/split_q_bwd64x128_tiled_dq's), and with its key tiles longest first as well
+    // (cuda_v2/split_q_bwd64x128_tiled_dq_longest_first's).
+    void launch_split_q_bwd64x128_tiled_dq_backward(const Problem& problem, const BackwardTensors& tensors);
+    void launch_split_q_bwd64x128_tiled_dq_longest_first_backward(const Problem& problem,
+                                                                  const BackwardTensors& tensors);)
 
 }  // namespace flashlab::cuda_v2

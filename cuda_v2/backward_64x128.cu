@@ -374,10 +374,14 @@ void launch_order(dim3 grid, const SplitQBackwardParams& p, cudaStream_t stream)
 }
 
 // The grid's blocks: (key tile, kv head, batch), or as many numbered in p.order; dQ's accumulator in row
-// order, or in the fragments' order (check_split_q_backward admits it in the grid's order only).
+// order, or in the fragments' order.
 template <int kHeadDim>
 void launch_head_dim(dim3 grid, const SplitQBackwardParams& p, cudaStream_t stream) {
-  if (p.longest_first) return launch_order<kHeadDim, true>(dim3(p.order.tiles()), p, stream);
+  if (p.longest_first) {
+    const dim3 ordered(p.order.tiles());
+    if (p.dq_tiled) return launch_order<kHeadDim, true, true>(ordered, p, stream);
+    return launch_order<kHeadDim, true>(ordered, p, stream);
+  }
   if (p.dq_tiled) return launch_order<kHeadDim, false, true>(grid, p, stream);
   launch_order<kHeadDim, false>(grid, p, stream);
 }

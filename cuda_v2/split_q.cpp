@@ -258,6 +258,14 @@ const Registration split_q_bwd64x128_tiled_dq{backward_tile_entry(
     FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_bwd64x128_tiled_dq_backward, backward_workspace_tiled_dq),
     split_q_bwd64x128_tiled_dq_backward_supports)};
 
+// Both: dQ's accumulator in the fragments' order, the key tiles handed out longest first.
+const Registration split_q_bwd64x128_tiled_dq_longest_first{backward_tile_entry(
+    "cuda_v2/split_q_bwd64x128_tiled_dq_longest_first",
+    "split_q_bwd64x128_tiled_dq with its key tiles launched longest first, in L2 sections of heads",
+    FLASHLAB_DEVICE_BACKWARD_BUILDS(launch_split_q_bwd64x128_tiled_dq_longest_first_backward,
+                                    backward_workspace_tiled_dq),
+    split_q_bwd64x128_tiled_dq_longest_first_backward_supports)};
+
 }  // namespace
 
 }  // namespace flashlab::cuda_v2

@@ -266,13 +266,20 @@ void check_bwd64x128_tiled_dq_backward(const SplitQParams& p, Checks checks) {
   check_wide_backward("cuda_v2/split_q_bwd64x128_tiled_dq", p, checks);
 }
 
-// The 64 x 128 kernel's key tiles in split_q_bwd_longest_first_order, numbered in an int.
-void check_bwd64x128_longest_first_backward(const SplitQParams& p, Checks checks) {
-  check_wide_backward("cuda_v2/split_q_bwd64x128_longest_first", p, checks);
+// The 64 x 128 kernel's key tiles in split_q_bwd_longest_first_order, numbered in an int; `entry` names the
+// registered entry in the refusal.
+void check_longest_first_backward(const char* entry, const SplitQParams& p, Checks checks) {
+  check_wide_backward(entry, p, checks);
   if (const cuda::TileOrder order = split_q_bwd_longest_first_order(p);
       !cuda::numbered_in_an_int(order.blocks, order.heads, order.batches))
     fail("batch x heads_kv x key tiles (", int64_t{order.blocks} * order.heads * order.batches,
-         ") must be at most ", INT_MAX, " for cuda_v2/split_q_bwd64x128_longest_first's grid");
+         ") must be at most ", INT_MAX, " for ", entry, "'s grid");
+}
+void check_bwd64x128_longest_first_backward(const SplitQParams& p, Checks checks) {
+  check_longest_first_backward("cuda_v2/split_q_bwd64x128_longest_first", p, checks);
+}
+void check_bwd64x128_tiled_dq_longest_first_backward(const SplitQParams& p, Checks checks) {
+  check_longest_first_backward("cuda_v2/split_q_bwd64x128_tiled_dq_longest_first", p, checks);
 }
 
 }  // namespace
@@ -301,6 +308,9 @@ std::string split_q_bwd64x128_longest_first_backward_supports(const Problem& p) 
 }
 std::string split_q_bwd64x128_tiled_dq_backward_supports(const Problem& p) {
   return refusal(check_bwd64x128_tiled_dq_backward, p);
+}
+std::string split_q_bwd64x128_tiled_dq_longest_first_backward_supports(const Problem& p) {
+  return refusal(check_bwd64x128_tiled_dq_longest_first_backward, p);
 }
 
 BackwardTraffic backward_traffic(const Problem& problem, int block_n, int block_m, bool dq_tiled) {
@@ -341,7 +351,6 @@ void check_split_q_backward(const SplitQBackwardParams& p) {
     fail("deterministic (true) takes block_n ", kBackwardBlockN, ", not ", p.block_n);
   if (p.longest_first && p.block_m != kBackwardWideBlockM)
     fail("longest_first (true) takes block_m ", kBackwardWideBlockM, ", not ", p.block_m);
-  if (p.dq_tiled && p.longest_first) fail("dq_tiled (true) takes the grid's order, not longest_first");
   if (p.dq_tiled && p.block_m != kBackwardWideBlockM)
     fail("dq_tiled (true) takes block_m ", kBackwardWideBlockM, ", not ", p.block_m);
   if (p.longest_first) {  // the order first: it is the launcher's, the problem's device memory after it
@@ -350,7 +359,10 @@ void check_split_q_backward(const SplitQBackwardParams& p) {
         o.heads != p.forward.heads_kv || o.batches != p.forward.batch || o.section < 1)
       fail("order (", o.blocks, " x ", o.heads, " x ", o.batches, " in sections of ", o.section,
            ") must number the key tiles x heads_kv x batch of the problem, in sections of at least 1");
-    check_bwd64x128_longest_first_backward(p.forward, Checks::launch);
+    if (p.dq_tiled)
+      check_bwd64x128_tiled_dq_longest_first_backward(p.forward, Checks::launch);
+    else
+      check_bwd64x128_longest_first_backward(p.forward, Checks::launch);
   } else if (p.dq_tiled)
     check_bwd64x128_tiled_dq_backward(p.forward, Checks::launch);
   else if (p.block_m == kBackwardWideBlockM)

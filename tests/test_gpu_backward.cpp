@@ -176,11 +176,11 @@ TEST_CASE("cuda_v2/split_q_bwd64x128_longest_first's order: key tiles in L2 sect
   backward.block_m = cuda_v2::kBackwardBlockM;
   CHECK(contains(error_of([&] { cuda_v2::check_split_q_backward(backward); }),
                  "longest_first (true) takes block_m 64, not 32"));
-  // dQ's accumulator in the fragments' order is the 64 x 128 kernel's, in the grid's order only.
+  // dQ's accumulator in the fragments' order is the 64 x 128 kernel's, in either order of its key tiles: the
+  // check goes on to the pointers.
   backward.block_m = cuda_v2::kBackwardWideBlockM;
   backward.dq_tiled = true;
-  CHECK(contains(error_of([&] { cuda_v2::check_split_q_backward(backward); }),
-                 "dq_tiled (true) takes the grid's order, not longest_first"));
+  CHECK(contains(error_of([&] { cuda_v2::check_split_q_backward(backward); }), "must be a device pointer"));
   backward.longest_first = false;
   backward.block_m = cuda_v2::kBackwardBlockM;
   CHECK(contains(error_of([&] { cuda_v2::check_split_q_backward(backward); }),
@@ -263,31 +263,41 @@ void against_the_grid_kernel(const char* entry, const std::function<void(const G
   cuda::force_emulation(forced);
 }
 
-// Each block of split_q_bwd64x128_longest_first computes the key tile its number names in the order, with
-// split_q_bwd64x128's code. In sections of 1, 3 (the last one short) and every pair, on the problems above,
-// in order and (sections of 3) shuffled: dK and dV, which one block writes a key tile of, must be
+// Each block of split_q_bwd64x128_longest_first (and of split_q_bwd64x128_tiled_dq_longest_first) computes
+// the key tile its number names in the order, with split_q_bwd64x128's code (and
+// split_q_bwd64x128_tiled_dq's). In sections of 1, 3 (the last one short) and every pair, on the problems
+// above, in order and (sections of 3) shuffled: dK and dV, which one block writes a key tile of, must be
 // split_q_bwd64x128's bit for bit (a tile never computed shows there); dQ, which every key tile adds to by
 // atomics in the order the blocks run, must pass the gradient tolerance (a tile computed twice adds its share
 // twice).
-TEST_CASE("cuda_v2/split_q_bwd64x128_longest_first in sections of 1, 3 and every pair computes its tiles") {
-  against_the_grid_kernel("cuda_v2/split_q_bwd64x128_longest_first", [](const GridKernelCase& c) {
-    // The last run under the shuffled schedule too: this instantiation's 8 warps and barriers, and dK and dV
-    // the same bits whatever the order of the threads.
-    const emulator::ScheduleSetting in_order{false, 0}, shuffled{true, 7};
-    for (const auto& [section, schedule] :
-         {std::pair{1, in_order}, {3, in_order}, {0, in_order}, {3, shuffled}}) {
-      INFO("sections of ", section, " pairs (0: as L2 sizes them, here every pair), ", schedule.describe());
-      const AttentionGradients gradients =
-          c.run(schedule, cuda_v2::backward_workspace_bytes(c.p, false), [&](const BackwardTensors& tensors) {
-            cuda_v2::emulated::launch_split_q_bwd64x128_longest_first_sections(c.p, tensors, section);
-          });
-      CHECK(same_bits(gradients.dk, c.expected.dk));
-      CHECK(same_bits(gradients.dv, c.expected.dv));
-      const GradientVerdict verdict = judge_gradients(c.p, gradients, c.reference, c.tolerance);
-      INFO(verdict.explain());
-      CHECK(verdict.passed());
-    }
-  });
+TEST_CASE(
+    "the 64 x 128 kernel's longest-first entries in sections of 1, 3 and every pair compute its tiles") {
+  for (const bool dq_tiled : {false, true}) {
+    against_the_grid_kernel(
+        dq_tiled ? "cuda_v2/split_q_bwd64x128_tiled_dq_longest_first"
+                 : "cuda_v2/split_q_bwd64x128_longest_first",
+        [dq_tiled](const GridKernelCase& c) {
+          // The last run under the shuffled schedule too: this instantiation's 8 warps and barriers, and dK
+          // and dV the same bits whatever the order of the threads.
+          const emulator::ScheduleSetting in_order{false, 0}, shuffled{true, 7};
+          for (const auto& [section, schedule] :
+               {std::pair{1, in_order}, {3, in_order}, {0, in_order}, {3, shuffled}}) {
+            INFO("sections of ", section, " pairs (0: as L2 sizes them, here every pair), ",
+                 schedule.describe());
+            const size_t bytes =
+                cuda_v2::backward_workspace_bytes(c.p, false, cuda_v2::kBackwardWideBlockN, dq_tiled);
+            const AttentionGradients gradients = c.run(schedule, bytes, [&](const BackwardTensors& tensors) {
+              cuda_v2::emulated::launch_split_q_bwd64x128_longest_first_sections(c.p, tensors, section,
+                                                                                 dq_tiled);
+            });
+            CHECK(same_bits(gradients.dk, c.expected.dk));
+            CHECK(same_bits(gradients.dv, c.expected.dv));
+            const GradientVerdict verdict = judge_gradients(c.p, gradients, c.reference, c.tolerance);
+            INFO(verdict.explain());
+            CHECK(verdict.passed());
+          }
+        });
+  }
 }
 
 // dQ's accumulator in the fragments' order (cuda_v2/dq_tile.hpp): thread t's accumulator (mt, nt) of the 64 x
