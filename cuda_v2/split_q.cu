@@ -590,24 +590,31 @@ void launch_split_q_bc128(const Problem& problem, const DeviceTensors& tensors) 
       params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream), tensors.stream);
 }
 
+namespace {
+// A rung's tiles handed out in split_q_longest_first_order: the launch's rules checked first, then the flag
+// cleared and the kernel launched.
+template <class Rung>
+void longest_first(SplitQParams params, Check check, const Problem& problem, const DeviceTensors& tensors) {
+  check(params, Checks::launch);
+  forward_rung<Rung>(params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream),
+                     tensors.stream);
+}
+}  // namespace
+
 void launch_split_q_longest_first_sections(const Problem& problem, const DeviceTensors& tensors, int section,
                                            ForwardTiles tiles) {
   SplitQParams params = split_q_params(problem, tensors);
   params.longest_first = true;
   params.order = split_q_longest_first_order(params, section);
-  // Checked before the flag is cleared and the kernel launched.
-  const Check check = tiles == ForwardTiles::four_warps ? check_split_q_4warps_longest_first
-                      : tiles == ForwardTiles::bc128    ? check_split_q_bc128_longest_first
-                                                        : check_split_q_longest_first;
-  check(params, Checks::launch);
-  unsigned* const special_rows = cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream);
   switch (tiles) {
     case ForwardTiles::split_q:
-      return forward_rung<SplitQRung>(params, special_rows, tensors.stream);
+      return longest_first<SplitQRung>(params, check_split_q_longest_first, problem, tensors);
     case ForwardTiles::four_warps:
-      return forward_rung<LongestFirst<FourWarpsRung>>(params, special_rows, tensors.stream);
+      return longest_first<LongestFirst<FourWarpsRung>>(params, check_split_q_4warps_longest_first, problem,
+                                                        tensors);
     case ForwardTiles::bc128:
-      return forward_rung<LongestFirst<WideKeysRung>>(params, special_rows, tensors.stream);
+      return longest_first<LongestFirst<WideKeysRung>>(params, check_split_q_bc128_longest_first, problem,
+                                                       tensors);
   }
 }
 
