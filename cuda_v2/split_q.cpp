@@ -27,17 +27,14 @@ std::string mma_supports(const Problem& p) {
 std::string rung_supports(const Problem& p) {
   return refusal(check_split_q_rung, p);
 }
-std::string four_warps_supports(const Problem& p) {
-  return refusal(check_split_q_4warps, p);
+std::string eight_warps_supports(const Problem& p) {
+  return refusal(check_split_q_8warps, p);
 }
 std::string wide_keys_supports(const Problem& p) {
   return refusal(check_split_q_bc128, p);
 }
 std::string longest_first_supports(const Problem& p) {
   return refusal(check_split_q_longest_first, p);
-}
-std::string four_warps_longest_first_supports(const Problem& p) {
-  return refusal(check_split_q_4warps_longest_first, p);
 }
 std::string wide_keys_longest_first_supports(const Problem& p) {
   return refusal(check_split_q_bc128_longest_first, p);
@@ -157,12 +154,13 @@ Implementation one_width_entry(const char* name, const char* summary, const char
       builds);
 }
 
-// At d = 128, FA2's warp layout: 4 warps of two row tiles (FourWarpsRung), against split_q's 8 warps of one.
-const Registration split_q_4warps{one_width_entry(
-    "cuda_v2/split_q_4warps",
-    "split_q at d 128 with FA2's warp layout: 4 warps of two 16-row tiles (split_q: 8 of one)",
-    "a multiple of 8 from 104 to 128", four_warps_supports, tensor_core_bytes_moved,
-    FLASHLAB_DEVICE_BUILDS(launch_split_q_4warps, workspace_bytes))};
+// At d = 128, split_q's earlier warp layout: 8 warps of one row tile (EightWarpsRung), as its variants keep,
+// against FA2's 4 warps of two that split_q takes.
+const Registration split_q_8warps{
+    one_width_entry("cuda_v2/split_q_8warps",
+                    "split_q at d 128 with 8 warps of one 16-row tile (split_q: FA2's 4 warps of two)",
+                    "a multiple of 8 from 104 to 128", eight_warps_supports, tensor_core_bytes_moved,
+                    FLASHLAB_DEVICE_BUILDS(launch_split_q_8warps, workspace_bytes))};
 
 // At d = 64, FA2's key tile: 128 keys a tile (WideKeysRung), against split_q's 64.
 const Registration split_q_bc128{one_width_entry(
@@ -186,15 +184,9 @@ const Registration split_q_longest_first{gpu_implementation(
      .bytes_moved = tensor_core_bytes_moved},
     FLASHLAB_DEVICE_BUILDS(launch_split_q_longest_first, workspace_bytes))};
 
-// FA2's tiles of the two entries above, their grids handed out in the same order: the fastest entries at
-// their widths, and under a causal mask split_q_4warps loses more to the grid's tail than split_q (two blocks
-// a SM where split_q has one at d 128), split_q_bc128 as much (both two at d 64; tools/wave_model.py). The
-// order the H200 measured at 1.07x on split_q is expected to gain as much or more on them.
-const Registration split_q_4warps_longest_first{one_width_entry(
-    "cuda_v2/split_q_4warps_longest_first",
-    "split_q_4warps with its tiles launched longest first, in L2 sections of heads",
-    "a multiple of 8 from 104 to 128", four_warps_longest_first_supports, tensor_core_bytes_moved,
-    FLASHLAB_DEVICE_BUILDS(launch_split_q_4warps_longest_first, workspace_bytes))};
+// FA2's key tile at d 64 (split_q_bc128), its grid handed out in the same order: the fastest entry at its
+// width, and under a causal mask it loses as much to the grid's tail as split_q (two blocks a SM each;
+// tools/wave_model.py). The order the H200 measured at 1.07x on split_q is expected to gain as much on it.
 const Registration split_q_bc128_longest_first{
     one_width_entry("cuda_v2/split_q_bc128_longest_first",
                     "split_q_bc128 with its tiles launched longest first, in L2 sections of heads",

@@ -51,13 +51,21 @@ template <>
 struct SplitQConfig<64> {
   static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_tile(64).block_n;
 };
-template <>
-struct SplitQConfig<128> {
-  // kMTiles = 2 (FA2's layout) needs all 255 registers here and spills (nvcc 13, sm_90a), so d = 128 takes 8
-  // warps of one row tile: the same Br, twice the K/V fragment loads. Without the variants that layout is
-  // cuda_v2/split_q_4warps (FourWarpsRung below), timed beside split_q on a GPU.
+// The 128 width's 128 x 64 tile in two warp layouts. FA2's: 4 warps of two row tiles, a warp reading 160
+// shared-memory bytes per mma. ptxas (nvcc 13) gives it all 255 registers and spills about 50-80 bytes;
+// two blocks of 128 threads fit an SM. On an H200 it ran 1.23-1.32x faster than the other on every prefill
+// shape at d 128 (2026-12-04; 2 x 16 x 8k: 356 TFLOP/s against 270), despite the spill.
+struct TwoRowTiles128 {
+  static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_tile(128).block_n;
+};
+// 8 warps of one row tile: 288 shared-memory bytes per mma, and registers to spare. The kernels with the
+// variants (variants.cuh) keep it: their score modification and dropout need registers that FA2's layout
+// has not got. cuda_v2/split_q_8warps times it beside split_q.
+struct OneRowTile128 {
   static constexpr int kWarps = 8, kMTiles = 1, kBlockN = split_q_tile(128).block_n;
 };
+template <>
+struct SplitQConfig<128> : TwoRowTiles128 {};
 template <>
 struct SplitQConfig<256> {
   static constexpr int kWarps = 4, kMTiles = 1, kBlockN = split_q_tile(256).block_n;
@@ -68,6 +76,14 @@ template <>
 struct SplitQConfig<96> : SplitQConfig<128> {};
 template <>
 struct SplitQConfig<192> : SplitQConfig<256> {};
+
+// The kernels with the variants: split_q's tiles, but 8 warps of one row tile at the 128 width (and 96).
+template <int kHeadDim>
+struct VariantsConfig : SplitQConfig<kHeadDim> {};
+template <>
+struct VariantsConfig<128> : OneRowTile128 {};
+template <>
+struct VariantsConfig<96> : OneRowTile128 {};
 
 // The tensor-core ladder (docs/04-cuda-v2.md, "The tensor-core ladder"): cuda_v2/mma (mma.cu) loads the mma's
 // operands element by element; this kernel uses ldmatrix and a swizzled layout at every rung, and each rung
@@ -93,15 +109,12 @@ struct SplitQRung {  // cuda_v2/split_q
   static constexpr bool kTileOrder = true;
 };
 
-// Beside the ladder, two entries of split_q's kernel with FlashAttention-2's own tiles for H100 (its
-// flash_fwd_launch_template.h), each built for one tile width, bf16 only, with no score modification or
-// dropout (check_one_width, split_q_params.cpp): with the variants they would not fit.
+// Beside the ladder, two entries of split_q's kernel with other tiles, each built for one tile width, bf16
+// only, with no score modification or dropout (check_one_width, split_q_params.cpp).
 //
-// cuda_v2/split_q_4warps, at the 128 width: FA2's 128 x 64 tile with 4 warps of two row tiles instead of 8
-// warps of one. Each K or V fragment then feeds two mma, so a warp reads 160 shared-memory bytes per mma
-// instead of 288. The price is registers: ptxas (nvcc 13) gives it all 255 and spills 76 bytes for sm_90a
-// (the H100 and H200) and 80 for sm_80; two blocks of 128 threads fit an SM.
-struct FourWarpsRung {
+// cuda_v2/split_q_8warps, at the 128 width: split_q's layout before FA2's (OneRowTile128 above), 8 warps of
+// one row tile, so that a GPU run times the two layouts side by side.
+struct EightWarpsRung {
   static constexpr bool kAsyncCopy = true;
   static constexpr bool kSkipTiles = true;
   static constexpr int kWidth = 128;
@@ -118,32 +131,31 @@ struct WideKeysRung {
   static constexpr int kWidth = 64;
   static constexpr bool kTileOrder = false;
 };
-
-// Each of those two with its grid's tiles handed out longest first (SplitQParams::longest_first), as
-// split_q_longest_first hands out split_q's: cuda_v2/split_q_4warps_longest_first and
-// split_q_bc128_longest_first. The same kernel and tiles; only the block's tile comes from p.order.
+// split_q_bc128 with its grid's tiles handed out longest first (SplitQParams::longest_first), as
+// split_q_longest_first hands out split_q's: cuda_v2/split_q_bc128_longest_first. The same kernel and tiles;
+// only the block's tile comes from p.order.
 template <class Rung>
 struct LongestFirst : Rung {
   static constexpr bool kTileOrder = true;
 };
 
-// The tiles a rung takes in a tile width: split_q's, but for the entries built for one width.
-template <int kHeadDim, class Rung>
-struct RungConfig : SplitQConfig<kHeadDim> {};
+// The tiles a rung takes in a tile width: split_q's, or its variants' kernel's, but for the entries built
+// for one width.
+template <int kHeadDim, class Rung, class Variant>
+struct RungConfig : std::conditional_t<std::is_same_v<Variant, Variants>, VariantsConfig<kHeadDim>,
+                                       SplitQConfig<kHeadDim>> {};
 template <>
-struct RungConfig<128, FourWarpsRung> {
-  static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_tile(128).block_n;
-};
+struct RungConfig<128, EightWarpsRung, NoVariant> : OneRowTile128 {};
 template <>
-struct RungConfig<64, WideKeysRung> {
+struct RungConfig<64, WideKeysRung, NoVariant> {
   static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_bc128_tile().block_n;
 };
 template <int kHeadDim, class Rung>
-struct RungConfig<kHeadDim, LongestFirst<Rung>> : RungConfig<kHeadDim, Rung> {};
+struct RungConfig<kHeadDim, LongestFirst<Rung>, NoVariant> : RungConfig<kHeadDim, Rung, NoVariant> {};
 
-template <int kHeadDim, class Rung = SplitQRung>
+template <int kHeadDim, class Rung, class Variant>
 struct SplitQShape {
-  using Config = RungConfig<kHeadDim, Rung>;
+  using Config = RungConfig<kHeadDim, Rung, Variant>;
   static_assert(Rung::kWidth == 0 || Rung::kWidth == kHeadDim, "an entry built for one tile width");
   static constexpr int kWarps = Config::kWarps;
   static constexpr int kMTiles = Config::kMTiles;
@@ -165,7 +177,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 // Subnormal results are flushed to zero (.ftz, as FlashAttention's kernels and ws do): a weight below 2^-126
 // of the row's largest (which is 1) adds nothing to the row sum. Without .ftz ptxas guards each MUFU.EX2 with
 // a test and two scalings for a subnormal result: 3 more instructions an element, 192 of a full key tile's
-// in split_q_4warps.
+// in split_q's kernel at d 128.
 __device__ inline float fast_exp2(float x) {
   return ptx::ex2_approx<true>(x);
 }
@@ -184,9 +196,9 @@ __device__ inline cuda::Tile tile_of_block(const SplitQParams& p) {
 // problem with a score modification or dropout (variants.cuh). Rung: the ladder's rung (LdmatrixRung,
 // CpAsyncRung, SplitQRung above).
 template <typename Element, int kHeadDim, class Variant, class Rung>
-__global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung>::kThreads, 1)
+__global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung, Variant>::kThreads, 1)
     split_q_kernel(const SplitQParams p) {
-  using Shape = SplitQShape<kHeadDim, Rung>;
+  using Shape = SplitQShape<kHeadDim, Rung, Variant>;
   using Tile = SwizzledTile<kHeadDim>;
   constexpr int kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN, kThreads = Shape::kThreads;
   constexpr int kMTiles = Shape::kMTiles;
@@ -468,7 +480,7 @@ __global__ void __launch_bounds__(SplitQShape<kHeadDim, Rung>::kThreads, 1)
 
 template <typename Element, int kHeadDim, class Variant, class Rung>
 void launch_kernel(const SplitQParams& p, cudaStream_t stream) {
-  using Shape = SplitQShape<kHeadDim, Rung>;
+  using Shape = SplitQShape<kHeadDim, Rung, Variant>;
   const auto kernel = split_q_kernel<Element, kHeadDim, Variant, Rung>;
   // Above 48 KiB a kernel must opt in to dynamic shared memory (per device, so on every launch; it is cheap).
   FLASHLAB_CUDA_CHECK(
@@ -576,10 +588,10 @@ void launch_mma_ldmatrix(const Problem& problem, const DeviceTensors& tensors) {
       params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream), tensors.stream);
 }
 
-void launch_split_q_4warps(const Problem& problem, const DeviceTensors& tensors) {
+void launch_split_q_8warps(const Problem& problem, const DeviceTensors& tensors) {
   const SplitQParams params = split_q_params(problem, tensors);
-  check_split_q_4warps(params);
-  forward_rung<FourWarpsRung>(
+  check_split_q_8warps(params);
+  forward_rung<EightWarpsRung>(
       params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream), tensors.stream);
 }
 
@@ -609,9 +621,6 @@ void launch_split_q_longest_first_sections(const Problem& problem, const DeviceT
   switch (tiles) {
     case ForwardTiles::split_q:
       return longest_first<SplitQRung>(params, check_split_q_longest_first, problem, tensors);
-    case ForwardTiles::four_warps:
-      return longest_first<LongestFirst<FourWarpsRung>>(params, check_split_q_4warps_longest_first, problem,
-                                                        tensors);
     case ForwardTiles::bc128:
       return longest_first<LongestFirst<WideKeysRung>>(params, check_split_q_bc128_longest_first, problem,
                                                        tensors);
@@ -620,10 +629,6 @@ void launch_split_q_longest_first_sections(const Problem& problem, const DeviceT
 
 void launch_split_q_longest_first(const Problem& problem, const DeviceTensors& tensors) {
   launch_split_q_longest_first_sections(problem, tensors, 0, ForwardTiles::split_q);
-}
-
-void launch_split_q_4warps_longest_first(const Problem& problem, const DeviceTensors& tensors) {
-  launch_split_q_longest_first_sections(problem, tensors, 0, ForwardTiles::four_warps);
 }
 
 void launch_split_q_bc128_longest_first(const Problem& problem, const DeviceTensors& tensors) {

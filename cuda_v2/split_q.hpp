@@ -89,7 +89,7 @@ struct SplitQParams {
   // those rows (common/cuda/exact_rows.hpp, flagged mode); null: the pass scans every row (split_q_simt).
   unsigned* special_rows = nullptr;
   // The grid: split_q's is (q-block, head, batch), FA2's. With `longest_first`
-  // (cuda_v2/split_q_longest_first, split_q_4warps_longest_first, split_q_bc128_longest_first) it is
+  // (cuda_v2/split_q_longest_first, split_q_bc128_longest_first) it is
   // one-dimensional, block i computing tile i of `order` (common/cuda/tile_order.hpp: under a causal mask the
   // longest first, in L2 sections); the launcher sets both (split_q_longest_first_order).
   bool longest_first = false;
@@ -113,10 +113,9 @@ void check_split_q_simt(const SplitQParams& params, Checks checks = Checks::laun
 void check_split_q(const SplitQParams& params, Checks checks = Checks::launch);
 void check_mma(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_rung(const SplitQParams& params, Checks checks = Checks::launch);
-void check_split_q_4warps(const SplitQParams& params, Checks checks = Checks::launch);
+void check_split_q_8warps(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_bc128(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_longest_first(const SplitQParams& params, Checks checks = Checks::launch);
-void check_split_q_4warps_longest_first(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_bc128_longest_first(const SplitQParams& params, Checks checks = Checks::launch);
 using Check = void (*)(const SplitQParams&, Checks);
 
@@ -134,8 +133,8 @@ SplitQParams split_q_params(const Problem& problem);
 cuda::TileOrder split_q_longest_first_order(const SplitQParams& params, int section = 0);
 
 // The kernel and tiles a longest-first launch takes: split_q's (cuda_v2/split_q_longest_first), or those of
-// an entry of one tile width (split_q_4warps_longest_first, split_q_bc128_longest_first).
-enum class ForwardTiles { split_q, four_warps, bc128 };
+// split_q_bc128 (split_q_bc128_longest_first).
+enum class ForwardTiles { split_q, bc128 };
 
 // Scratch the registry launchers need: the int copies of the per-batch lengths, then split_q's flag of
 // special values (common/cuda/exact_rows.hpp).
@@ -161,16 +160,15 @@ FLASHLAB_FOR_EACH_TARGET(
     void launch_mma(const Problem& problem, const DeviceTensors& tensors);
     void launch_mma_ldmatrix(const Problem& problem, const DeviceTensors& tensors);
     void launch_mma_cp_async(const Problem& problem, const DeviceTensors& tensors);
-    // Beside the ladder: split_q with FA2's warp layout at the 128 tile width, 4 warps of two row tiles
-    // (bf16).
-    void launch_split_q_4warps(const Problem& problem, const DeviceTensors& tensors);
+    // Beside the ladder: split_q with its earlier warp layout at the 128 tile width, 8 warps of one row
+    // tile, as its variants keep (bf16).
+    void launch_split_q_8warps(const Problem& problem, const DeviceTensors& tensors);
     // Beside the ladder: split_q with FA2's key tile at the 64 tile width, 128 keys a tile (bf16).
     void launch_split_q_bc128(const Problem& problem, const DeviceTensors& tensors);
     // Beside the ladder: split_q with its grid's tiles handed out longest first, in L2 sections, and
-    // split_q_4warps and split_q_bc128 likewise; or in sections of `section` (batch, head) pairs, so that a
-    // small problem has several.
+    // split_q_bc128 likewise; or in sections of `section` (batch, head) pairs, so that a small problem has
+    // several.
     void launch_split_q_longest_first(const Problem& problem, const DeviceTensors& tensors);
-    void launch_split_q_4warps_longest_first(const Problem& problem, const DeviceTensors& tensors);
     void launch_split_q_bc128_longest_first(const Problem& problem, const DeviceTensors& tensors);
     void launch_split_q_longest_first_sections(const Problem& problem, const DeviceTensors& tensors,
                                                int section, ForwardTiles tiles);)

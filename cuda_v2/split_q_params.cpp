@@ -170,8 +170,8 @@ void check_one_width(const SplitQParams& p, Checks checks, const char* name, int
 }
 }  // namespace
 
-void check_split_q_4warps(const SplitQParams& p, Checks checks) {
-  check_one_width(p, checks, "cuda_v2/split_q_4warps", 128);
+void check_split_q_8warps(const SplitQParams& p, Checks checks) {
+  check_one_width(p, checks, "cuda_v2/split_q_8warps", 128);
 }
 
 cuda::TileOrder split_q_longest_first_order(const SplitQParams& p, int section) {
@@ -198,11 +198,6 @@ void check_split_q_longest_first(const SplitQParams& p, Checks checks) {
   if (p.has_variants())
     fail("cuda_v2/split_q_longest_first takes no score modification or dropout (split_q does)");
   check_longest_first_grid(p, "cuda_v2/split_q_longest_first");
-}
-
-void check_split_q_4warps_longest_first(const SplitQParams& p, Checks checks) {
-  check_one_width(p, checks, "cuda_v2/split_q_4warps_longest_first", 128);
-  check_longest_first_grid(p, "cuda_v2/split_q_4warps_longest_first");
 }
 
 void check_split_q_bc128(const SplitQParams& p, Checks checks) {

@@ -178,7 +178,7 @@ static_assert(steps_are_offsets<64>() && steps_are_offsets<128>() && steps_are_o
 // compiling, so the steps unroll. Where kThreads is a multiple of n a thread keeps its column, and each step
 // moves the source by a fixed number of rows. (Written as `for (c = threadIdx.x; c < chunks; c += kThreads)`
 // the trip count depends on threadIdx.x, and ptxas kept a general loop with a division and a remainder: about
-// 600 of the 1,900 instructions of a full key tile in split_q_4warps's sm_90a SASS, docs/04 4.10.)
+// 600 of the 1,900 instructions of a full 4-warp key tile at d 128 in sm_90a SASS, docs/04 4.10.)
 template <int kRows, int kCols, int kThreads, typename Element, typename Copy>
 __device__ inline void for_each_chunk(const Element* gmem, int64_t row_stride, int row0, Copy copy) {
   constexpr int kPerRow = kCols / 8, kChunks = kRows * kPerRow;

@@ -555,7 +555,7 @@ TEST_CASE("cuda_v2/split_q_longest_first's order: split_q's tiles in L2 sections
 }
 
 // Each block of a longest-first entry computes the tile its number names in the order, with its twin's code
-// (split_q's, split_q_4warps' or split_q_bc128's): in sections of 1, 3 (the last one short) and every pair,
+// (split_q's or split_q_bc128's): in sections of 1, 3 (the last one short) and every pair,
 // over padding rows and keys with NaN in the padding, GQA, a window and packed batches, its O and LSE must be
 // the twin's bit for bit, on poisoned outputs (a tile computed twice or never shows).
 TEST_CASE("the longest-first entries in sections of 1, 3 and every pair compute their twins' tiles") {
@@ -566,10 +566,9 @@ TEST_CASE("the longest-first entries in sections of 1, 3 and every pair compute 
     int64_t causal_dim, window_dim, packed_dim;  // head dims in the entry's tile widths
     DType window_dtype;
   };
+  // split_q's: causal at the 128 width (4 warps of two row tiles), the window at 64, packed at 96.
   const Twins all[] = {{"cuda_v2/split_q", "cuda_v2/split_q_longest_first", cuda_v2::ForwardTiles::split_q,
-                        64, 128, 96, DType::f16},
-                       {"cuda_v2/split_q_4warps", "cuda_v2/split_q_4warps_longest_first",
-                        cuda_v2::ForwardTiles::four_warps, 128, 112, 128, DType::bf16},
+                        128, 64, 96, DType::f16},
                        {"cuda_v2/split_q_bc128", "cuda_v2/split_q_bc128_longest_first",
                         cuda_v2::ForwardTiles::bc128, 64, 48, 64, DType::bf16}};
   for (const Twins& twins : all) {

@@ -259,7 +259,7 @@ TEST_CASE("packed batches give the padded batch's outputs and gradients") {
     }
     for (DType dtype : selected_dtypes(*impl)) {
       padded.dtype = packed.dtype = dtype;
-      // An entry of the 128 tile width alone (cuda_v2/split_q_4warps) takes the same sequences at d 128.
+      // An entry of the 128 tile width alone (cuda_v2/split_q_8warps) takes the same sequences at d 128.
       padded.head_dim = packed.head_dim = 64;
       if (contains(why_cannot_run(*impl, padded), "head_dim")) padded.head_dim = packed.head_dim = 128;
       REQUIRE_MESSAGE(why_cannot_run(*impl, padded).empty(), impl->name, ": ", why_cannot_run(*impl, padded));

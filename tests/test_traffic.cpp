@@ -49,6 +49,9 @@ TEST_CASE("the GPU stages move the global bytes their traffic models say") {
       Expected{"cuda_v2/split_q_simt", shaped(2, 2, 256, 200, 64, DType::f32, false, 2)},
       Expected{"cuda_v2/split_q_simt", windowed(shaped(2, 1, 200, 300, 64, DType::f32, true), 70, 0)},
       Expected{"cuda_v2/split_q", shaped(2, 2, 256, 256, 128, DType::bf16, false)},
+      // At the 128 width: FA2's 4 warps of two row tiles, and beside them the 8 warps of one.
+      Expected{"cuda_v2/split_q", shaped(2, 2, 300, 333, 128, DType::f16, true)},
+      Expected{"cuda_v2/split_q_8warps", shaped(2, 2, 300, 333, 128, DType::bf16, true)},
       Expected{"cuda_v2/split_q", shaped(4, 2, 300, 333, 64, DType::f16, true)},
       Expected{"cuda_v2/split_q", windowed(shaped(2, 1, 400, 400, 64, DType::bf16, false, 2), 100, 30)},
       Expected{"cuda_v2/split_q", shaped(2, 2, 300, 100, 64, DType::f16, true)},
