@@ -157,6 +157,8 @@ template <int kHeadDim, class Rung, class Variant>
 struct SplitQShape {
   using Config = RungConfig<kHeadDim, Rung, Variant>;
   static_assert(Rung::kWidth == 0 || Rung::kWidth == kHeadDim, "an entry built for one tile width");
+  static_assert(Rung::kWidth == 0 || std::is_same_v<Variant, NoVariant>,
+                "the entries of one tile width take no variant (RungConfig gives them their own tiles)");
   static constexpr int kWarps = Config::kWarps;
   static constexpr int kMTiles = Config::kMTiles;
   static constexpr int kThreads = 32 * kWarps;
