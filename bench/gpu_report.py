@@ -63,7 +63,7 @@ PRIORITY = ["cuda_v3_hopper/ws", "cuda_v3_hopper/ws_bc176", "cuda_v3_hopper/ws_m
             "cuda_v3_hopper/ws_persistent", "cuda_v3_hopper/ws_no_overlap", "cuda_v3_hopper/ws_no_pingpong",
             "cuda_v3_hopper/ws_no_producer", "cuda_v3_hopper/fp8", "decoding/cuda_split_kv", "decoding/cuda_split_kv_mma",
             "decoding/cuda_split_kv_mma_two_pass", "cuda_v2/split_q", "cuda_v2/split_q_8warps",
-            "cuda_v2/split_q_bc128", "cuda_v2/split_q_longest_first", "cuda_v2/split_q_bc128_longest_first",
+            "cuda_v2/split_q_bc64", "cuda_v2/split_q_longest_first",
             "cuda_v2/split_q_bwd64x128", "cuda_v2/split_q_bwd64x128_tiled_dq", "cuda_v2/split_q_bwd64x128_longest_first",
             "cuda_v2/split_q_bwd64x128_tiled_dq_longest_first",
             "cuda_v2/split_q_bwd128",
@@ -925,7 +925,7 @@ PROFILED = [
     ("cuda_v2/split_q_bwd128", "backward_kernel",
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128", "--pass", "backward", "--dtype",
       "bf16"]),
-    ("cuda_v2/split_q_bc128", "split_q_kernel",  # its tiles are 64 wide
+    ("cuda_v2/split_q", "split_q_kernel",  # FA2's 128 x 128 tile at d 64
      ["--batch", "2", "--heads", "32", "--seqlen-q", "8192", "--head-dim", "64"]),
     ("cuda_v3_hopper/ws_persistent", "ws_attention_kernel",
      ["--batch", "2", "--heads", "16", "--seqlen-q", "8192", "--head-dim", "128"]),

@@ -30,14 +30,11 @@ std::string rung_supports(const Problem& p) {
 std::string eight_warps_supports(const Problem& p) {
   return refusal(check_split_q_8warps, p);
 }
-std::string wide_keys_supports(const Problem& p) {
-  return refusal(check_split_q_bc128, p);
+std::string narrow_keys_supports(const Problem& p) {
+  return refusal(check_split_q_bc64, p);
 }
 std::string longest_first_supports(const Problem& p) {
   return refusal(check_split_q_longest_first, p);
-}
-std::string wide_keys_longest_first_supports(const Problem& p) {
-  return refusal(check_split_q_bc128_longest_first, p);
 }
 
 // Both kernels' global traffic: FA2's Q-block-outer order (common/flops.hpp), K/V tiles read by cp.async up
@@ -52,13 +49,15 @@ double tensor_core_bytes(const Problem& p, QueryKeyTile tile) {
   return q_block_outer_bytes(p, tile.block_m, tile.block_n, 2.0, TileLoads::cp_async) +
          cuda::exact_rows_flag_bytes();  // the special-value pass reads its flag (docs/08)
 }
+// split_q's tiles for the problem's kernel: with a variant or without (split_q_tile). Under a mask the keys
+// of a tile that a valid row sees are read in whole key tiles, so a 128-key tile reads more keys no row
+// needs.
 double tensor_core_bytes_moved(const Problem& p) {
-  return tensor_core_bytes(p, split_q_tile(static_cast<int>(p.head_dim)));
+  return tensor_core_bytes(p, split_q_tile(static_cast<int>(p.head_dim), split_q_params(p).has_variants()));
 }
-// split_q_bc128's 128-key tiles: under a mask, the keys of a tile that a valid row sees are read in tiles of
-// 128, so the cut tiles read more keys no row needs.
-double wide_keys_bytes_moved(const Problem& p) {
-  return tensor_core_bytes(p, split_q_bc128_tile());
+// split_q_bc64's tiles: those of split_q's kernels with a variant at the 64 width, 64 keys a tile.
+double narrow_keys_bytes_moved(const Problem& p) {
+  return tensor_core_bytes(p, split_q_tile(64, true));
 }
 
 // The tensor-core ladder's first rung (mma.cu): Br = Bc = 64, every key tile up to the batch's last key, and
@@ -162,12 +161,12 @@ const Registration split_q_8warps{
                     "a multiple of 8 from 104 to 128", eight_warps_supports, tensor_core_bytes_moved,
                     FLASHLAB_DEVICE_BUILDS(launch_split_q_8warps, workspace_bytes))};
 
-// At d = 64, FA2's key tile: 128 keys a tile (WideKeysRung), against split_q's 64.
-const Registration split_q_bc128{one_width_entry(
-    "cuda_v2/split_q_bc128",
-    "split_q at d 64 with FA2's key tile: 128 x 128, 4 warps of two 16-row tiles (split_q: 128 x 64)",
-    "a multiple of 8 from 40 to 64", wide_keys_supports, wide_keys_bytes_moved,
-    FLASHLAB_DEVICE_BUILDS(launch_split_q_bc128, workspace_bytes))};
+// At d = 64, split_q's earlier key tile: 64 keys a tile (NarrowKeysRung), as its variants keep, against the
+// 128 of FA2's that split_q takes.
+const Registration split_q_bc64{one_width_entry(
+    "cuda_v2/split_q_bc64", "split_q at d 64 with 64 keys a tile: 128 x 64 (split_q: FA2's 128 x 128)",
+    "a multiple of 8 from 40 to 64", narrow_keys_supports, narrow_keys_bytes_moved,
+    FLASHLAB_DEVICE_BUILDS(launch_split_q_bc64, workspace_bytes))};
 
 // split_q's kernel and tiles, the grid's tiles handed out in another order (common/cuda/tile_order.hpp):
 // under a causal mask the longest first, in sections of heads whose K and V fit in L2. A candidate for the
@@ -183,15 +182,6 @@ const Registration split_q_longest_first{gpu_implementation(
      .supports = longest_first_supports,
      .bytes_moved = tensor_core_bytes_moved},
     FLASHLAB_DEVICE_BUILDS(launch_split_q_longest_first, workspace_bytes))};
-
-// FA2's key tile at d 64 (split_q_bc128), its grid handed out in the same order: the fastest entry at its
-// width, and under a causal mask it loses as much to the grid's tail as split_q (two blocks a SM each;
-// tools/wave_model.py). The order the H200 measured at 1.07x on split_q is expected to gain as much on it.
-const Registration split_q_bc128_longest_first{
-    one_width_entry("cuda_v2/split_q_bc128_longest_first",
-                    "split_q_bc128 with its tiles launched longest first, in L2 sections of heads",
-                    "a multiple of 8 from 40 to 64", wide_keys_longest_first_supports, wide_keys_bytes_moved,
-                    FLASHLAB_DEVICE_BUILDS(launch_split_q_bc128_longest_first, workspace_bytes))};
 
 // An entry beside split_q whose forward is split_q's kernel and whose backward takes another tile, a
 // candidate for the GPU to judge against split_q's: bf16, head dims 64 and 128, no score modification or

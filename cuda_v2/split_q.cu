@@ -43,14 +43,27 @@ namespace {
 // shared-memory traffic per mma at kMTiles = 2 (shared-memory bandwidth, not the tensor cores, bounds
 // mma.sync kernels on H100). Registers bound the tiles: a thread holds kMTiles * kHeadDim / 2 fp32 of O and
 // kMTiles * kBlockN / 2 of S, so d = 256 keeps one row tile and a narrower key tile. Shared memory: Q once, K
-// and V twice (double buffer), all in b16. Each width between takes the tiles of the width above it: 32
-// those of 64, 96 those of 128, 192 those of 256.
+// and V twice (double buffer), all in b16. Each width between takes the tiles of the width above it, 96
+// those of 128 and 192 those of 256; 32 takes 64's warps but 64 keys a tile (NarrowKeys64 below).
 template <int kHeadDim>
 struct SplitQConfig;
-template <>
-struct SplitQConfig<64> {
+// The 64 width's tiles, 4 warps of two row tiles over 128 query rows. FA2's key tile: 128 keys, so that per
+// 128 keys a warp loads its Q fragments, reduces its rows' max, rescales O and waits at the barriers once
+// instead of twice. S is then 128 fp32 a thread: ptxas (nvcc 13) gives it all 255 registers and spills about
+// 170-210 bytes (FA2's own kernel: 272); two blocks of 128 threads still fit an SM. On an H200 it ran
+// 1.09-1.13x faster than 64 keys a tile on every d 64 shape but the causal one at 1k keys, 0.97x there
+// (2026-12-04, as cuda_v2/split_q_bc128; 2 x 32 x 8k: 318 TFLOP/s against 283).
+struct WideKeys64 {
   static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_tile(64).block_n;
 };
+// 64 keys a tile, S 64 fp32 a thread: the kernels with the variants keep it, their registers would not fit
+// beside 128 keys, and so does the 32 width, where 128 keys spill (ptxas: 76-88 bytes; this, none) and no GPU
+// has timed the two. cuda_v2/split_q_bc64 times it beside split_q at the 64 width.
+struct NarrowKeys64 {
+  static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_tile(64, true).block_n;
+};
+template <>
+struct SplitQConfig<64> : WideKeys64 {};
 // The 128 width's 128 x 64 tile in two warp layouts. FA2's: 4 warps of two row tiles, a warp reading 160
 // shared-memory bytes per mma. ptxas (nvcc 13) gives it all 255 registers and spills about 50-80 bytes;
 // two blocks of 128 threads fit an SM. On an H200 it ran 1.23-1.32x faster than the other on every prefill
@@ -71,15 +84,18 @@ struct SplitQConfig<256> {
   static constexpr int kWarps = 4, kMTiles = 1, kBlockN = split_q_tile(256).block_n;
 };
 template <>
-struct SplitQConfig<32> : SplitQConfig<64> {};
+struct SplitQConfig<32> : NarrowKeys64 {};
 template <>
 struct SplitQConfig<96> : SplitQConfig<128> {};
 template <>
 struct SplitQConfig<192> : SplitQConfig<256> {};
 
-// The kernels with the variants: split_q's tiles, but 8 warps of one row tile at the 128 width (and 96).
+// The kernels with the variants: split_q's tiles, but 64 keys a tile at the 64 width and 8 warps of one row
+// tile at the 128 width (and 96).
 template <int kHeadDim>
 struct VariantsConfig : SplitQConfig<kHeadDim> {};
+template <>
+struct VariantsConfig<64> : NarrowKeys64 {};
 template <>
 struct VariantsConfig<128> : OneRowTile128 {};
 template <>
@@ -120,23 +136,12 @@ struct EightWarpsRung {
   static constexpr int kWidth = 128;
   static constexpr bool kTileOrder = false;
 };
-// cuda_v2/split_q_bc128, at the 64 width: FA2's 128 x 128 tile, split_q's 4 warps of two row tiles over 128
-// keys a tile instead of 64. Per 128 keys a warp then loads its Q fragments, reduces its rows' max, rescales
-// O and waits at the barriers once instead of twice. The price is registers again: S is 128 fp32 a thread,
-// and ptxas gives it all 255 and spills 172 bytes for sm_90a, 176 for sm_80 (FA2's own kernel: 272); still
-// two blocks of 128 threads an SM.
-struct WideKeysRung {
+// cuda_v2/split_q_bc64, at the 64 width: split_q's tile before FA2's (NarrowKeys64 above), 64 keys a tile.
+struct NarrowKeysRung {
   static constexpr bool kAsyncCopy = true;
   static constexpr bool kSkipTiles = true;
   static constexpr int kWidth = 64;
   static constexpr bool kTileOrder = false;
-};
-// split_q_bc128 with its grid's tiles handed out longest first (SplitQParams::longest_first), as
-// split_q_longest_first hands out split_q's: cuda_v2/split_q_bc128_longest_first. The same kernel and tiles;
-// only the block's tile comes from p.order.
-template <class Rung>
-struct LongestFirst : Rung {
-  static constexpr bool kTileOrder = true;
 };
 
 // The tiles a rung takes in a tile width: split_q's, or its variants' kernel's, but for the entries built
@@ -147,11 +152,7 @@ struct RungConfig : std::conditional_t<std::is_same_v<Variant, Variants>, Varian
 template <>
 struct RungConfig<128, EightWarpsRung, NoVariant> : OneRowTile128 {};
 template <>
-struct RungConfig<64, WideKeysRung, NoVariant> {
-  static constexpr int kWarps = 4, kMTiles = 2, kBlockN = split_q_bc128_tile().block_n;
-};
-template <int kHeadDim, class Rung>
-struct RungConfig<kHeadDim, LongestFirst<Rung>, NoVariant> : RungConfig<kHeadDim, Rung, NoVariant> {};
+struct RungConfig<64, NarrowKeysRung, NoVariant> : NarrowKeys64 {};
 
 template <int kHeadDim, class Rung, class Variant>
 struct SplitQShape {
@@ -559,8 +560,6 @@ SplitQParams split_q_params(const Problem& problem, const DeviceTensors& tensors
   params.o = tensors.o;
   params.lse = tensors.lse;
   params.mask = tensors.mask;
-  params.mod = score_mod_params(problem);
-  params.dropout = dropout_params(problem);
   params.mod.slopes = tensors.alibi_slopes;  // the device copies
   params.mod.bias = tensors.bias;
   const cuda::IntLengths lengths = cuda::narrow_lengths(problem, tensors, tensors.workspace);
@@ -597,44 +596,25 @@ void launch_split_q_8warps(const Problem& problem, const DeviceTensors& tensors)
       params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream), tensors.stream);
 }
 
-void launch_split_q_bc128(const Problem& problem, const DeviceTensors& tensors) {
+void launch_split_q_bc64(const Problem& problem, const DeviceTensors& tensors) {
   const SplitQParams params = split_q_params(problem, tensors);
-  check_split_q_bc128(params);
-  forward_rung<WideKeysRung>(
+  check_split_q_bc64(params);
+  forward_rung<NarrowKeysRung>(
       params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream), tensors.stream);
 }
 
-namespace {
-// A rung's tiles handed out in split_q_longest_first_order: the launch's rules checked first, then the flag
-// cleared and the kernel launched.
-template <class Rung>
-void longest_first(SplitQParams params, Check check, const Problem& problem, const DeviceTensors& tensors) {
-  check(params, Checks::launch);
-  forward_rung<Rung>(params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream),
-                     tensors.stream);
-}
-}  // namespace
-
-void launch_split_q_longest_first_sections(const Problem& problem, const DeviceTensors& tensors, int section,
-                                           ForwardTiles tiles) {
+void launch_split_q_longest_first_sections(const Problem& problem, const DeviceTensors& tensors,
+                                           int section) {
   SplitQParams params = split_q_params(problem, tensors);
   params.longest_first = true;
   params.order = split_q_longest_first_order(params, section);
-  switch (tiles) {
-    case ForwardTiles::split_q:
-      return longest_first<SplitQRung>(params, check_split_q_longest_first, problem, tensors);
-    case ForwardTiles::bc128:
-      return longest_first<LongestFirst<WideKeysRung>>(params, check_split_q_bc128_longest_first, problem,
-                                                       tensors);
-  }
+  check_split_q_longest_first(params);
+  forward_rung<SplitQRung>(params, cuda::clear_special_rows_flag(tensors.workspace, problem, tensors.stream),
+                           tensors.stream);
 }
 
 void launch_split_q_longest_first(const Problem& problem, const DeviceTensors& tensors) {
-  launch_split_q_longest_first_sections(problem, tensors, 0, ForwardTiles::split_q);
-}
-
-void launch_split_q_bc128_longest_first(const Problem& problem, const DeviceTensors& tensors) {
-  launch_split_q_longest_first_sections(problem, tensors, 0, ForwardTiles::bc128);
+  launch_split_q_longest_first_sections(problem, tensors, 0);
 }
 
 void launch_mma_cp_async(const Problem& problem, const DeviceTensors& tensors) {

@@ -29,12 +29,13 @@ namespace flashlab::cuda_v2 {
 struct QueryKeyTile {
   int block_m, block_n;
 };
-// split_q's by head dim, or by the tile width it runs in (common/cuda/tile_width.hpp): the two agree.
-constexpr QueryKeyTile split_q_tile(int head_dim) {
-  return head_dim > 128 ? QueryKeyTile{64, 32} : QueryKeyTile{128, 64};
-}
-// cuda_v2/split_q_bc128's, at the 64 tile width: FlashAttention-2's for d 64, twice split_q's keys a tile.
-constexpr QueryKeyTile split_q_bc128_tile() {
+// split_q's by head dim, or by the tile width it runs in (common/cuda/tile_width.hpp): the two agree. At the
+// 64 width FlashAttention-2's 128 x 128, but 128 x 64 for the kernels with the variants (a score modification
+// or dropout, SplitQParams::has_variants), whose registers do not fit beside 128 keys; at the 32 width 128 x
+// 64 (the 128-key tile, measured at d 64 only, spills there where this does not).
+constexpr QueryKeyTile split_q_tile(int head_dim, bool variants = false) {
+  if (head_dim > 128) return {64, 32};
+  if (head_dim > 64 || head_dim <= 32 || variants) return {128, 64};
   return {128, 128};
 }
 constexpr QueryKeyTile split_q_simt_tile() {
@@ -89,7 +90,7 @@ struct SplitQParams {
   // those rows (common/cuda/exact_rows.hpp, flagged mode); null: the pass scans every row (split_q_simt).
   unsigned* special_rows = nullptr;
   // The grid: split_q's is (q-block, head, batch), FA2's. With `longest_first`
-  // (cuda_v2/split_q_longest_first, split_q_bc128_longest_first) it is
+  // (cuda_v2/split_q_longest_first) it is
   // one-dimensional, block i computing tile i of `order` (common/cuda/tile_order.hpp: under a causal mask the
   // longest first, in L2 sections); the launcher sets both (split_q_longest_first_order).
   bool longest_first = false;
@@ -114,27 +115,21 @@ void check_split_q(const SplitQParams& params, Checks checks = Checks::launch);
 void check_mma(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_rung(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_8warps(const SplitQParams& params, Checks checks = Checks::launch);
-void check_split_q_bc128(const SplitQParams& params, Checks checks = Checks::launch);
+void check_split_q_bc64(const SplitQParams& params, Checks checks = Checks::launch);
 void check_split_q_longest_first(const SplitQParams& params, Checks checks = Checks::launch);
-void check_split_q_bc128_longest_first(const SplitQParams& params, Checks checks = Checks::launch);
 using Check = void (*)(const SplitQParams&, Checks);
 
 // An implementation's supports(): "" when `check` passes the problem's parameters, else its reason.
 std::string refusal(Check check, const Problem& problem);
 
-// A problem's launch parameters: dtype, sizes, dense BSHD strides, scale, causal and window. The pointers
-// (tensors, lengths, mask) are the caller's to set.
+// A problem's launch parameters: dtype, sizes, dense BSHD strides, scale, causal, window and the variants
+// (score modification and dropout; their tensors the problem's host arrays). The device pointers (tensors,
+// lengths, mask, the variants' tensors) are the caller's to set.
 SplitQParams split_q_params(const Problem& problem);
 
 // split_q_longest_first's order of split_q's tiles (split_q_tile) for these parameters: sections of the
-// (batch, head) pairs whose K and V fit cuda::kL2SectionBytes, or `section` pairs when it is given. The
-// entries of one tile width have split_q's query tile (split_q_tile), so their longest-first twins take it
-// too.
+// (batch, head) pairs whose K and V fit cuda::kL2SectionBytes, or `section` pairs when it is given.
 cuda::TileOrder split_q_longest_first_order(const SplitQParams& params, int section = 0);
-
-// The kernel and tiles a longest-first launch takes: split_q's (cuda_v2/split_q_longest_first), or those of
-// split_q_bc128 (split_q_bc128_longest_first).
-enum class ForwardTiles { split_q, bc128 };
 
 // Scratch the registry launchers need: the int copies of the per-batch lengths, then split_q's flag of
 // special values (common/cuda/exact_rows.hpp).
@@ -163,14 +158,13 @@ FLASHLAB_FOR_EACH_TARGET(
     // Beside the ladder: split_q with its earlier warp layout at the 128 tile width, 8 warps of one row
     // tile, as its variants keep (bf16).
     void launch_split_q_8warps(const Problem& problem, const DeviceTensors& tensors);
-    // Beside the ladder: split_q with FA2's key tile at the 64 tile width, 128 keys a tile (bf16).
-    void launch_split_q_bc128(const Problem& problem, const DeviceTensors& tensors);
-    // Beside the ladder: split_q with its grid's tiles handed out longest first, in L2 sections, and
-    // split_q_bc128 likewise; or in sections of `section` (batch, head) pairs, so that a small problem has
-    // several.
+    // Beside the ladder: split_q with its earlier key tile at the 64 tile width, 64 keys a tile, as its
+    // variants keep (bf16).
+    void launch_split_q_bc64(const Problem& problem, const DeviceTensors& tensors);
+    // Beside the ladder: split_q with its grid's tiles handed out longest first, in L2 sections; or in
+    // sections of `section` (batch, head) pairs, so that a small problem has several.
     void launch_split_q_longest_first(const Problem& problem, const DeviceTensors& tensors);
-    void launch_split_q_bc128_longest_first(const Problem& problem, const DeviceTensors& tensors);
     void launch_split_q_longest_first_sections(const Problem& problem, const DeviceTensors& tensors,
-                                               int section, ForwardTiles tiles);)
+                                               int section);)
 
 }  // namespace flashlab::cuda_v2

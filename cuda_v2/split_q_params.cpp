@@ -31,6 +31,10 @@ SplitQParams split_q_params(const Problem& problem) {
   params.causal = problem.causal;
   params.window_left = static_cast<int>(problem.window_left);
   params.window_right = static_cast<int>(problem.window_right);
+  // The variants, so that has_variants() is the problem's; their pointers are the problem's host arrays
+  // until a launcher puts the device copies in their place.
+  params.mod = score_mod_params(problem);
+  params.dropout = dropout_params(problem);
   return params;
 }
 
@@ -200,13 +204,8 @@ void check_split_q_longest_first(const SplitQParams& p, Checks checks) {
   check_longest_first_grid(p, "cuda_v2/split_q_longest_first");
 }
 
-void check_split_q_bc128(const SplitQParams& p, Checks checks) {
-  check_one_width(p, checks, "cuda_v2/split_q_bc128", 64);
-}
-
-void check_split_q_bc128_longest_first(const SplitQParams& p, Checks checks) {
-  check_one_width(p, checks, "cuda_v2/split_q_bc128_longest_first", 64);
-  check_longest_first_grid(p, "cuda_v2/split_q_bc128_longest_first");
+void check_split_q_bc64(const SplitQParams& p, Checks checks) {
+  check_one_width(p, checks, "cuda_v2/split_q_bc64", 64);
 }
 
 void check_mma(const SplitQParams& p, Checks checks) {

@@ -554,61 +554,52 @@ TEST_CASE("cuda_v2/split_q_longest_first's order: split_q's tiles in L2 sections
   CHECK(!cuda::numbered_in_an_int(65536, 65535, 65535));
 }
 
-// Each block of a longest-first entry computes the tile its number names in the order, with its twin's code
-// (split_q's or split_q_bc128's): in sections of 1, 3 (the last one short) and every pair,
-// over padding rows and keys with NaN in the padding, GQA, a window and packed batches, its O and LSE must be
-// the twin's bit for bit, on poisoned outputs (a tile computed twice or never shows).
-TEST_CASE("the longest-first entries in sections of 1, 3 and every pair compute their twins' tiles") {
-  struct Twins {
-    const char* grid_order;
-    const char* longest_first;
-    cuda_v2::ForwardTiles tiles;
-    int64_t causal_dim, window_dim, packed_dim;  // head dims in the entry's tile widths
-    DType window_dtype;
-  };
-  // split_q's: causal at the 128 width (4 warps of two row tiles), the window at 64, packed at 96.
-  const Twins all[] = {{"cuda_v2/split_q", "cuda_v2/split_q_longest_first", cuda_v2::ForwardTiles::split_q,
-                        128, 64, 96, DType::f16},
-                       {"cuda_v2/split_q_bc128", "cuda_v2/split_q_bc128_longest_first",
-                        cuda_v2::ForwardTiles::bc128, 64, 48, 64, DType::bf16}};
-  for (const Twins& twins : all) {
-    INFO(twins.longest_first);
-    Problem causal = problem_shape(2, 4, 2, 300, 260, twins.causal_dim);
+// Each block of cuda_v2/split_q_longest_first computes the tile its number names in the order, with
+// split_q's code: in sections of 1, 3 (the last one short) and every pair, over padding rows and keys with
+// NaN in the padding, GQA, a window and packed batches, at both of FA2's tiles (128 x 64 in 4 warps of two
+// row tiles at the 128 width, 128 x 128 at the 64 width) and at 96 and 48, its O and LSE must be split_q's
+// bit for bit, on poisoned outputs (a tile computed twice or never shows).
+TEST_CASE("split_q_longest_first in sections of 1, 3 and every pair computes split_q's tiles") {
+  std::vector<Problem> problems;
+  for (int64_t d : {128, 64}) {
+    Problem causal = problem_shape(2, 4, 2, 300, 260, d);
     causal.dtype = DType::bf16;
     causal.causal = true;
     causal.seqlens_q = {300, 100};  // batch 1: row blocks without a row
     causal.seqlens_k = {260, 130};
-    Problem window = problem_shape(1, 3, 3, 257, 200, twins.window_dim);
-    window.dtype = twins.window_dtype;
-    window.window_left = 90;
-    const Problem packed = packed_causal_problem(twins.packed_dim);
-    const Implementation& grid_order = *find_implementation(twins.grid_order);
-    const Implementation& longest_first = *find_implementation(twins.longest_first);
-    for (const Problem& p : {causal, window, packed}) {
-      p.validate();
-      INFO(p.describe());
-      REQUIRE(why_cannot_run(longest_first, p).empty());
-      AttentionInputs inputs = random_inputs(p, Distribution::normal, 12);
-      if (!p.seqlens_k.empty())  // NaN in batch 1's padding keys, past its 130
-        for (int64_t key = 130; key < p.seqlen_k; ++key)
-          for (int64_t n = 0; n < p.heads_kv * p.head_dim; ++n) {
-            inputs.k.data[static_cast<size_t>(p.kv_offset(1, key, 0) + n)] = NAN;
-            inputs.v.data[static_cast<size_t>(p.kv_offset(1, key, 0) + n)] = NAN;
-          }
-      const size_t bytes = grid_order.emulated_build.workspace(p);
-      AttentionOutputs expected = AttentionOutputs::poisoned(p);
-      cuda::emulated::run_on_device(p, inputs, expected, bytes, [&](const DeviceTensors& tensors) {
-        grid_order.emulated_build.forward(p, tensors);
+    problems.push_back(causal);
+  }
+  Problem window = problem_shape(1, 3, 3, 257, 200, 48);
+  window.dtype = DType::f16;
+  window.window_left = 90;
+  problems.push_back(window);
+  problems.push_back(packed_causal_problem(96));
+  const Implementation& grid_order = *find_implementation("cuda_v2/split_q");
+  const Implementation& longest_first = *find_implementation("cuda_v2/split_q_longest_first");
+  for (const Problem& p : problems) {
+    p.validate();
+    INFO(p.describe());
+    REQUIRE(why_cannot_run(longest_first, p).empty());
+    AttentionInputs inputs = random_inputs(p, Distribution::normal, 12);
+    if (!p.seqlens_k.empty())  // NaN in batch 1's padding keys, past its 130
+      for (int64_t key = 130; key < p.seqlen_k; ++key)
+        for (int64_t n = 0; n < p.heads_kv * p.head_dim; ++n) {
+          inputs.k.data[static_cast<size_t>(p.kv_offset(1, key, 0) + n)] = NAN;
+          inputs.v.data[static_cast<size_t>(p.kv_offset(1, key, 0) + n)] = NAN;
+        }
+    const size_t bytes = grid_order.emulated_build.workspace(p);
+    AttentionOutputs expected = AttentionOutputs::poisoned(p);
+    cuda::emulated::run_on_device(p, inputs, expected, bytes, [&](const DeviceTensors& tensors) {
+      grid_order.emulated_build.forward(p, tensors);
+    });
+    for (int section : {1, 3, 0}) {
+      INFO("sections of ", section, " pairs (0: every pair, as L2 sizes them here)");
+      AttentionOutputs out = AttentionOutputs::poisoned(p);
+      cuda::emulated::run_on_device(p, inputs, out, bytes, [&](const DeviceTensors& tensors) {
+        cuda_v2::emulated::launch_split_q_longest_first_sections(p, tensors, section);
       });
-      for (int section : {1, 3, 0}) {
-        INFO("sections of ", section, " pairs (0: every pair, as L2 sizes them here)");
-        AttentionOutputs out = AttentionOutputs::poisoned(p);
-        cuda::emulated::run_on_device(p, inputs, out, bytes, [&](const DeviceTensors& tensors) {
-          cuda_v2::emulated::launch_split_q_longest_first_sections(p, tensors, section, twins.tiles);
-        });
-        CHECK(same_bits(out.o, expected.o));
-        CHECK(same_bits(out.lse, expected.lse));
-      }
+      CHECK(same_bits(out.o, expected.o));
+      CHECK(same_bits(out.lse, expected.lse));
     }
   }
 }

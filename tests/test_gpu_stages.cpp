@@ -105,8 +105,7 @@ TEST_CASE("GPU stages refuse what their kernels cannot do, naming the field") {
   // (check_one_width, split_q_params.cpp).
   const std::map<std::string, std::pair<std::vector<int64_t>, std::vector<int64_t>>> one_width{
       {"cuda_v2/split_q_8warps", {{104, 112, 128}, {64, 96, 136, 256}}},
-      {"cuda_v2/split_q_bc128", {{40, 48, 64}, {8, 32, 72, 128}}},
-      {"cuda_v2/split_q_bc128_longest_first", {{40, 48, 64}, {8, 32, 72, 128}}}};
+      {"cuda_v2/split_q_bc64", {{40, 48, 64}, {8, 32, 72, 128}}}};
   for (const auto& [name, dims] : one_width) {
     const Implementation& impl = entry(name.c_str());
     CHECK(impl.dtypes == std::vector<DType>{DType::bf16});

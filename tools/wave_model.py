@@ -17,8 +17,8 @@ each starting the next block in launch order as soon as one ends (greedy list sc
 launch orders of the same tiles:
   grid     (row block, head, batch), the row block fastest: split_q's and FlashAttention-2's grid;
   longest  common/cuda/tile_order.hpp's: heads in L2 sections, within a section row block by row block from
-           the last (the longest) to the first: cuda_v2/split_q_longest_first (and
-           split_q_bc128_longest_first), and FA3's scheduler's rule.
+           the last (the longest) to the first: cuda_v2/split_q_longest_first, and FA3's
+           scheduler's rule.
 It prints each order's makespan against the ideal (all work spread evenly over the slots) and their ratio, the
 speed-up the model predicts.
 
@@ -154,7 +154,7 @@ def row(label, args, causal, slots, backward=False, group=1):
 REPORT = [(2, 16, 8192, 128), (4, 16, 4096, 128), (1, 16, 16384, 128), (8, 16, 2048, 128), (16, 16, 1024, 128),
           (2, 32, 8192, 64), (4, 32, 4096, 64), (1, 32, 16384, 64), (8, 32, 2048, 64), (16, 32, 1024, 64)]
 ENTRIES = {128: [("split_q_8warps (1 block a SM)", 128, 64, 1), ("split_q (4 warps, 2 blocks a SM)", 128, 64, 2)],
-           64: [("split_q (2 blocks a SM)", 128, 64, 2), ("split_q_bc128 (2 blocks a SM)", 128, 128, 2)]}
+           64: [("split_q_bc64 (2 blocks a SM)", 128, 64, 2), ("split_q (128 keys, 2 blocks a SM)", 128, 128, 2)]}
 
 
 # The backward: the report's causal shape (`flashlab gpu-bench --list-shapes --shapes backward`) and its

@@ -1,7 +1,7 @@
 // The order in which a forward kernel's tiles (a block of query rows of one (batch, head)) are handed out,
 // when not in the grid's own order: one definition for the kernels that take it, cuda_v3_hopper's persistent
-// kernel (ws_persistent, which walks it) and cuda_v2/split_q_longest_first and
-// split_q_bc128_longest_first (whose one-dimensional grids are numbered in it).
+// kernel (ws_persistent, which walks it) and cuda_v2/split_q_longest_first (whose one-dimensional grid is
+// numbered in it).
 // cuda_v2/split_q_bwd64x128_longest_first numbers its backward's key tiles of one (batch, kv head) in it too,
 // mirrored: there the first key tile is the longest (cuda_v2/backward.hpp). Plain C++, host and device.
 //
