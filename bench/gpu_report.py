@@ -982,6 +982,15 @@ def extra_phase(visit):
                    os.path.join(visit.report.work, "hopper_evidence")], "sass.log")
 
 
+def profiled_step(impl, kernel, flags):
+    """A profile's step and log names: the implementation, the kernel and the head dim, since one entry's kernel
+    may be profiled at two (cuda_v2/split_q's at d 128 and at d 64, where it takes another tile)."""
+    d = flags[flags.index("--head-dim") + 1] if "--head-dim" in flags else None
+    step = f"ncu {impl} ({kernel}{f', d {d}' if d else ''})"
+    log = f"ncu_{impl.replace('/', '_')}_{re.sub(r'[^A-Za-z0-9]+', '_', kernel).strip('_')}{f'_d{d}' if d else ''}.log"
+    return step, log
+
+
 def profile_kernels(visit, names):
     """Nsight Compute on one launch of each top kernel, the clocks left as they are (--clock-control none)."""
     ncu = shutil.which("ncu") or next(iter(sorted(glob.glob("/usr/local/cuda*/bin/ncu")
@@ -990,8 +999,7 @@ def profile_kernels(visit, names):
         launches = more[0] if more else 1
         sections = NCU_SECTIONS + (more[1] if len(more) > 1 else [])
         options = more[2] if len(more) > 2 else []
-        step = f"ncu {impl} ({kernel})"
-        log = f"ncu_{impl.replace('/', '_')}_{re.sub(r'[^A-Za-z0-9]+', '_', kernel).strip('_')}.log"
+        step, log = profiled_step(impl, kernel, flags)
         if impl not in names:
             visit.note(step, "unavailable", log, f"{impl} does not run here")
             continue
@@ -1130,6 +1138,10 @@ def rehearse(args, out):
     failed = {k: v for k, v in later.items() if k != "skipped"} | {"failed": "a fault"}
     if merge_rows([dict(result, rows=[failed]), dict(result, rows=[later])]) != [failed]:
         problems.append("--merge: a later skipped row replaced a failed one")
+    # Each profile has a log of its own: two under one name would append to one file under one step.
+    steps = [profiled_step(impl, kernel, flags) for impl, kernel, flags, *_ in PROFILED]
+    if len({log for _, log in steps}) != len(steps):
+        problems.append("PROFILED: two profiles share a step and a log")
     # bench/predictions.json names what this build has, in sections of chapters that exist; its table gives
     # each figure its verdict, and never counts an emulated row.
     names = {entry["name"] for entry in listing}
