@@ -171,6 +171,9 @@ struct SplitQShape {
   static constexpr int kSmemBytes = kSmemElements * 2;
   static_assert(kBlockM == split_q_tile(kHeadDim).block_m,
                 "split_q_tile (split_q.hpp) states the query tile");
+  static_assert(Rung::kWidth != 0 ||
+                    kBlockN == split_q_tile(kHeadDim, std::is_same_v<Variant, Variants>).block_n,
+                "split_q_tile (split_q.hpp) states the key tile, which the traffic models read");
 };
 
 constexpr float kLog2e = 1.4426950408889634f;

@@ -143,7 +143,7 @@ TEST_CASE("cuda_v2's tile decisions (skip, full, element mask) agree with the ma
       INFO(p.describe(), ", Br ", block_m);
       CHECK(block_mask_disagreement<32>(p, block_m) == "");
       CHECK(block_mask_disagreement<64>(p, block_m) == "");
-      CHECK(block_mask_disagreement<128>(p, block_m) == "");  // the backward's wide key tiles
+      CHECK(block_mask_disagreement<128>(p, block_m) == "");  // split_q's at d 64, the backward's wide ones
     }
   // The backward's tiles (cuda_v2/backward.hpp: 32 x 64, 32 x 128, 64 x 128), and two more shapes.
   for (const Problem& p : problems) {
